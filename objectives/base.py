@@ -1,0 +1,175 @@
+"""What every objective shares: the vocabulary layout, the corrupted batch, the output, and the base class.
+
+An objective is two halves. `corrupt(tokens, generator)` is a pure, seeded function of token ids (no model, easy to
+test and to print). `forward(batch)` runs the shared backbone and returns the loss with the exact number of positions
+that carried it. Each objective also states, analytically, how many positions it supervises and how many FLOPs one
+training step executes, so the comparison can stop every objective at the same accounted compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from backbone import Backbone, ConfigError
+
+IGNORE = -100  # target of a position that carries no loss (PyTorch's cross_entropy ignore_index)
+
+
+@dataclass(frozen=True)
+class Vocab:
+    """Token id layout: four specials first, ordinary tokens next, T5 sentinels counting down from the top."""
+
+    size: int
+    num_sentinels: int = 0
+    PAD = 0
+    MASK = 1
+    BOS = 2
+    EOS = 3
+    first_ordinary = 4
+
+    def __post_init__(self) -> None:
+        if self.num_ordinary < 2:
+            raise ConfigError(f"vocabulary of {self.size} ids with {self.num_sentinels} sentinels leaves "
+                              f"{self.num_ordinary} ordinary tokens; need at least 2")
+
+    @classmethod
+    def for_words(cls, num_words: int, num_sentinels: int = 100) -> "Vocab":
+        """A vocabulary whose ordinary tokens are `num_words` word types: word w is token w + first_ordinary."""
+        return cls(cls.first_ordinary + num_words + num_sentinels, num_sentinels)
+
+    @property
+    def end_ordinary(self) -> int:
+        return self.size - self.num_sentinels
+
+    @property
+    def num_ordinary(self) -> int:
+        return self.end_ordinary - self.first_ordinary
+
+    def sentinel(self, index: Tensor | int) -> Tensor | int:
+        """Id of the index-th sentinel (<extra_id_0> is the last id of the vocabulary, as in T5)."""
+        return self.size - 1 - index
+
+
+@dataclass
+class Corrupted:
+    """A corrupted batch: what the model sees and what it must predict, position by position."""
+
+    inputs: Tensor  # (batch, T) token ids fed to the backbone
+    targets: Tensor  # (batch, T) the token the output at each position must predict, IGNORE where unsupervised
+    attention: str  # "bidirectional" | "causal" | "prefix"
+    original: Tensor  # (batch, T_raw) the uncorrupted tokens the batch was made from
+    prefix_len: int | None = None  # bidirectional prefix, for "prefix" attention
+    info: dict[str, Tensor] = field(default_factory=dict)  # per-objective extras (e.g. the MLM rewrite kind)
+
+    def to(self, device: torch.device | str) -> "Corrupted":
+        return Corrupted(self.inputs.to(device), self.targets.to(device), self.attention, self.original.to(device),
+                         self.prefix_len, {k: v.to(device) for k, v in self.info.items()})
+
+
+@dataclass
+class Output:
+    loss: Tensor  # scalar, what the optimiser minimises
+    supervised_positions: int  # positions that carried a loss in this batch
+    metrics: dict[str, float]  # per-objective diagnostics (accuracy, discriminator accuracy, ...)
+
+
+@dataclass(frozen=True)
+class Options:
+    """Base of each objective's options; subclasses add fields with defaults and override `validate`."""
+
+    def validate(self) -> None:
+        pass
+
+
+def check_fraction(name: str, value: float, *, allow_zero: bool = True) -> None:
+    low_ok = value >= 0 if allow_zero else value > 0
+    if not (low_ok and value <= 1):
+        bound = "[0, 1]" if allow_zero else "(0, 1]"
+        raise ConfigError(f"{name} must be in {bound}, got {value}")
+
+
+def check_split(objective: str, **shares: float) -> None:
+    for name, value in shares.items():
+        check_fraction(f"{objective} {name}", value)
+    if abs(sum(shares.values()) - 1.0) > 1e-9:
+        listed = " + ".join(f"{name} {value:g}" for name, value in shares.items())
+        raise ConfigError(f"{objective} split must sum to 1, got {listed} = {sum(shares.values()):g}")
+
+
+class Objective(nn.Module):
+    name: str = ""
+    options_class: type[Options] = Options
+    attention: str = "bidirectional"  # the mode the backbone runs in; also the natural mode for probing features
+    can_generate: bool = False  # whether incremental (KV-cached) generation is possible
+
+    def __init__(self, backbone: Backbone, vocab: Vocab, options: Options | None = None) -> None:
+        super().__init__()
+        if backbone.config.vocab_size != vocab.size:
+            raise ConfigError(f"backbone vocab_size {backbone.config.vocab_size} != vocabulary size {vocab.size}")
+        self.backbone = backbone
+        self.vocab = vocab
+        self.options = options if options is not None else self.options_class()
+        self.options.validate()
+
+    # --- the pure half ---
+    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+        raise NotImplementedError
+
+    def check_seq_len(self, seq_len: int) -> None:
+        """Raise ConfigError when this objective cannot run on windows of `seq_len` tokens."""
+        if seq_len > self.backbone.config.max_seq_len:
+            raise ConfigError(f"{self.name}: seq_len {seq_len} exceeds the model's max_seq_len "
+                              f"{self.backbone.config.max_seq_len}")
+
+    def expected_supervised_positions(self, seq_len: int) -> float:
+        """Analytic loss-bearing positions per sequence of `seq_len` tokens."""
+        raise NotImplementedError
+
+    # --- the model half ---
+    def forward(self, batch: Corrupted) -> Output:
+        raise NotImplementedError
+
+    def flops(self, batch: Corrupted) -> int:
+        """FLOPs of one training step (forward + backward) on this corrupted batch, under backbone.flops' convention."""
+        raise NotImplementedError
+
+    def expected_flops_per_sequence(self, seq_len: int) -> float:
+        """Analytic training-step FLOPs per sequence, at the expected number of supervised positions."""
+        raise NotImplementedError
+
+    def spec(self) -> str:
+        changed = [f"{f.name}={getattr(self.options, f.name)}" for f in fields(self.options)
+                   if getattr(self.options, f.name) != f.default]
+        return self.name + (":" + ",".join(changed) if changed else "")
+
+
+def supervised_rows(targets: Tensor) -> Tensor:
+    """Flat indices of the positions that carry a loss."""
+    return (targets.reshape(-1) != IGNORE).nonzero().squeeze(1)
+
+
+def token_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, float]]:
+    """Mean cross-entropy over the given rows, with accuracy. Zero rows give a zero loss, not NaN."""
+    if targets.numel() == 0:
+        return logits.sum() * 0.0, {"accuracy": float("nan")}
+    loss = F.cross_entropy(logits.float(), targets)
+    accuracy = (logits.argmax(-1) == targets).float().mean().item()
+    return loss, {"accuracy": accuracy}
+
+
+def lm_forward(backbone: Backbone, batch: Corrupted) -> Output:
+    """Run the backbone and project only the supervised rows: the shared forward of mlm, ar and span."""
+    hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
+    rows = supervised_rows(batch.targets)
+    logits = backbone.logits(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows))
+    loss, metrics = token_loss(logits, batch.targets.reshape(-1).index_select(0, rows))
+    return Output(loss, int(rows.numel()), metrics)
+
+
+def lm_flops(backbone: Backbone, batch: Corrupted) -> int:
+    batch_size, seq_len = batch.inputs.shape
+    return backbone.flops(batch_size, seq_len, int((batch.targets != IGNORE).sum())).training_step

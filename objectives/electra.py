@@ -1,0 +1,124 @@
+"""ELECTRA replaced-token detection (Clark et al. 2020), following google-research/electra.
+
+A small generator (default ¼ of the backbone's width, same depth) does MLM on 15 % of the positions (85 % [MASK],
+15 % kept, no random replacement). Its samples (Gumbel-max at temperature 1, no gradient through the sample) replace
+the chosen positions; the backbone, as discriminator, labels every position original or replaced. A sampled token
+equal to the original counts as original. Loss = generator MLM + λ · discriminator, λ = 50. The generator shares the
+token (and learned position) embeddings; its transformer weights are its own. Every FLOP of the generator counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from backbone import Backbone, ConfigError, Flops, Transformer
+from backbone.model import init_weights
+from objectives.base import IGNORE, Corrupted, Objective, Options, Output, Vocab, check_fraction, supervised_rows, \
+    token_loss
+from objectives.masking import RULES, exact_count, rewrite, select_positions
+
+
+@dataclass(frozen=True)
+class ElectraOptions(Options):
+    rate: float = 0.15  # share of positions the generator fills in
+    mask: float = 0.85  # of those: [MASK]; the rest are kept (ELECTRA uses no random replacement)
+    gen_width: float = 0.25  # generator hidden size as a share of the backbone's
+    disc_weight: float = 50.0  # λ
+    rule: str = "exact"
+
+    def validate(self) -> None:
+        check_fraction("electra rate", self.rate, allow_zero=False)
+        check_fraction("electra mask", self.mask)
+        check_fraction("electra gen_width", self.gen_width, allow_zero=False)
+        if self.disc_weight < 0:
+            raise ConfigError(f"electra disc_weight must be >= 0, got {self.disc_weight}")
+        if self.rule not in RULES:
+            raise ConfigError(f"electra rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+
+
+class Electra(Objective):
+    name = "electra"
+    options_class = ElectraOptions
+    attention = "bidirectional"
+
+    def __init__(self, backbone: Backbone, vocab: Vocab, options: ElectraOptions | None = None) -> None:
+        super().__init__(backbone, vocab, options)
+        c = backbone.config
+        width = max(1, round(c.d_model * self.options.gen_width))
+        heads = max(1, width // c.head_dim)  # keep the backbone's head size where the width allows
+        if width % heads or (c.positions == "rope" and (width // heads) % 2):
+            raise ConfigError(f"electra gen_width={self.options.gen_width} gives a generator width {width} that "
+                              f"does not split into attention heads")
+        self.generator_config = replace(c, d_model=width, n_head=heads, d_ff=4 * width)
+        d = c.d_model
+        self.generator_in = nn.Linear(d, width)  # shared embeddings (width d) into the narrow generator
+        self.generator = Transformer(self.generator_config)
+        # ELECTRA's MLM head: dense to the embedding width, GELU, LayerNorm, then the tied embedding matrix.
+        self.generator_head = nn.Sequential(nn.Linear(width, d), nn.GELU(), nn.LayerNorm(d, eps=c.norm_eps))
+        self.discriminator_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        for module in (self.generator_in, self.generator_head, self.discriminator_head):
+            module.apply(init_weights)
+
+    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+        o = self.options
+        selected = select_positions(tuple(tokens.shape), o.rate, o.rule, generator)
+        inputs, kind = rewrite(tokens, selected, o.mask, 0.0, self.vocab, generator)
+        targets = torch.where(selected, tokens, IGNORE)  # the generator's MLM targets
+        return Corrupted(inputs, targets, "bidirectional", tokens, info={"rewrite": kind})
+
+    def generator_positions(self, seq_len: int) -> float:
+        return float(exact_count(seq_len, self.options.rate)) if self.options.rule == "exact" \
+            else seq_len * self.options.rate
+
+    def expected_supervised_positions(self, seq_len: int) -> float:
+        return seq_len + self.generator_positions(seq_len)
+
+    def forward(self, batch: Corrupted) -> Output:
+        rows = supervised_rows(batch.targets)
+        embedded = self.backbone.embed(batch.inputs)
+        generator_hidden = self.generator(self.generator_in(embedded), attention="bidirectional")
+        generator_hidden = generator_hidden.reshape(-1, generator_hidden.shape[-1]).index_select(0, rows)
+        generator_logits = self.backbone.logits(self.generator_head(generator_hidden))
+        generator_loss, generator_metrics = token_loss(generator_logits, batch.targets.reshape(-1)[rows])
+
+        with torch.no_grad():  # Gumbel-max sampling at temperature 1; no gradient flows through the sample
+            uniform = torch.rand(generator_logits.shape, device=generator_logits.device).clamp_(1e-9, 1.0)
+            sampled = (generator_logits.float() - torch.log(-torch.log(uniform))).argmax(-1)
+            fake = batch.original.reshape(-1).index_copy(0, rows, sampled).view_as(batch.original)
+            labels = (fake != batch.original).float()  # a sample equal to the original counts as original
+
+        hidden = self.backbone(fake, attention="bidirectional")
+        discriminator_logits = self.discriminator_head(hidden).squeeze(-1).float()
+        discriminator_loss = F.binary_cross_entropy_with_logits(discriminator_logits, labels)
+        loss = generator_loss + self.options.disc_weight * discriminator_loss
+        metrics = {
+            "generator_loss": generator_loss.item(),
+            "discriminator_loss": discriminator_loss.item(),
+            "generator_accuracy": generator_metrics["accuracy"],
+            "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean().item(),
+            "replaced_fraction": labels.mean().item(),
+        }
+        return Output(loss, int(labels.numel() + rows.numel()), metrics)
+
+    def _flops(self, batch_size: int, seq_len: int, generator_rows: float) -> float:
+        c, g = self.backbone.config, self.generator_config
+        tokens = batch_size * seq_len
+        generator = (Flops(dense=2 * tokens * c.d_model * g.d_model)  # generator_in
+                     + self.generator.flops(batch_size, seq_len))
+        discriminator = (self.backbone.flops(batch_size, seq_len, 0)
+                         + Flops(dense=2 * tokens * c.d_model * (c.d_model + 1)))  # discriminator head
+        # generator head (width -> d) and the tied vocabulary projection, on the masked rows only
+        per_row = Flops(dense=2 * g.d_model * c.d_model + 2 * c.d_model * c.vocab_size).training_step
+        return (generator + discriminator).training_step + per_row * generator_rows
+
+    def flops(self, batch: Corrupted) -> int:
+        batch_size, seq_len = batch.inputs.shape
+        return int(self._flops(batch_size, seq_len, int((batch.targets != IGNORE).sum())))
+
+    def expected_flops_per_sequence(self, seq_len: int) -> float:
+        return self._flops(1, seq_len, self.generator_positions(seq_len))
+
