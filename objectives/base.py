@@ -75,6 +75,7 @@ class Output:
     loss: Tensor  # scalar, what the optimiser minimises
     supervised_positions: int  # positions that carried a loss in this batch
     metrics: dict[str, float]  # per-objective diagnostics (accuracy, discriminator accuracy, ...)
+    tensors: dict[str, Tensor] = field(default_factory=dict)  # detached intermediates worth inspecting
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,10 @@ class Objective(nn.Module):
     def expected_supervised_positions(self, seq_len: int) -> float:
         """Analytic loss-bearing positions per sequence of `seq_len` tokens."""
         raise NotImplementedError
+
+    def counted_positions(self, batch: Corrupted) -> int:
+        """Loss-bearing positions of a corrupted batch, counted without the model (forward reports the same)."""
+        return int((batch.targets != IGNORE).sum())
 
     # --- the model half ---
     def forward(self, batch: Corrupted) -> Output:

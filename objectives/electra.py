@@ -77,6 +77,9 @@ class Electra(Objective):
     def expected_supervised_positions(self, seq_len: int) -> float:
         return seq_len + self.generator_positions(seq_len)
 
+    def counted_positions(self, batch: Corrupted) -> int:
+        return batch.inputs.numel() + int((batch.targets != IGNORE).sum())  # every position + the generator's
+
     def forward(self, batch: Corrupted) -> Output:
         rows = supervised_rows(batch.targets)
         embedded = self.backbone.embed(batch.inputs)
@@ -102,7 +105,8 @@ class Electra(Objective):
             "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean().item(),
             "replaced_fraction": labels.mean().item(),
         }
-        return Output(loss, int(labels.numel() + rows.numel()), metrics)
+        return Output(loss, int(labels.numel() + rows.numel()), metrics,
+                      {"discriminator_inputs": fake, "discriminator_labels": labels})
 
     def _flops(self, batch_size: int, seq_len: int, generator_rows: float) -> float:
         c, g = self.backbone.config, self.generator_config

@@ -1,0 +1,22 @@
+import pytest
+import torch
+
+from backbone import Backbone, preset
+from objectives import Vocab, build_objective
+
+VOCAB = Vocab.for_words(40, num_sentinels=30)
+
+
+def random_tokens(batch_size: int, seq_len: int, seed: int = 0, vocab: Vocab = VOCAB) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, seq_len), generator=generator)
+
+
+def tiny_objective(spec: str, seq_len: int = 64, vocab: Vocab = VOCAB, model: str = "tiny", **overrides):
+    torch.manual_seed(0)
+    return build_objective(spec, Backbone(preset(model, vocab.size, max_seq_len=seq_len, **overrides)), vocab)
+
+
+@pytest.fixture(autouse=True)
+def _deterministic():
+    torch.manual_seed(0)

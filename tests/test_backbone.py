@@ -1,0 +1,108 @@
+import pytest
+import torch
+
+from backbone import Backbone, BackboneConfig, ConfigError, measure_flops, preset
+from backbone.flops import transformer_flops
+
+from conftest import VOCAB, random_tokens
+
+
+def model(positions: str = "rope", max_seq_len: int = 32) -> Backbone:
+    return Backbone(preset("tiny", VOCAB.size, max_seq_len=max_seq_len, positions=positions)).eval()
+
+
+def perturbed(tokens: torch.Tensor, position: int) -> torch.Tensor:
+    changed = tokens.clone()
+    changed[:, position] = VOCAB.first_ordinary + (changed[:, position] - VOCAB.first_ordinary + 1) % VOCAB.num_ordinary
+    return changed
+
+
+def changed_positions(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """(batch, T) bool: where the hidden states differ."""
+    return ((a - b).abs().amax(-1) > 1e-6)
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned"])
+def test_causal_outputs_ignore_later_tokens_and_bidirectional_do_not(positions):
+    m, tokens = model(positions), random_tokens(2, 16)
+    later = perturbed(tokens, 10)
+    causal = changed_positions(m(tokens, attention="causal"), m(later, attention="causal"))
+    assert not causal[:, :10].any() and causal[:, 10:].all()
+    bidirectional = changed_positions(m(tokens, attention="bidirectional"), m(later, attention="bidirectional"))
+    assert bidirectional.all()
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned"])
+def test_prefix_mode_is_bidirectional_inside_the_prefix_and_causal_after(positions):
+    m, tokens, prefix = model(positions), random_tokens(2, 16), 6
+    run = lambda t: m(t, attention="prefix", prefix_len=prefix)  # noqa: E731
+    # the last prefix token is seen by every position, the first one included
+    assert changed_positions(run(tokens), run(perturbed(tokens, prefix - 1))).all()
+    # the first token after the prefix is seen only by itself and later positions
+    after = changed_positions(run(tokens), run(perturbed(tokens, prefix)))
+    assert not after[:, :prefix].any() and after[:, prefix:].all()
+    # prefix 0 behaves as causal, prefix T as bidirectional
+    assert torch.allclose(m(tokens, attention="prefix", prefix_len=0), m(tokens, attention="causal"), atol=1e-6)
+    assert torch.allclose(m(tokens, attention="prefix", prefix_len=16), m(tokens, attention="bidirectional"),
+                          atol=1e-6)
+
+
+def test_prefix_length_per_sequence():
+    m, tokens = model(), random_tokens(2, 16)
+    both = m(tokens, attention="prefix", prefix_len=torch.tensor([3, 9]))
+    assert torch.allclose(both[0], m(tokens[:1], attention="prefix", prefix_len=3)[0], atol=1e-6)
+    assert torch.allclose(both[1], m(tokens[1:], attention="prefix", prefix_len=9)[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned"])
+def test_kv_cache_incremental_decoding_matches_full_forward(positions):
+    m, tokens = model(positions), random_tokens(3, 20)
+    full = m.logits(m(tokens, attention="causal"))
+    cache = m.new_kv_cache(3)
+    pieces = [m.logits(m(tokens[:, :7], attention="causal", kv_cache=cache))]  # a prompt, then a chunk, then 1 by 1
+    pieces.append(m.logits(m(tokens[:, 7:12], attention="causal", kv_cache=cache)))
+    for t in range(12, 20):
+        pieces.append(m.logits(m(tokens[:, t:t + 1], attention="causal", kv_cache=cache)))
+    assert cache.length == 20
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, atol=1e-5, rtol=0)
+
+
+def test_kv_cache_is_only_for_causal_attention():
+    m = model()
+    with pytest.raises(ValueError, match="causal"):
+        m(random_tokens(1, 4), attention="bidirectional", kv_cache=m.new_kv_cache(1))
+
+
+def test_selected_rows_project_like_all_rows():
+    m, tokens = model(), random_tokens(2, 8)
+    hidden = m(tokens, attention="bidirectional")
+    torch.testing.assert_close(m.logits(hidden[:, [1, 5]]), m.logits(hidden)[:, [1, 5]])
+
+
+def test_transformer_flops_by_hand():
+    # one layer, d = 4, d_ff = 16, batch 1, T = 2: dense 2·2·4·(12 + 4 + 32) = 768; attention 2·2·1·2·2·4 = 64
+    flops = transformer_flops(1, 2, 4, 16, 1)
+    assert (flops.dense, flops.attention) == (768, 64)
+    assert flops.training_step == 3 * 768 + 64 * 7 // 2
+
+
+def test_cpu_attention_is_counted_by_the_flop_counter():
+    q = torch.randn(2, 3, 16, 8, requires_grad=True)
+    # forward: 2 products of 2·T·T·head_dim per (batch, head); backward: 5 such products (scores recomputed)
+    per_product = 2 * 2 * 3 * 16 * 16 * 8
+    assert measure_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q)) == 2 * per_product
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    assert measure_flops(lambda: out.sum().backward()) == 5 * per_product
+
+
+def test_bad_configs_raise_config_errors():
+    with pytest.raises(ConfigError, match="divisible"):
+        BackboneConfig(vocab_size=10, d_model=30, n_head=4)
+    with pytest.raises(ConfigError, match="unknown model preset"):
+        preset("huge", 10)
+    with pytest.raises(ConfigError, match="positions"):
+        BackboneConfig(vocab_size=10, positions="alibi")
+
+
+def test_preset_override_keeps_d_ff_consistent():
+    assert preset("tiny", 10, d_model=64).d_ff == 256

@@ -1,0 +1,272 @@
+import math
+
+import pytest
+import torch
+
+from backbone import ConfigError, measure_flops
+from objectives import IGNORE, Vocab, parse_objective_list, parse_spec
+from objectives.masking import KEPT, MASKED, RANDOM, UNTOUCHED
+from objectives.span import noise_and_spans, packed_lengths
+
+from conftest import VOCAB, random_tokens, tiny_objective
+
+BIG_VOCAB = Vocab(8192, num_sentinels=100)
+
+
+def counted(spec: str, seq_len: int, batch_size: int = 32, seed: int = 0) -> float:
+    """Supervised positions per sequence, counted on real corrupt() output."""
+    objective = tiny_objective(spec, seq_len, BIG_VOCAB)
+    batch = objective.corrupt(random_tokens(batch_size, seq_len, seed, BIG_VOCAB), torch.Generator().manual_seed(seed))
+    return objective.counted_positions(batch) / batch_size
+
+
+@pytest.mark.parametrize("seq_len, ar, mlm", [(512, 511, 77), (128, 127, 19)])
+def test_supervised_positions_from_real_corruption(seq_len, ar, mlm):
+    assert counted("ar", seq_len) == ar
+    assert counted("mlm", seq_len) == mlm  # round(76.8) = 77, round(19.2) = 19
+    assert counted("electra", seq_len) == seq_len + mlm  # discriminator everywhere + generator on the masked
+    for spec in ("ar", "mlm", "electra", "span"):
+        assert counted(spec, seq_len) == tiny_objective(spec, seq_len, BIG_VOCAB).expected_supervised_positions(seq_len)
+
+
+def test_span_positions_at_512_by_hand():
+    # raw 464: noise round(69.6) = 70, spans round(23.3) = 23; inputs 464 - 70 + 23 + 1 = 418, targets 70 + 23 + 1 = 94
+    lengths = packed_lengths(512, 0.15, 3.0)
+    assert (lengths.raw, lengths.noise, lengths.spans, lengths.inputs, lengths.targets, lengths.padding) == \
+        (464, 70, 23, 418, 94, 0)
+    assert counted("span", 512) == 94
+
+
+def test_t5_counts_match_the_reference_helper():
+    # ANCHORS: 512 raw -> 77 noise in 26 spans (inputs 462, targets 104); 568 raw -> 85 noise in 28 spans.
+    assert noise_and_spans(512, 0.15, 3.0) == (77, 26)
+    assert noise_and_spans(568, 0.15, 3.0) == (85, 28)
+    assert 568 - 85 + 28 + 1 == 512
+    assert noise_and_spans(3, 0.15, 3.0) == (1, 1)  # clipped to at least one noise token
+    assert noise_and_spans(4, 0.99, 3.0)[0] == 3  # and at most raw - 1
+
+
+@pytest.mark.parametrize("seq_len", range(6, 80))
+def test_span_packing_fills_the_window(seq_len):
+    lengths = packed_lengths(seq_len, 0.15, 3.0)
+    assert lengths.inputs + lengths.targets + lengths.padding == seq_len and 0 <= lengths.padding <= 2
+    assert packed_lengths(seq_len + 1, 0.15, 3.0).raw >= lengths.raw
+    noise, spans = noise_and_spans(lengths.raw + 1, 0.15, 3.0)  # one more raw token would not fit
+    assert lengths.raw + 1 + 2 * spans + 2 > seq_len
+
+
+def test_bernoulli_rule_mean_and_spread():
+    samples, seq_len, rate = 2000, 512, 0.15
+    objective = tiny_objective("mlm:rule=bernoulli", seq_len, BIG_VOCAB)
+    batch = objective.corrupt(random_tokens(samples, seq_len, 1, BIG_VOCAB), torch.Generator().manual_seed(1))
+    per_sequence = (batch.targets != IGNORE).sum(1).double()
+    expected_sd = math.sqrt(seq_len * rate * (1 - rate))  # 8.08
+    assert abs(per_sequence.mean() - seq_len * rate) < 4 * expected_sd / math.sqrt(samples)
+    assert abs(per_sequence.std() - expected_sd) < 0.1 * expected_sd
+    assert per_sequence.unique().numel() > 10  # not a fixed count
+
+
+def test_exact_rule_selects_distinct_positions_per_sequence():
+    batch = tiny_objective("mlm", 128).corrupt(random_tokens(50, 128), torch.Generator().manual_seed(2))
+    assert ((batch.targets != IGNORE).sum(1) == 19).all()
+    selected = batch.targets != IGNORE
+    assert selected.float().mean(0).min() > 0  # every position gets chosen sometimes
+
+
+@pytest.mark.parametrize("spec, shares", [("mlm", (0.8, 0.1, 0.1)), ("mlm:mask=0.5,random=0.5,keep=0", (0.5, 0.5, 0)),
+                                          ("electra", (0.85, 0.0, 0.15))])
+def test_rewrite_split_frequencies_and_untouched_positions(spec, shares):
+    objective = tiny_objective(spec, 256)
+    tokens = random_tokens(400, 256, 3)
+    batch = objective.corrupt(tokens, torch.Generator().manual_seed(3))
+    kind, selected = batch.info["rewrite"], batch.targets != IGNORE
+    chosen = int(selected.sum())
+    for share, value in zip(shares, (MASKED, RANDOM, KEPT)):
+        frequency = int((kind == value).sum()) / chosen
+        assert abs(frequency - share) < 4 * math.sqrt(max(share * (1 - share), 1e-12) / chosen) + 1e-12
+    assert ((kind != UNTOUCHED) == selected).all()
+    assert torch.equal(batch.targets[selected], tokens[selected])  # targets are the original tokens
+    assert torch.equal(batch.inputs[~selected], tokens[~selected])  # unsupervised positions untouched
+    assert (batch.inputs[kind == MASKED] == VOCAB.MASK).all()
+    assert torch.equal(batch.inputs[kind == KEPT], tokens[kind == KEPT])
+    random = batch.inputs[kind == RANDOM]
+    assert ((random >= VOCAB.first_ordinary) & (random < VOCAB.end_ordinary)).all()  # never a special id
+
+
+def test_random_replacements_cover_every_ordinary_token_and_nothing_else():
+    batch = tiny_objective("mlm:mask=0,random=1,keep=0,rate=1").corrupt(random_tokens(200, 64),
+                                                                         torch.Generator().manual_seed(4))
+    drawn = batch.inputs.unique()
+    assert torch.equal(drawn, torch.arange(VOCAB.first_ordinary, VOCAB.end_ordinary))
+
+
+def reconstruct_span(inputs: list[int], targets: list[int], vocab: Vocab) -> list[int]:
+    """Undo span corruption by reading the two sequences, independently of how corrupt() built them."""
+    assert inputs[-1] == vocab.EOS and targets[-1] == vocab.EOS
+    spans: dict[int, list[int]] = {}
+    current = None
+    for token in targets[:-1]:
+        if token >= vocab.end_ordinary:
+            current = token
+            spans[current] = []
+        else:
+            spans[current].append(token)
+    out: list[int] = []
+    for token in inputs[:-1]:
+        out.extend(spans.pop(token) if token >= vocab.end_ordinary else [token])
+    assert not spans
+    return out
+
+
+@pytest.mark.parametrize("seq_len", [32, 64, 100])
+def test_span_inputs_and_targets_reconstruct_the_original(seq_len):
+    objective = tiny_objective("span", seq_len)
+    tokens = random_tokens(20, seq_len, 5)
+    batch = objective.corrupt(tokens, torch.Generator().manual_seed(5))
+    lengths = objective.lengths(seq_len)
+    assert batch.prefix_len == lengths.inputs and batch.attention == "prefix"
+    for row in range(20):
+        packed = batch.inputs[row].tolist()
+        inputs, targets = packed[:lengths.inputs], packed[lengths.inputs:lengths.inputs + lengths.targets]
+        assert reconstruct_span(inputs, targets, VOCAB) == tokens[row, :lengths.raw].tolist()
+        sentinels = [t for t in inputs if t >= VOCAB.end_ordinary]
+        assert sentinels == [VOCAB.sentinel(i) for i in range(lengths.spans)]  # unique, in order
+        assert packed[lengths.inputs + lengths.targets:] == [VOCAB.PAD] * lengths.padding
+        # every target token is predicted from the position before it, nothing else is supervised
+        supervised = (batch.targets[row] != IGNORE).nonzero().squeeze(1).tolist()
+        assert supervised == list(range(lengths.inputs - 1, lengths.inputs + lengths.targets - 1))
+        assert [batch.targets[row, p].item() for p in supervised] == targets
+
+
+def test_span_noise_segments_alternate_starting_with_non_noise():
+    batch = tiny_objective("span", 100).corrupt(random_tokens(50, 100), torch.Generator().manual_seed(6))
+    noise = batch.info["noise"]
+    lengths = packed_lengths(100, 0.15, 3.0)
+    assert (noise.sum(1) == lengths.noise).all() and not noise[:, 0].any()
+    starts = noise & ~torch.nn.functional.pad(noise[:, :-1], (1, 0))
+    assert (starts.sum(1) == lengths.spans).all()
+
+
+def test_ar_targets_are_the_next_tokens():
+    tokens = random_tokens(2, 10)
+    batch = tiny_objective("ar").corrupt(tokens, torch.Generator())
+    assert torch.equal(batch.targets[:, :-1], tokens[:, 1:]) and (batch.targets[:, -1] == IGNORE).all()
+    assert torch.equal(batch.inputs, tokens)
+
+
+@pytest.mark.parametrize("spec", ["ar", "mlm", "mlm:rule=bernoulli", "electra", "span"])
+def test_same_seed_same_corruption(spec):
+    objective, tokens = tiny_objective(spec), random_tokens(8, 64)
+    a, b = (objective.corrupt(tokens, torch.Generator().manual_seed(7)) for _ in range(2))
+    assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+    if spec != "ar":
+        c = objective.corrupt(tokens, torch.Generator().manual_seed(8))
+        assert not (torch.equal(a.inputs, c.inputs) and torch.equal(a.targets, c.targets))
+
+
+def test_electra_labels_and_loss():
+    # a 6-word vocabulary makes the generator's sample equal the original often, which must count as original
+    vocab = Vocab.for_words(6, num_sentinels=0)
+    objective = tiny_objective("electra:rate=0.5", 32, vocab)
+    tokens = random_tokens(16, 32, 9, vocab)
+    batch = objective.corrupt(tokens, torch.Generator().manual_seed(9))
+    output = objective(batch)
+    fake, labels = output.tensors["discriminator_inputs"], output.tensors["discriminator_labels"]
+    selected = batch.targets != IGNORE
+    assert torch.equal(fake[~selected], tokens[~selected])  # only the generator's positions change
+    assert torch.equal(labels, (fake != tokens).float())
+    assert (labels[selected] == 0).any() and (labels[selected] == 1).any()  # some samples hit the original
+    m = output.metrics
+    assert output.loss.item() == pytest.approx(m["generator_loss"] + 50 * m["discriminator_loss"], rel=1e-6)
+    assert m["replaced_fraction"] == pytest.approx(labels.mean().item())
+    assert output.supervised_positions == 16 * 32 + 16 * 16
+
+
+def test_electra_generator_is_a_quarter_wide_and_shares_embeddings():
+    objective = tiny_objective("electra", 16, model="small")
+    assert objective.generator_config.d_model == 64 and objective.generator_config.n_layer == 4
+    names = [name for name, _ in objective.named_parameters()]
+    assert sum("token_embedding" in name for name in names) == 1
+
+
+@pytest.mark.parametrize("model", ["tiny", "small"])
+@pytest.mark.parametrize("spec", ["ar", "mlm", "mlm:rule=bernoulli,rate=0.3", "electra", "span"])
+def test_analytic_step_flops_match_the_flop_counter(spec, model):
+    seq_len = 64 if model == "tiny" else 32
+    objective = tiny_objective(spec, seq_len, model=model)
+    batch = objective.corrupt(random_tokens(3, seq_len), torch.Generator().manual_seed(10))
+    measured = measure_flops(lambda: objective(batch).loss.backward())
+    assert abs(objective.flops(batch) - measured) <= 0.02 * measured
+    if "bernoulli" not in spec:  # exact counts: the per-sequence expectation is the batch count
+        assert objective.expected_flops_per_sequence(seq_len) * 3 == objective.flops(batch)
+
+
+@pytest.mark.parametrize("spec", ["ar", "mlm", "electra", "span"])
+def test_every_objective_learns_on_the_tiny_preset(spec):
+    objective = tiny_objective(spec, 32)
+    optimizer = torch.optim.AdamW(objective.parameters(), lr=3e-3)
+    batch = objective.corrupt(random_tokens(8, 32, 11), torch.Generator().manual_seed(11))
+    losses = []
+    for _ in range(25):
+        output = objective(batch)
+        optimizer.zero_grad()
+        output.loss.backward()
+        optimizer.step()
+        losses.append(output.loss.item())
+        assert output.supervised_positions == objective.counted_positions(batch)
+    assert all(math.isfinite(loss) for loss in losses)
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+
+
+def test_generation_with_kv_cache_equals_greedy_recomputation():
+    objective = tiny_objective("ar").eval()
+    prompt = random_tokens(2, 5)
+    generated = objective.generate(prompt, 12, temperature=0)
+    tokens = prompt
+    for _ in range(12):  # recompute the whole prefix for every new token
+        next_token = objective.backbone.logits(objective.backbone(tokens, attention="causal")[:, -1]).argmax(-1)
+        tokens = torch.cat([tokens, next_token[:, None]], dim=1)
+    assert torch.equal(generated, tokens)
+    sampled = objective.generate(prompt, 8, temperature=1.0, top_k=3, generator=torch.Generator().manual_seed(0))
+    assert sampled.shape == (2, 13) and torch.equal(sampled[:, :5], prompt)
+    with pytest.raises(ConfigError, match="max_seq_len"):
+        objective.generate(prompt, 100)
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("bert", "unknown objective 'bert'"),
+    ("mlm:ratio=0.2", "unknown mlm option 'ratio'"),
+    ("mlm:rate=1.5", "mlm rate must be in"),
+    ("mlm:rate=-0.1", "mlm rate must be in"),
+    ("mlm:rate=0", "mlm rate must be in"),
+    ("mlm:mask=0.7", "split must sum to 1"),
+    ("mlm:rule=sometimes", "mlm rule"),
+    ("mlm:rate=abc", "not a valid float"),
+    ("mlm:rate", "key=value"),
+    ("electra:gen_width=2", "gen_width"),
+    ("electra:disc_weight=nan", "not a valid float"),
+    ("span:density=0", "span density"),
+    ("span:mean_span=0.5", "mean_span"),
+])
+def test_bad_specs_raise_one_clear_error(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_spec(spec)
+
+
+@pytest.mark.parametrize("spec, seq_len, message", [("ar", 1, "seq_len >= 2"), ("span", 5, "too short"),
+                                                    ("mlm", 100, "max_seq_len")])
+def test_sequences_too_short_or_long_are_rejected(spec, seq_len, message):
+    with pytest.raises(ConfigError, match=message):
+        tiny_objective(spec, seq_len=64).check_seq_len(seq_len)
+
+
+def test_span_needs_enough_sentinels():
+    with pytest.raises(ConfigError, match="sentinels"):
+        tiny_objective("span", 64, Vocab.for_words(40, num_sentinels=2)).check_seq_len(64)
+
+
+def test_objective_lists_keep_options_together():
+    assert parse_objective_list("mlm,ar,mlm:rate=0.4,mask=1.0,random=0,keep=0,electra") == \
+        ["mlm", "ar", "mlm:rate=0.4,mask=1.0,random=0,keep=0", "electra"]
+    with pytest.raises(ConfigError, match="no objectives"):
+        parse_objective_list(" , ")
