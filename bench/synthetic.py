@@ -1,0 +1,282 @@
+"""The embedded synthetic language: a seeded mixture of hidden Markov models, and its exact inference.
+
+Because the generating distribution is known, exact inference gives the suite's "physical limits": the Bayes-optimal
+next-token and masked-token losses, and the best achievable accuracy for tagging each position's hidden state (from the
+whole sequence or from the left context only) and for classifying a sequence's component ("genre").
+
+Words are integer ids in [0, V); the caller maps them onto model token ids (no special tokens here).
+
+Inference is float64 and exact, batched over sequences and components; the only Python loop is over time. Recursions
+run in probability space with per-(component, sequence) rescaling at every step (Rabiner's scaled forward-backward):
+each component's state distribution is renormalised to sum to one and the log of the normaliser is kept. Because the
+scaling is per component, a component that becomes very unlikely never underflows to zero (the test runs 2000 steps),
+and the mixture over components is only formed in log space (logsumexp). Internal layout is (L, K, N, S): time-major
+so a step reads one contiguous slab, and component-major so a step is a single `bmm` against the (K, S, S) transitions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+F64 = torch.float64
+
+
+@dataclass(frozen=True)
+class LanguageConfig:
+    components: int = 4  # K
+    states: int = 16  # S per component
+    words: int = 512  # V
+    successors: int = 4  # nonzero out-transitions per state (sparse transitions)
+    zipf: float = 1.1  # emission Zipf exponent
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("components", "states", "words", "successors"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"LanguageConfig.{name} must be an integer >= 1, got {value!r}")
+        if self.successors > self.states:
+            raise ValueError(f"LanguageConfig.successors ({self.successors}) must be <= states ({self.states})")
+        if not self.zipf > 0:  # written this way so NaN is rejected too
+            raise ValueError(f"LanguageConfig.zipf must be > 0, got {self.zipf!r}")
+
+
+# eq=False: dataclass equality would compare tensors elementwise and fail on `bool(...)`.
+@dataclass(frozen=True, eq=False)
+class Language:
+    """The true distribution, float64 tensors."""
+
+    prior: Tensor  # (K,)      component probabilities
+    initial: Tensor  # (K, S)    initial state distribution per component
+    transition: Tensor  # (K, S, S) rows sum to 1, `successors` nonzeros per row
+    emission: Tensor  # (K, S, V) rows sum to 1, Zipf-like over a per-state permutation of the words
+
+
+def make_language(config: LanguageConfig) -> Language:
+    """Draw a language; deterministic in `config.seed`."""
+    K, S, V = config.components, config.states, config.words
+    g = torch.Generator().manual_seed(config.seed)
+
+    def gamma1(*shape: int) -> Tensor:
+        # Gamma(1) = Exponential(1) draws; normalised they are Dirichlet(1) weights. The floor keeps a drawn weight
+        # strictly positive (u == 0 has probability 2^-53), so a row has exactly `successors` nonzeros.
+        u = torch.rand(*shape, generator=g, dtype=F64)
+        return (-torch.log1p(-u)).clamp_min(1e-12)
+
+    # A uniform prior: every genre is equally common, so the component-accuracy ceiling measures how
+    # distinguishable the genres are, not how unbalanced they happen to be.
+    prior = torch.full((K,), 1.0 / K, dtype=F64)
+    initial = gamma1(K, S)
+    initial = initial / initial.sum(-1, keepdim=True)
+    # Sparse transitions: each state picks `successors` distinct successors (first columns of a random permutation).
+    # Every row is a proper distribution, so a chain never dies; it need not be ergodic (a state may be unreachable).
+    successors = torch.rand(K, S, S, generator=g).argsort(-1)[..., : config.successors]
+    weights = gamma1(K, S, config.successors)
+    transition = torch.zeros(K, S, S, dtype=F64).scatter_(-1, successors, weights / weights.sum(-1, keepdim=True))
+    # Zipf-like emissions: rank r gets probability ∝ (r + 1)^-zipf, over a random word permutation per state, so
+    # states share a vocabulary but differ in which words are frequent.
+    zipf = torch.arange(1, V + 1, dtype=F64) ** -config.zipf
+    ranked = torch.rand(K, S, V, generator=g).argsort(-1)  # ranked[k, s, r] = the word of rank r
+    emission = torch.zeros(K, S, V, dtype=F64).scatter_(-1, ranked, (zipf / zipf.sum()).expand(K, S, V))
+    return Language(prior=prior, initial=initial, transition=transition, emission=emission)
+
+
+@dataclass(frozen=True, eq=False)
+class Sample:
+    words: Tensor  # (N, L) int64
+    states: Tensor  # (N, L) int64, GLOBAL hidden state id = component * S + state
+    components: Tensor  # (N,) int64
+
+
+def _cdf(p: Tensor) -> Tensor:
+    # Dividing by the last cumulative value makes every entry from the last nonzero one on exactly 1.0, so an
+    # inverse-CDF draw with u < 1 can never land on a zero-probability entry (sparse transitions).
+    c = p.cumsum(-1)
+    return c / c[..., -1:]
+
+
+def _draw(cdf_rows: Tensor, u: Tensor) -> Tensor:
+    """One categorical draw per row: the first index whose cumulative probability exceeds u."""
+    return torch.searchsorted(cdf_rows, u[:, None], right=True).squeeze(-1)
+
+
+def sample(language: Language, num_sequences: int, length: int, seed: int) -> Sample:
+    """Draw `num_sequences` sequences of `length` words; vectorised over sequences, deterministic in `seed`."""
+    if num_sequences < 1 or length < 1:
+        raise ValueError(f"need num_sequences >= 1 and length >= 1, got {num_sequences} and {length}")
+    K, S, _ = language.emission.shape
+    N, L = num_sequences, length
+    g = torch.Generator().manual_seed(seed)
+    u_comp = torch.rand(N, generator=g, dtype=F64)
+    u_state, u_word = torch.rand(2, L, N, generator=g, dtype=F64)
+    cdf_initial, cdf_transition = _cdf(language.initial), _cdf(language.transition)
+    cdf_emission = _cdf(language.emission)
+
+    comps = _draw(_cdf(language.prior).expand(N, K).contiguous(), u_comp)
+    words = torch.empty(L, N, dtype=torch.int64)
+    states = torch.empty(L, N, dtype=torch.int64)
+    state = _draw(cdf_initial[comps], u_state[0])
+    for t in range(L):
+        if t:
+            state = _draw(cdf_transition[comps, state], u_state[t])
+        states[t] = state
+        words[t] = _draw(cdf_emission[comps, state], u_word[t])
+    return Sample(words=words.T.contiguous(), states=(comps[:, None] * S + states.T).contiguous(), components=comps)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Exact inference. `ev` (L, K, N, S) is the likelihood of what is seen at position t given (component, state); for
+# plain text it is emission[k, s, x_t], and the masked-LM floor swaps in the corruption-aware likelihood.
+
+
+def _check_words(words: Tensor, V: int, name: str = "words") -> None:
+    if words.dim() != 2 or words.numel() == 0 or words.dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"{name} must be a non-empty (N, L) integer tensor, got {tuple(words.shape)} {words.dtype}")
+    if words.min() < 0 or words.max() >= V:
+        raise ValueError(f"{name} must lie in [0, {V}), got range [{words.min()}, {words.max()}]")
+
+
+def _emission_evidence(language: Language, words: Tensor) -> Tensor:
+    """(L, K, N, S): emission[k, s, words[n, t]]."""
+    _check_words(words, language.emission.shape[-1])
+    return language.emission.transpose(1, 2)[:, words.T.long()].permute(1, 0, 2, 3).contiguous()
+
+
+def _forward(language: Language, ev: Tensor) -> tuple[Tensor, Tensor]:
+    """alpha (L, K, N, S) = p(s_t | evidence[..t], k); log_z (L, K, N) = log p(evidence_t | evidence[..t-1], k)."""
+    L, K, N, S = ev.shape
+    alpha, log_z = torch.empty_like(ev), ev.new_empty(L, K, N)
+    predicted = language.initial[:, None, :].expand(K, N, S)
+    for t in range(L):
+        joint = predicted * ev[t]
+        z = joint.sum(-1, keepdim=True)
+        alpha[t] = joint / z
+        log_z[t] = z.squeeze(-1).log()
+        if t + 1 < L:
+            predicted = torch.bmm(alpha[t], language.transition)
+    return alpha, log_z
+
+
+def _backward(language: Language, ev: Tensor, log_z: Tensor) -> Tensor:
+    """beta (L, K, N, S), scaled by the forward normalisers, so that alpha * beta = p(s_t | all evidence, k)."""
+    beta = torch.empty_like(ev)
+    beta[-1] = 1.0
+    z = log_z.exp()[..., None]
+    transition_t = language.transition.transpose(1, 2)
+    for t in range(ev.shape[0] - 2, -1, -1):
+        beta[t] = torch.bmm(ev[t + 1] * beta[t + 1], transition_t) / z[t + 1]
+    return beta
+
+
+def _log_component_filter(language: Language, log_z: Tensor) -> Tensor:
+    """(L, K, N): log p(k | evidence[..t]), the component posterior updated online."""
+    return torch.log_softmax(language.prior.log()[None, :, None] + log_z.cumsum(0), dim=1)
+
+
+def _to_global(x: Tensor) -> Tensor:
+    """(L, K, N, S) -> (N, L, K * S), global state id = k * S + s."""
+    L, K, N, S = x.shape
+    return x.permute(2, 0, 1, 3).reshape(N, L, K * S)
+
+
+def log_likelihood(language: Language, words: Tensor) -> Tensor:
+    """(N,): log p(x[0..L-1]) under the mixture."""
+    _, log_z = _forward(language, _emission_evidence(language, words))
+    return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
+
+
+def next_token_nll(language: Language, words: Tensor) -> Tensor:
+    """(N, L-1): -log p(x[t+1] | x[..t]) for t = 0..L-2, exactly the positions a causal LM over an L-token window is
+    scored on. The Bayes-optimal next-token loss is its mean."""
+    _, log_z = _forward(language, _emission_evidence(language, words))
+    log_comp = _log_component_filter(language, log_z)
+    # p(x[t+1] | x[..t]) = sum_k p(k | x[..t]) p(x[t+1] | x[..t], k)
+    return -torch.logsumexp(log_comp[:-1] + log_z[1:], dim=1).T.contiguous()
+
+
+def masked_token_nll(
+    language: Language,
+    words: Tensor,
+    observed: Tensor,
+    selected: Tensor,
+    keep_prob: float,
+    random_prob: float,
+    mask_prob: float,
+) -> Tensor:
+    """(N, L): -log p(x_i = words_i | all evidence of the sequence) at selected positions, 0 elsewhere.
+
+    BERT-style corruption: `selected` (N, L) marks the positions chosen for the loss; each is replaced by [MASK]
+    (`observed == -1`) with `mask_prob`, by a word drawn uniformly from the V words with `random_prob` (it may equal
+    the original), or kept with `keep_prob`. `observed` holds the corrupted ids the model sees.
+
+    This predictor also knows *which* positions were selected (a model does not: a kept word looks like any other).
+    Conditioning on more information can only lower the expected loss, so (with `observed` drawn by the corruption
+    process) its mean is a valid lower bound on the expected masked-LM loss of any model that sees `observed` alone:
+    the floor, not necessarily a tight one.
+    """
+    V = language.emission.shape[-1]
+    probs = (keep_prob, random_prob, mask_prob)
+    if min(probs) < 0 or abs(sum(probs) - 1.0) > 1e-9:
+        raise ValueError(f"keep_prob, random_prob, mask_prob must be >= 0 and sum to 1, got {probs}")
+    if not words.shape == observed.shape == selected.shape:
+        raise ValueError(f"words, observed, selected must share a shape, got {words.shape}, {observed.shape}, "
+                         f"{selected.shape}")
+    _check_words(observed.clamp_min(0), V, "observed")
+    selected, visible = selected.bool(), observed >= 0
+    if (~selected & ~visible).any():
+        raise ValueError("observed is -1 ([MASK]) at a position that is not selected")
+    if (selected & visible).any() and keep_prob + random_prob == 0:
+        raise ValueError("a selected position is visible although mask_prob == 1")
+    norm = keep_prob + random_prob or 1.0
+
+    emit_obs = _emission_evidence(language, observed.clamp_min(0))
+    emit_true = _emission_evidence(language, words)
+    # Evidence per position. Not selected: the word is seen as is. Selected and [MASK]: p([MASK] | x) = mask_prob for
+    # every x, i.e. no evidence. Selected and visible w: p(w | x, not [MASK]) = (keep [w == x] + random / V) / norm;
+    # summed against the emission row that is (keep emission[w] + random / V) / norm.
+    sel, vis = selected.T[:, None, :, None], visible.T[:, None, :, None]
+    ev = torch.where(sel, torch.where(vis, (keep_prob * emit_obs + random_prob / V) / norm, 1.0), emit_obs)
+    alpha, log_z = _forward(language, ev)
+    beta = _backward(language, ev, log_z)
+    comp = _log_component_filter(language, log_z)[-1].exp()  # (K, N): p(k | all evidence)
+    posterior = comp[None, :, :, None] * alpha * beta  # p(k, s_i | all evidence)
+    # Given s_i, x_i is independent of the rest of the sequence, so
+    # p(x_i | evidence) = sum_{k,s} p(k, s_i = s | evidence) * emission[k, s, x_i] lik_i(x_i) / ev_i[k, s].
+    lik = torch.where(visible, (keep_prob * (observed == words) + random_prob / V) / norm, 1.0)
+    p = (posterior * emit_true / ev).sum(-1).sum(1) * lik.T  # (L, N)
+    return torch.where(selected, -p.T.log(), 0.0)
+
+
+def state_posteriors(language: Language, words: Tensor) -> tuple[Tensor, Tensor]:
+    """(smoothing, filtering), each (N, L, K*S): p(global state at t | x[..L-1]) and p(global state at t | x[..t])."""
+    ev = _emission_evidence(language, words)
+    alpha, log_z = _forward(language, ev)
+    beta = _backward(language, ev, log_z)
+    comp = _log_component_filter(language, log_z).exp()[..., None]  # (L, K, N, 1)
+    return _to_global(comp[-1:] * alpha * beta), _to_global(comp * alpha)
+
+
+def component_posterior(language: Language, words: Tensor) -> Tensor:
+    """(N, K): p(component | x[..L-1])."""
+    _, log_z = _forward(language, _emission_evidence(language, words))
+    return _log_component_filter(language, log_z)[-1].exp().T.contiguous()
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    smoothing_accuracy: float  # expected accuracy of the Bayes tagger from the whole sequence
+    filtering_accuracy: float  # same from the left context only
+    component_accuracy: float  # expected accuracy of the Bayes sequence classifier
+
+
+def bayes_ceilings(language: Language, words: Tensor) -> Ceilings:
+    """The Bayes classifier picks the arg-max posterior, and is right with probability equal to that maximum, so its
+    expected accuracy on these sequences is the mean maximum posterior (lower variance than counting hits)."""
+    smoothing, filtering = state_posteriors(language, words)
+    return Ceilings(
+        smoothing_accuracy=smoothing.amax(-1).mean().item(),
+        filtering_accuracy=filtering.amax(-1).mean().item(),
+        component_accuracy=component_posterior(language, words).amax(-1).mean().item(),
+    )

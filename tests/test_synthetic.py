@@ -1,0 +1,299 @@
+"""Tests for bench.synthetic: exact inference against brute-force enumeration, and the sampler against the model.
+
+The brute-force references below enumerate every (component, state path) and, for the masked floor, every unknown
+word, in plain Python over lists; they share no code with the forward-backward implementation.
+"""
+import itertools
+import math
+import random
+
+import pytest
+import torch
+
+from bench.synthetic import (
+    Language,
+    LanguageConfig,
+    bayes_ceilings,
+    component_posterior,
+    log_likelihood,
+    make_language,
+    masked_token_nll,
+    next_token_nll,
+    sample,
+    state_posteriors,
+)
+
+TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, seed=3)
+L = 5
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    language = make_language(TINY)
+    words = sample(language, 6, L, seed=11).words
+    # Also a few fixed sequences, including unlikely ones, so the checks do not ride on typical samples only.
+    words = torch.cat([words, torch.tensor([[0, 0, 0, 0, 0], [3, 2, 1, 0, 3], [1, 3, 1, 3, 2]])])
+    return language, words
+
+
+# ----------------------------------------------------------------------------------------------- brute force
+def _lists(language):
+    return (language.prior.tolist(), language.initial.tolist(), language.transition.tolist(),
+            language.emission.tolist())
+
+
+def _joint(P, k, path, words):
+    """p(component k, state path, words), straight from the definition."""
+    prior, initial, transition, emission = P
+    p = prior[k] * initial[k][path[0]] * emission[k][path[0]][words[0]]
+    for t in range(1, len(words)):
+        p *= transition[k][path[t - 1]][path[t]] * emission[k][path[t]][words[t]]
+    return p
+
+
+def _paths(P, words):
+    """{(k, path): p(k, path, words)} over all components and state paths."""
+    K, S = len(P[0]), len(P[1][0])
+    return {(k, path): _joint(P, k, path, words)
+            for k in range(K) for path in itertools.product(range(S), repeat=len(words))}
+
+
+def _prob(P, words):
+    return sum(_paths(P, words).values())
+
+
+# ----------------------------------------------------------------------------------------------- exact inference
+def test_log_likelihood_matches_enumeration(tiny):
+    language, words = tiny
+    P = _lists(language)
+    expected = [math.log(_prob(P, w)) for w in words.tolist()]
+    assert log_likelihood(language, words).tolist() == pytest.approx(expected, abs=1e-9)
+
+
+def test_next_token_nll_matches_enumeration(tiny):
+    language, words = tiny
+    P = _lists(language)
+    got = next_token_nll(language, words)
+    assert got.shape == (len(words), L - 1) and got.dtype == torch.float64
+    for n, w in enumerate(words.tolist()):
+        expected = [-math.log(_prob(P, w[: t + 2]) / _prob(P, w[: t + 1])) for t in range(L - 1)]
+        assert got[n].tolist() == pytest.approx(expected, abs=1e-9)
+
+
+def test_posteriors_match_enumeration(tiny):
+    language, words = tiny
+    P = _lists(language)
+    K, S = TINY.components, TINY.states
+    smoothing, filtering = state_posteriors(language, words)
+    components = component_posterior(language, words)
+    assert smoothing.shape == filtering.shape == (len(words), L, K * S) and components.shape == (len(words), K)
+    for n, w in enumerate(words.tolist()):
+        joint = _paths(P, w)
+        total = sum(joint.values())
+        for k in range(K):
+            expected = sum(p for (c, _), p in joint.items() if c == k) / total
+            assert components[n, k].item() == pytest.approx(expected, abs=1e-9)
+        for t in range(L):
+            prefix = _paths(P, w[: t + 1])
+            prefix_total = sum(prefix.values())
+            for k, s in itertools.product(range(K), range(S)):
+                smooth = sum(p for (c, path), p in joint.items() if c == k and path[t] == s) / total
+                filt = sum(p for (c, path), p in prefix.items() if c == k and path[t] == s) / prefix_total
+                assert smoothing[n, t, k * S + s].item() == pytest.approx(smooth, abs=1e-9)
+                assert filtering[n, t, k * S + s].item() == pytest.approx(filt, abs=1e-9)
+
+
+def test_ceilings_match_enumeration(tiny):
+    language, words = tiny
+    P = _lists(language)
+    K, S = TINY.components, TINY.states
+    smooth_max, filt_max, comp_max = [], [], []
+    for w in words.tolist():
+        joint = _paths(P, w)
+        total = sum(joint.values())
+        comp_max.append(max(sum(p for (c, _), p in joint.items() if c == k) for k in range(K)) / total)
+        for t in range(L):
+            prefix = _paths(P, w[: t + 1])
+            states = list(itertools.product(range(K), range(S)))
+            smooth_max.append(max(sum(p for (c, path), p in joint.items() if (c, path[t]) == ks)
+                                  for ks in states) / total)
+            filt_max.append(max(sum(p for (c, path), p in prefix.items() if (c, path[t]) == ks)
+                                for ks in states) / sum(prefix.values()))
+    ceilings = bayes_ceilings(language, words)
+    assert ceilings.smoothing_accuracy == pytest.approx(sum(smooth_max) / len(smooth_max), abs=1e-9)
+    assert ceilings.filtering_accuracy == pytest.approx(sum(filt_max) / len(filt_max), abs=1e-9)
+    assert ceilings.component_accuracy == pytest.approx(sum(comp_max) / len(comp_max), abs=1e-9)
+
+
+def _corrupt(words, rng, V):
+    """Select 1-4 positions per sequence and mask, keep or randomly replace each. The outcomes are drawn evenly rather
+    than at the process rates: the posterior is defined for any observation, and this exercises every branch."""
+    observed, selected = [], []
+    for w in words.tolist():
+        chosen = set(rng.sample(range(len(w)), rng.randint(1, 4)))
+        outcome = {i: rng.choice(("mask", "keep", "random")) for i in chosen}
+        observed.append([-1 if outcome.get(i) == "mask" else rng.randrange(V) if outcome.get(i) == "random" else x
+                         for i, x in enumerate(w)])
+        selected.append([i in chosen for i in range(len(w))])
+    return torch.tensor(observed), torch.tensor(selected)
+
+
+@pytest.mark.parametrize("keep, rand, mask", [(0.1, 0.1, 0.8), (0.3, 0.5, 0.2), (0.5, 0.0, 0.5)])
+def test_masked_token_nll_matches_enumeration(tiny, keep, rand, mask):
+    language, words = tiny
+    P = _lists(language)
+    V = TINY.words
+    observed, selected = _corrupt(words, random.Random(0), V)
+    if rand == 0:  # with no random replacements a visible selected word is the true one
+        observed = torch.where(observed >= 0, words, observed)
+    got = masked_token_nll(language, words, observed, selected, keep, rand, mask)
+    assert got.shape == words.shape
+    assert (got[~selected] == 0).all()
+
+    def corruption(w, x):  # p(observed w | true word x) at a selected position: the corruption process itself
+        return mask if w == -1 else keep * (w == x) + rand / V
+
+    covered = set()
+    for n, (w, obs, sel) in enumerate(zip(words.tolist(), observed.tolist(), selected.tolist())):
+        chosen = [i for i in range(L) if sel[i]]
+        covered.update("mask" if obs[i] == -1 else "kept" if obs[i] == w[i] else "random" for i in chosen)
+        # Enumerate the unknown true words at the selected positions; the others are seen as they are.
+        weights = {}
+        for guess in itertools.product(range(V), repeat=len(chosen)):
+            y = list(obs)
+            for i, x in zip(chosen, guess):
+                y[i] = x
+            weights[guess] = _prob(P, y) * math.prod(corruption(obs[i], x) for i, x in zip(chosen, guess))
+        total = sum(weights.values())
+        for j, i in enumerate(chosen):
+            expected = -math.log(sum(p for g, p in weights.items() if g[j] == w[i]) / total)
+            assert got[n, i].item() == pytest.approx(expected, abs=1e-9)
+    assert covered == {"mask", "kept", "random"} - ({"random"} if rand == 0 else set())  # every branch exercised
+
+
+def test_masked_token_nll_rejects_bad_inputs(tiny):
+    language, words = tiny
+    selected = torch.zeros_like(words, dtype=torch.bool)
+    observed = words.clone()
+    observed[0, 0] = -1  # [MASK] at a position that was not selected
+    with pytest.raises(ValueError, match="not selected"):
+        masked_token_nll(language, words, observed, selected, 0.1, 0.1, 0.8)
+    with pytest.raises(ValueError, match="sum to 1"):
+        masked_token_nll(language, words, words, selected, 0.2, 0.2, 0.8)
+
+
+def test_long_sequences_stay_finite_and_consistent():
+    # 2000 steps: an unscaled forward pass would underflow long before; the scaled one must stay exact.
+    language = make_language(LanguageConfig(seed=1))
+    words = sample(language, 3, 2000, seed=2).words
+    nll = next_token_nll(language, words)
+    smoothing, filtering = state_posteriors(language, words)
+    assert torch.isfinite(nll).all() and torch.isfinite(smoothing).all() and torch.isfinite(filtering).all()
+    assert torch.allclose(smoothing.sum(-1), torch.ones(3, 2000, dtype=torch.float64), atol=1e-9)
+    assert torch.allclose(smoothing[:, -1], filtering[:, -1], atol=1e-12)  # same information at the last step
+    # Chain rule: log p(x) = log p(x_0) + sum_t log p(x_{t+1} | x[..t]).
+    first = (language.prior[:, None] * language.initial)[..., None].mul(language.emission).sum((0, 1))
+    assert torch.allclose(log_likelihood(language, words), first[words[:, 0]].log() - nll.sum(1), rtol=1e-11)
+
+
+# ----------------------------------------------------------------------------------------------- language & sampler
+@pytest.mark.parametrize("config", [LanguageConfig(), TINY, LanguageConfig(states=5, successors=5, seed=4)])
+def test_language_structure(config):
+    language = make_language(config)
+    K, S, V = config.components, config.states, config.words
+    assert language.prior.shape == (K,) and language.initial.shape == (K, S)
+    assert language.transition.shape == (K, S, S) and language.emission.shape == (K, S, V)
+    assert all(x.dtype == torch.float64 for x in (language.prior, language.initial, language.transition,
+                                                   language.emission))
+    for rows in (language.prior, language.initial, language.transition, language.emission):
+        assert torch.allclose(rows.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-12)
+    assert ((language.transition > 0).sum(-1) == config.successors).all()
+    zipf = torch.arange(1, V + 1, dtype=torch.float64) ** -config.zipf
+    sorted_rows = language.emission.sort(-1, descending=True).values
+    assert torch.allclose(sorted_rows, (zipf / zipf.sum()).expand(K, S, V), atol=1e-15)
+    # Each state ranks the words differently (a shared permutation would make the states indistinguishable).
+    assert len({tuple(row) for row in language.emission.reshape(K * S, V).tolist()}) > 1
+
+
+def test_make_language_is_deterministic_in_seed():
+    a, b, c = (make_language(LanguageConfig(seed=s)) for s in (5, 5, 6))
+    for name in ("prior", "initial", "transition", "emission"):
+        assert torch.equal(getattr(a, name), getattr(b, name))
+    assert not torch.equal(a.transition, c.transition) and not torch.equal(a.emission, c.emission)
+
+
+def test_sample_is_deterministic_in_seed():
+    language = make_language(TINY)
+    a, b, c = sample(language, 50, 20, seed=1), sample(language, 50, 20, seed=1), sample(language, 50, 20, seed=2)
+    assert torch.equal(a.words, b.words) and torch.equal(a.states, b.states)
+    assert torch.equal(a.components, b.components)
+    assert not torch.equal(a.words, c.words)
+    assert a.words.shape == a.states.shape == (50, 20) and a.components.shape == (50,)
+    assert a.words.dtype == a.states.dtype == a.components.dtype == torch.int64
+
+
+def test_sample_matches_the_model():
+    language = make_language(TINY)
+    K, S, V = TINY.components, TINY.states, TINY.words
+    N = 40_000
+    s = sample(language, N, 3, seed=7)
+    assert (s.states // S == s.components[:, None]).all()  # global ids live inside the sequence's component
+    assert s.words.min() >= 0 and s.words.max() < V
+
+    def close(counts, probs):  # within 5 binomial standard errors
+        n = counts.sum(-1, keepdim=True)
+        freq = counts / n.clamp_min(1)
+        return ((freq - probs).abs() <= 5 * (probs * (1 - probs) / n.clamp_min(1)).sqrt() + 1e-3).all()
+
+    first_word = (language.prior[:, None, None] * language.initial[..., None] * language.emission).sum((0, 1))
+    assert close(torch.bincount(s.words[:, 0], minlength=V).double(), first_word)
+    assert close(torch.bincount(s.components, minlength=K).double(), language.prior)
+    first_state = (language.prior[:, None] * language.initial).flatten()
+    assert close(torch.bincount(s.states[:, 0], minlength=K * S).double(), first_state)
+    # Transitions: empirical rows match, and a zero-probability transition is never taken.
+    pairs = torch.bincount(s.states[:, :-1].flatten() * K * S + s.states[:, 1:].flatten(), minlength=(K * S) ** 2)
+    pairs = pairs.view(K * S, K * S).double()
+    block = torch.block_diag(*language.transition)
+    assert (pairs[block == 0] == 0).all()
+    assert close(pairs, block)
+    emitted = torch.bincount(s.states.flatten() * V + s.words.flatten(), minlength=K * S * V).view(K * S, V)
+    assert close(emitted.double(), language.emission.reshape(K * S, V))
+
+
+def test_sample_never_draws_impossible_entries_even_if_rows_do_not_sum_to_one():
+    # Rounding can leave a row's sum a hair below 1; the sampler must still never draw a zero-probability successor
+    # nor run off the end of a row. Halving every row makes that failure mode frequent instead of rare.
+    language = make_language(TINY)
+    halved = Language(prior=language.prior / 2, initial=language.initial / 2, transition=language.transition / 2,
+                      emission=language.emission / 2)
+    s = sample(halved, 5000, 4, seed=0)
+    S = TINY.states
+    assert s.components.max() < TINY.components and s.words.max() < TINY.words
+    local = s.states % S
+    steps = language.transition[s.components[:, None], local[:, :-1], local[:, 1:]]
+    assert (steps > 0).all() and (s.states // S == s.components[:, None]).all()
+
+
+def test_properties_on_sampled_data():
+    config = LanguageConfig(components=3, states=8, words=64, seed=2)
+    language = make_language(config)
+    words = sample(language, 128, 48, seed=3).words
+    nll = next_token_nll(language, words).mean().item()
+    assert nll < math.log(config.words)
+    # Cross-entropy >= entropy: any other model predicts the true language's samples worse.
+    other = make_language(LanguageConfig(components=3, states=8, words=64, seed=9))
+    assert nll < next_token_nll(other, words).mean().item()
+    # ... including a context-free predictor (the average emission row).
+    marginal = (language.emission * language.prior[:, None, None] / config.states).sum((0, 1))
+    assert nll < -marginal.log()[words[:, 1:]].mean().item()
+    ceilings = bayes_ceilings(language, words)
+    assert ceilings.smoothing_accuracy >= ceilings.filtering_accuracy > 1 / (config.components * config.states)
+    assert 1 / config.components < ceilings.component_accuracy <= 1
+
+
+@pytest.mark.parametrize("field, value", [("components", 0), ("states", 0), ("words", -1), ("successors", 0),
+                                          ("successors", 17), ("zipf", 0.0), ("zipf", float("nan")),
+                                          ("states", 2.5)])
+def test_bad_config_raises(field, value):
+    with pytest.raises(ValueError, match=field):
+        LanguageConfig(**{field: value})
