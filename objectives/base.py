@@ -8,7 +8,9 @@ training step executes, so the comparison can stop every objective at the same a
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields
+from typing import TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +66,11 @@ class Corrupted:
     original: Tensor  # (batch, T_raw) the uncorrupted tokens the batch was made from
     prefix_len: int | None = None  # bidirectional prefix, for "prefix" attention
     info: dict[str, Tensor] = field(default_factory=dict)  # per-objective extras (e.g. the MLM rewrite kind)
+
+    def rows(self, index: slice) -> "Corrupted":
+        """The sequences `index` of the batch (a process's share of a global batch)."""
+        return Corrupted(self.inputs[index], self.targets[index], self.attention, self.original[index],
+                         self.prefix_len, {k: v[index] for k, v in self.info.items()})
 
     def to(self, device: torch.device | str) -> "Corrupted":
         return Corrupted(self.inputs.to(device), self.targets.to(device), self.attention, self.original.to(device),
@@ -178,3 +185,39 @@ def lm_forward(backbone: Backbone, batch: Corrupted) -> Output:
 def lm_flops(backbone: Backbone, batch: Corrupted) -> int:
     batch_size, seq_len = batch.inputs.shape
     return backbone.flops(batch_size, seq_len, int((batch.targets != IGNORE).sum())).training_step
+
+
+_TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+OptionsT = TypeVar("OptionsT")
+
+
+def _convert(label: str, key: str, text: str, default: object) -> object:
+    try:
+        if isinstance(default, bool):
+            if text.lower() not in _TRUE + _FALSE:
+                raise ValueError
+            return text.lower() in _TRUE
+        value = type(default)(text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError
+        return value
+    except ValueError:
+        raise ConfigError(f"{label} option {key}={text!r} is not a valid {type(default).__name__}") from None
+
+
+def parse_options(label: str, text: str, options_class: type[OptionsT]) -> OptionsT:
+    """"rate=0.4,mask=1.0" -> options_class(rate=0.4, mask=1.0). Each value is converted to the type of the field's
+    default; an unknown key, a repeated key or a value of the wrong type raises ConfigError naming it."""
+    defaults = {f.name: f.default for f in fields(options_class)}
+    values: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = item.partition("=")
+        key = key.strip()
+        if not equals:
+            raise ConfigError(f"{label} option {item!r} needs the form key=value")
+        if key not in defaults:
+            raise ConfigError(f"unknown {label} option {key!r}; known options: {', '.join(defaults) or 'none'}")
+        if key in values:
+            raise ConfigError(f"{label} option {key!r} is given twice")
+        values[key] = _convert(label, key, value.strip(), defaults[key])
+    return options_class(**values)

@@ -1,0 +1,247 @@
+"""Train one objective until its accounted FLOPs reach the budget. The only module that talks to Lightning Fabric.
+
+Everything that makes runs comparable lives here:
+- every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);
+- the learning-rate schedule is a function of the fraction of the FLOP budget spent, so warm-up and decay end
+  exactly at the budget for every objective, whatever its cost per step;
+- evaluations happen at one log-spaced grid of FLOP checkpoints, on held-out windows corrupted identically for every
+  run of an objective, so curves line up across seeds and objectives;
+- each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, RNG, counters; the
+  data position is the step) is checkpointed with it, so an interrupted run resumes exactly.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from lightning_fabric import Fabric
+from tqdm.auto import tqdm
+
+from backbone import Backbone, ConfigError, preset
+from bench.data import Corpus
+from bench.files import append_jsonl, read_json, read_jsonl, write_json
+from objectives import Objective, build_objective
+
+EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    budget_flops: float
+    model: str = "small"
+    batch_size: int = 32  # global, the same for every objective
+    lr: float = 1e-3
+    warmup: float = 0.05  # share of the budget spent warming up
+    min_lr_ratio: float = 0.1  # cosine decay ends at this share of the peak
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    eval_points: int = 6  # log-spaced FLOP checkpoints, the last at the budget
+    first_eval: float = 0.05  # share of the budget at the first checkpoint
+    eval_windows: int = 128
+
+
+def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
+                precision: str = "32-true") -> Fabric:
+    try:
+        fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=strategy,
+                        precision=precision)
+    except (ValueError, RuntimeError, TypeError) as error:  # Fabric reports bad flags this way
+        raise ConfigError(f"Fabric: {str(error).splitlines()[0]}") from None
+    fabric.launch()
+    return fabric
+
+
+def eval_grid(config: TrainConfig) -> list[float]:
+    """FLOP checkpoints, log-spaced from first_eval · budget to the budget."""
+    if config.eval_points == 1:
+        return [config.budget_flops]
+    ratio = config.first_eval ** (1 / (config.eval_points - 1))
+    grid = [float(f"{config.budget_flops * ratio ** (config.eval_points - 1 - i):.6g}") for i in range(config.eval_points)]
+    return grid[:-1] + [config.budget_flops]
+
+
+def learning_rate(fraction: float, config: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to min_lr_ratio, over the fraction of the FLOP budget spent."""
+    if fraction < config.warmup:
+        return config.lr * max(fraction, 1e-3) / config.warmup
+    progress = min(1.0, (fraction - config.warmup) / max(1e-12, 1 - config.warmup))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+
+
+def run_name(spec: str, seed: int) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-") + f"-seed{seed}"
+
+
+def corruption_generator(seed: int, step: int) -> torch.Generator:
+    # A pure function of (seed, step): the masks of step s are the same whether or not the run was resumed.
+    return torch.Generator().manual_seed(seed * 2 ** 32 + step)
+
+
+def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objective:
+    backbone = Backbone(preset(config.model, corpus.vocab.size, max_seq_len=corpus.seq_len))
+    objective = build_objective(spec, backbone, corpus.vocab)
+    objective.check_seq_len(corpus.seq_len)
+    return objective
+
+
+def optimizer_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]:
+    # Decay matrices only: decaying norms' gains and biases pulls them towards zero for no benefit.
+    params = [p for p in module.parameters() if p.requires_grad]
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
+@torch.no_grad()
+def evaluate(fabric: Fabric, objective: Objective, corpus: Corpus, config: TrainConfig) -> dict[str, float]:
+    """The objective's own loss and metrics on the first eval_windows held-out windows, every rank the same."""
+    windows = corpus.windows("heldout")[:config.eval_windows]
+    per_rank = config.batch_size // fabric.world_size
+    was_training = objective.training
+    objective.eval()
+    totals: dict[str, float] = {}
+    chunks = 0
+    devices = [fabric.device] if fabric.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
+        torch.manual_seed(EVAL_SEED)
+        for chunk, start in enumerate(range(0, len(windows), per_rank)):
+            batch = objective.corrupt(windows[start:start + per_rank], torch.Generator().manual_seed(EVAL_SEED + chunk))
+            with fabric.autocast():
+                output = objective(batch.to(fabric.device))
+            for key, value in {"loss": output.loss.item(), **output.metrics}.items():
+                totals[key] = totals.get(key, 0.0) + value
+            chunks += 1
+    objective.train(was_training)
+    return {key: value / chunks for key, value in totals.items()}
+
+
+def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+              progress: bool = True, stop_after_steps: int | None = None) -> dict | None:
+    """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
+    run_dir. Resumes from run_dir's checkpoint when there is one. Returns the result, or None when stopped early by
+    `stop_after_steps` (which simulates an interruption)."""
+    world = fabric.world_size
+    if config.batch_size % world:
+        raise ConfigError(f"batch size {config.batch_size} does not split over {world} processes")
+    fabric.seed_everything(seed, verbose=False)
+    objective = build_run_objective(spec, config, corpus)
+    optimizer = torch.optim.AdamW(optimizer_groups(objective, config.weight_decay), lr=config.lr,
+                                  betas=(0.9, 0.98), eps=1e-6)
+    module, optimizer = fabric.setup(objective, optimizer)
+
+    counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
+                "wall_seconds": 0.0, "next_eval": 0}
+    checkpoint, curve_path = run_dir / "checkpoint.pt", run_dir / "curve.jsonl"
+    state = {"model": module, "optimizer": optimizer, "counters": counters}
+    if checkpoint.exists():
+        rest = fabric.load(checkpoint, state, strict=False, weights_only=True)
+        counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
+        torch.set_rng_state(rest["rng"]["cpu"])
+        if "cuda" in rest["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rest["rng"]["cuda"])
+        # evaluations appended after the checkpoint was written are redone, so drop them
+        kept = [row for row in read_jsonl(curve_path) if row["step"] <= counters["step"]]
+        if fabric.is_global_zero:
+            curve_path.unlink(missing_ok=True)
+            for row in kept:
+                append_jsonl(curve_path, row)
+    elif fabric.is_global_zero:
+        curve_path.unlink(missing_ok=True)
+
+    windows = corpus.windows("train")
+    grid = eval_grid(config)
+    batch_size, per_rank = config.batch_size, config.batch_size // world
+    bar = tqdm(total=100, desc=run_name(spec, seed), unit="% budget", disable=not (progress and fabric.is_global_zero),
+               leave=True, mininterval=0.5, bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
+    bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
+    started = time.perf_counter() - counters["wall_seconds"]
+    module.train()
+    while counters["flops"] < config.budget_flops:
+        step = counters["step"]
+        index = (torch.arange(batch_size) + step * batch_size) % len(windows)
+        batch = objective.corrupt(windows[index], corruption_generator(seed, step))  # the global batch, every rank
+        step_flops = objective.flops(batch)
+        local_batch = batch.rows(slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank))
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(counters["flops"] / config.budget_flops, config)
+
+        tick = time.perf_counter()
+        with fabric.autocast():
+            output = module(local_batch.to(fabric.device))
+        optimizer.zero_grad(set_to_none=True)
+        fabric.backward(output.loss)
+        if config.grad_clip > 0:
+            fabric.clip_gradients(module, optimizer, max_norm=config.grad_clip)
+        optimizer.step()
+        loss = output.loss.item()
+        counters["train_seconds"] += time.perf_counter() - tick
+        if not math.isfinite(loss):
+            raise RuntimeError(f"{spec} seed {seed}: loss became {loss} at step {step}; lower --lr")
+
+        counters["step"] = step + 1
+        counters["flops"] += step_flops
+        counters["tokens"] += batch.inputs.numel()
+        counters["supervised_positions"] += objective.counted_positions(batch)
+        bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
+        bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
+
+        if counters["flops"] >= grid[counters["next_eval"]]:
+            while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
+                counters["next_eval"] += 1
+            row = {"checkpoint": grid[counters["next_eval"] - 1], "step": counters["step"],
+                   "flops": counters["flops"], "tokens": counters["tokens"],
+                   "supervised_positions": counters["supervised_positions"],
+                   **evaluate(fabric, module, corpus, config)}
+            counters["wall_seconds"] = time.perf_counter() - started
+            if fabric.is_global_zero:
+                append_jsonl(curve_path, row)
+            save_checkpoint(fabric, checkpoint, state)
+        if stop_after_steps is not None and counters["step"] >= stop_after_steps:
+            bar.close()
+            return None
+    bar.close()
+    counters["wall_seconds"] = time.perf_counter() - started
+
+    result = {
+        "objective": spec, "seed": seed, "steps": counters["step"], "flops": counters["flops"],
+        "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
+        "supervised_per_sequence": counters["supervised_positions"] / (counters["step"] * batch_size),
+        "flops_per_step": counters["flops"] / counters["step"],
+        "wall_seconds": counters["wall_seconds"], "train_seconds": counters["train_seconds"],
+        "tokens_per_second": counters["tokens"] / counters["train_seconds"],
+        "parameters": sum(p.numel() for p in objective.parameters()),
+        "backbone_parameters": objective.backbone.num_parameters(),
+        "expected_supervised_per_sequence": objective.expected_supervised_positions(corpus.seq_len),
+        "expected_flops_per_sequence": objective.expected_flops_per_sequence(corpus.seq_len),
+        "curve": read_jsonl(curve_path) if fabric.is_global_zero else [],
+    }
+    if fabric.is_global_zero:
+        write_json(run_dir / "result.json", result)
+    fabric.barrier()
+    return result
+
+
+def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:
+    rng = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    temporary = path.with_name(f".{path.name}.tmp")
+    fabric.save(temporary, {**state, "rng": rng})
+    if fabric.is_global_zero:
+        os.replace(temporary, path)  # never a half-written checkpoint under the real name
+    fabric.barrier()
+
+
+def finished_result(run_dir: Path) -> dict | None:
+    path = run_dir / "result.json"
+    return read_json(path) if path.exists() else None
+
+
+def config_dict(config: TrainConfig) -> dict:
+    return asdict(config)
