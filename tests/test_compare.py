@@ -1,0 +1,110 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from bench.cli import run
+from bench.compare import main
+
+TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
+        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet"]
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second")
+
+
+def numbers(results: dict) -> list[dict]:
+    return [{k: v for k, v in run.items() if k not in TIMINGS} for run in results["runs"]]
+
+
+@pytest.fixture(scope="module")
+def comparison(tmp_path_factory):
+    out = tmp_path_factory.mktemp("cmp") / "report"
+    main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(out)])
+    return out
+
+
+def test_report_sections_and_plots(comparison):
+    report = (comparison / "report.md").read_text()
+    for heading in ("## 1. Setup", "## 2. Signal density", "## 3. Compute", "## 4. Results at equal compute",
+                    "## 5. Plots"):
+        assert heading in report
+    assert "python -m bench.compare" in report and "torch" in report and "git revision" in report
+    assert "Welch" in report and "±" in report  # two seeds: intervals and tests
+    for png in ("loss_vs_flops.png", "signal_density.png"):
+        assert f"]({png})" in report
+        with Image.open(comparison / png) as image:
+            image.verify()
+            assert image.format == "PNG" and image.size[0] > 300
+
+
+def test_results_json_fields(comparison):
+    results = json.loads((comparison / "results.json").read_text())
+    assert results["budget_flops"] == 3e8
+    runs = results["runs"]
+    assert [(r["objective"], r["seed"]) for r in runs] == [(o, s) for o in ("mlm", "ar", "electra", "span")
+                                                          for s in (0, 1)]
+    for run in runs:
+        for key in ("objective", "seed", "steps", "flops", "tokens", "supervised_positions", "wall_seconds", "curve"):
+            assert key in run
+        assert 3e8 <= run["flops"] < 3e8 + run["flops_per_step"]
+        assert all({"flops", "loss"} <= set(point) for point in run["curve"])
+    by_name = {r["objective"]: r for r in runs if r["seed"] == 0}
+    assert by_name["ar"]["supervised_positions"] == by_name["ar"]["steps"] * 4 * 31
+    assert by_name["mlm"]["supervised_positions"] == by_name["mlm"]["steps"] * 4 * 5  # round(0.15 · 32)
+
+
+def test_same_config_same_numbers_and_resume_keeps_finished_runs(comparison, tmp_path):
+    again = tmp_path / "again"
+    main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(again)])
+    first = json.loads((comparison / "results.json").read_text())
+    assert numbers(json.loads((again / "results.json").read_text())) == numbers(first)
+    # resuming a finished comparison trains nothing and reproduces the same results, timings included
+    before = json.loads((again / "results.json").read_text())["runs"]
+    main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(again), "--resume"])
+    assert json.loads((again / "results.json").read_text())["runs"] == before
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.compare", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--objectives", "mlm,bert"], "unknown objective 'bert'"),
+    (["--objectives", "mlm:rate=1.2"], "mlm rate must be in"),
+    (["--budget", "-1"], "--budget must be a positive"),
+    (["--seeds", "0"], "--seeds must be >= 1"),
+    (["--model", "giant"], "unknown --model"),
+    (["--data", "nowhere:x"], "unknown data source"),
+    (["--objectives", "span", "--seq-len", "5"], "too short"),
+    (["--precision", "8-bit"], "invalid choice"),
+])
+def test_bad_input_is_one_line_with_status_2_and_writes_nothing(args, message, tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [*TINY, *args, "--out", str(out)])
+    assert exit_info.value.code == 2
+    stderr = capsys.readouterr().err
+    assert message in stderr and len(stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
+    result = run_cli(*TINY, "--objectives", "mlm:rate=7", "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and result.stderr.startswith("error: mlm rate must be in")
+    assert "Traceback" not in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_an_existing_comparison_needs_resume(comparison, capsys):
+    for extra, message in (([], "--resume"), (["--resume", "--budget", "1e9"], "budget_flops")):
+        with pytest.raises(SystemExit):
+            run(main, [*TINY, "--out", str(comparison), *extra])
+        assert message in capsys.readouterr().err
+
+
+def test_help_explains_every_flag():
+    result = run_cli("--help")
+    assert result.returncode == 0
+    for flag in ("--objectives", "--seeds", "--budget", "--model", "--seq-len", "--batch-size", "--data", "--out",
+                 "--resume", "--accelerator", "--devices", "--num-nodes", "--strategy", "--precision"):
+        assert flag in result.stdout
