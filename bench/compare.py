@@ -13,6 +13,7 @@ import platform
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -24,7 +25,9 @@ from bench.data import load_corpus
 from bench.files import read_json, write_json
 from bench.positions import build_on_meta, position_row
 from bench.report import write_report
-from bench.train import TrainConfig, config_dict, finished_result, make_fabric, run_name, train_run
+from bench.bayes import ceilings, loss_floors
+from bench.probes import ProbeConfig
+from bench.train import TrainConfig, config_dict, eval_batches, finished_result, make_fabric, run_name, train_run
 from objectives import parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -64,6 +67,10 @@ def parse_args(argv: list[str] | None):
     add("--strategy", default="auto", help="Fabric strategy: auto, ddp, ddp_spawn, fsdp, ... (default auto)")
     add("--precision", default="32-true", choices=PRECISIONS,
         help="Fabric precision; bf16-mixed is about 2x faster on CPUs and GPUs with bf16 units (default 32-true)")
+    add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
+                                                 "classification, fine-tuning) that run on each final model")
+    add("--probe-every-eval", action="store_true", help="also fit the frozen probes at every FLOP checkpoint, for "
+                                                        "probe-accuracy-against-compute curves")
     add("--quiet", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
 
@@ -78,6 +85,15 @@ def check_args(args) -> None:
         raise ConfigError(f"--lr must be > 0, got {args.lr:g}")
     if args.model not in PRESETS:
         raise ConfigError(f"unknown --model {args.model!r}; choose one of {', '.join(PRESETS)}")
+
+
+def probe_config(heldout_windows: int) -> ProbeConfig:
+    """The default probe split, shrunk to fit a small held-out set: 3/4 to fit, the rest to score."""
+    if heldout_windows < 2:
+        raise ConfigError(f"probes need at least 2 held-out windows, got {heldout_windows}; add more or --no-probes")
+    default = ProbeConfig()
+    train = min(default.train_windows, heldout_windows * 3 // 4)
+    return replace(default, train_windows=train, test_windows=min(default.test_windows, heldout_windows - train))
 
 
 def git_revision() -> str:
@@ -99,13 +115,18 @@ def main(argv: list[str] | None = None) -> None:
     if len(set(specs)) != len(specs):
         raise ConfigError("an objective is listed twice in --objectives")
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size, lr=args.lr,
-                         eval_points=args.eval_points)
+                         eval_points=args.eval_points, probe_every_eval=args.probe_every_eval)
     corpus = load_corpus(args.data, args.seq_len)
-    if len(corpus.heldout) < 1:
-        raise ConfigError("the held-out split is empty")
+    probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
     # Everything that can be wrong with the input is found here, before anything is written.
-    positions = [position_row(build_on_meta(spec, args.model, args.seq_len, corpus.vocab), args.seq_len, 256, 0)
-                 for spec in specs]
+    objectives = [build_on_meta(spec, args.model, args.seq_len, corpus.vocab) for spec in specs]
+    positions = [position_row(objective, args.seq_len, 256, 0) for objective in objectives]
+    bayes = None
+    if corpus.language is not None:  # the true distribution is known: the floors and ceilings are too
+        test = slice(probe.train_windows, probe.train_windows + probe.test_windows) if probe else slice(None)
+        bayes = {"floors": {spec: loss_floors(objective, eval_batches(objective, corpus, config), corpus)
+                            for spec, objective in zip(specs, objectives)},
+                 "ceilings": ceilings(corpus, test)}
     out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     settings = {"data": args.data, "seq_len": args.seq_len, **config_dict(config)}
     if (out / "config.json").exists():
@@ -126,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
             run_dir = out / "runs" / run_name(spec, seed)
             result = finished_result(run_dir) if args.resume else None
             if result is None:
-                result = train_run(fabric, spec, seed, corpus, config, run_dir, progress=not args.quiet)
+                result = train_run(fabric, spec, seed, corpus, config, run_dir, probe, progress=not args.quiet)
             runs.append(result)
     if not fabric.is_global_zero:
         return
@@ -147,7 +168,11 @@ def main(argv: list[str] | None = None) -> None:
         "git revision": git_revision(),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
-    report = write_report(out, setup, positions, runs, args.budget, args.seq_len)
+    if probe is not None:
+        setup["probes"] = (f"linear probes fitted on {probe.train_windows} held-out windows, scored on the next "
+                           f"{probe.test_windows}; fine-tuning probe: {probe.finetune_steps} steps of "
+                           f"{probe.finetune_batch} windows")
+    report = write_report(out, setup, positions, runs, args.budget, args.seq_len, bayes)
     print(f"report: {report}")
 
 

@@ -29,7 +29,7 @@ class SyntheticOptions:
     zipf: float = 1.1  # emission Zipf exponent
     seed: int = 0  # seed of the language and of its samples (not of the runs)
     train: int = 8192  # training windows
-    heldout: int = 256  # held-out windows
+    heldout: int = 512  # held-out windows: the first 128 for evaluation, all for the probes
 
 
 @dataclass

@@ -28,9 +28,13 @@ def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
     return dict(grouped)
 
 
+COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
+PROBE_KEYS = ("tagging_frozen", "tagging_finetuned", "component", "tagging_chance", "component_chance", "probe_flops")
+
+
 def final_metrics(run: dict) -> dict[str, float]:
-    return {k: v for k, v in run["curve"][-1].items()
-            if k not in ("checkpoint", "step", "flops", "tokens", "supervised_positions")}
+    """The objective's own held-out metrics at the budget (probes are reported on their own)."""
+    return {k: v for k, v in run["curve"][-1].items() if k not in COUNTERS + PROBE_KEYS}
 
 
 def table(rows: list[list], headers: list[str]) -> str:
@@ -73,30 +77,92 @@ def compute_section(runs: list[dict]) -> str:
                            "total FLOPs", "wall s", "tokens / s"]))
 
 
-def results_section(runs: list[dict]) -> tuple[str, list[dict]]:
+def _p(value: float) -> str:
+    return "" if value != value else f"{value:.3g}"
+
+
+def results_section(runs: list[dict], bayes: dict | None) -> tuple[str, list[dict]]:
     grouped = by_objective(runs)
     baseline_spec = next(iter(grouped))
-    baseline = [final_metrics(r)["loss"] for r in grouped[baseline_spec]]
-    rows, summary = [], []
-    for spec, rs in grouped.items():
-        finals = [final_metrics(r) for r in rs]
-        losses = [f["loss"] for f in finals]
-        loss = summarize(losses)
-        p_value = welch_p_value(losses, baseline) if spec != baseline_spec else float("nan")
-        others = sorted({k for f in finals for k in f if k != "loss"})
-        extra = "; ".join(f"{k} {summarize([f[k] for f in finals]).format()}" for k in others)
-        rows.append([spec, len(rs), loss.format(4), "" if p_value != p_value else f"{p_value:.3g}", extra])
-        summary.append({"objective": spec, "seeds": len(rs), "loss_mean": loss.mean, "loss_ci95": loss.half_width,
-                        "welch_p_vs_baseline": p_value, **{f"{k}_mean": summarize([f[k] for f in finals]).mean
-                                                            for k in others}})
     seeds = min(len(rs) for rs in grouped.values())
     note = ("mean ± half-width of the 95 % t-interval over seeds; p is Welch's two-sided test against "
             f"`{baseline_spec}`" if seeds >= 2 else
             "one seed per objective: run with `--seeds 2` or more for confidence intervals and Welch tests")
+    finals = {spec: [final_metrics(r) for r in rs] for spec, rs in grouped.items()}
+    floors = (bayes or {}).get("floors", {})
+
+    def column(spec: str, key: str) -> list[float]:
+        return [f[key] for f in finals[spec] if key in f]
+
+    loss_rows, summary = [], []
+    for spec, rs in grouped.items():
+        loss = summarize(column(spec, "loss"))
+        p_value = welch_p_value(column(spec, "loss"), column(baseline_spec, "loss")) if spec != baseline_spec \
+            else float("nan")
+        others = sorted({k for f in finals[spec] for k in f if k != "loss" and k not in floors.get(spec, {})})
+        extra = "; ".join(f"{k} {summarize(column(spec, k)).format()}" for k in others)
+        loss_rows.append([spec, len(rs), loss.format(4), _p(p_value), extra])
+        summary.append({"objective": spec, "seeds": len(rs), "loss_mean": loss.mean, "loss_ci95": loss.half_width,
+                        "welch_p_vs_baseline": p_value,
+                        **{f"{k}_mean": summarize(column(spec, k)).mean for k in others}})
     text = ("## 4. Results at equal compute\n\nEach objective's own held-out loss at the budget (" + note + "). "
             "The losses measure different tasks (a masked-token, a next-token, a replaced-token loss), so they "
-            "compare seeds and budgets of one objective, not objectives with each other.\n\n"
-            + table(rows, ["objective", "seeds", "held-out loss", "Welch p", "other held-out metrics"]))
+            "compare seeds and budgets of one objective, not objectives with each other: the two yardsticks below "
+            "do that.\n\n" + table(loss_rows, ["objective", "seeds", "held-out loss", "Welch p",
+                                                "other held-out metrics"]))
+
+    if floors:
+        floor_rows = []
+        for spec, item in zip(grouped, summary):
+            for metric, floor in floors.get(spec, {}).items():
+                value, excess = summarize(column(spec, metric)), summarize([v - floor for v in column(spec, metric)])
+                floor_rows.append([spec, metric, value.format(4), f"{floor:.4f}", excess.format(4)])
+                item[f"{metric}_bayes_floor"], item[f"{metric}_excess_mean"] = floor, excess.mean
+        text += ("\n\n### Distance to the Bayes floor\n\nThe best loss any model could reach on exactly these "
+                 "evaluation batches, computed by exact inference in the language that generated them. Only the "
+                 "excess is comparable across objectives, and only in kind: each floor belongs to its own task. "
+                 "ELECTRA's floor is its generator's; its discriminator's best loss depends on the generator. "
+                 "Span corruption has no floor here.\n\n"
+                 + table(floor_rows, ["objective", "metric", "held-out", "Bayes floor", "excess"]))
+
+    probed = {spec: [r["probes"] for r in rs if "probes" in r] for spec, rs in grouped.items()}
+    if any(probed.values()):
+        ceiling = (bayes or {}).get("ceilings", {})
+        probe_rows = []
+        for spec, item in zip(grouped, summary):
+            results = probed[spec]
+            if not results:
+                continue
+            values = lambda key: [p[key] for p in results if key in p]  # noqa: E731
+            tag_ceiling = ceiling.get("filtering_accuracy" if grouped[spec][0].get("attention") == "causal"
+                                      else "smoothing_accuracy")
+            p_value = (welch_p_value(values("tagging_frozen"), [p["tagging_frozen"] for p in probed[baseline_spec]])
+                       if spec != baseline_spec and probed[baseline_spec] else float("nan"))
+            finetuned = summarize(values("tagging_finetuned")).format() if values("tagging_finetuned") else ""
+            probe_rows.append([spec, summarize(values("tagging_frozen")).format(),
+                               "" if tag_ceiling is None else f"{tag_ceiling:.3f}", _p(p_value), finetuned,
+                               summarize(values("component")).format(),
+                               f"{sum(values('probe_flops')) / len(results):.3g}"])
+            for key in ("tagging_frozen", "tagging_finetuned", "component"):
+                if values(key):
+                    item[f"{key}_mean"] = summarize(values(key)).mean
+                    item[f"{key}_ci95"] = summarize(values(key)).half_width
+            item["tagging_frozen_welch_p_vs_baseline"] = p_value
+        chance = probed[next(spec for spec in grouped if probed[spec])][0]
+        ceilings_text = ""
+        if ceiling:
+            ceilings_text = (f" Bayes ceilings on the test windows: tagging from the whole sequence (smoothing) "
+                             f"{ceiling['smoothing_accuracy']:.3f}, from the left context only (filtering) "
+                             f"{ceiling['filtering_accuracy']:.3f}; component {ceiling['component_accuracy']:.3f}.")
+        text += ("\n\n### Probes on frozen features\n\nLinear probes on each final backbone's features, read in the "
+                 "objective's own attention mode over clean windows: hidden-state tagging per position and mixture-"
+                 "component classification per sequence (mean-pooled), plus a short fine-tuning probe for tagging. "
+                 "A causal model sees only the left context, so its tagging is held to the filtering ceiling, the "
+                 f"others to the smoothing ceiling. Chance (majority class): tagging {chance['tagging_chance']:.3f}, "
+                 f"component {chance['component_chance']:.3f}.{ceilings_text} Probe FLOPs are not charged to the "
+                 "budget.\n\n"
+                 + table(probe_rows, ["objective", "tagging (frozen)", "its ceiling", "Welch p", "tagging (fine-tuned)",
+                                      "component", "probe FLOPs"]))
     return text, summary
 
 
@@ -111,6 +177,37 @@ def plot_loss(runs: list[dict], path: Path) -> None:
     axes.set(xscale="log", yscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective, log)",
              title="Held-out loss against compute (band: 95 % CI over seeds)")
     save_figure(figure, path)
+
+
+def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
+    rows = [{"objective": f"{r['objective']} ({metric})" if metric != "loss" else r["objective"], "seed": r["seed"],
+             "checkpoint": point["checkpoint"], "excess": point[metric] - floor}
+            for r in runs for metric, floor in floors.get(r["objective"], {}).items() for point in r["curve"]]
+    if not rows:
+        return False
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="excess", hue="objective", marker="o", errorbar=("ci", 95),
+                 ax=axes)
+    axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss − Bayes floor (nats)",
+             title="Excess over the Bayes-optimal loss")
+    save_figure(figure, path)
+    return True
+
+
+def plot_probes(runs: list[dict], path: Path) -> bool:
+    rows = [{"objective": r["objective"], "seed": r["seed"], "checkpoint": point["checkpoint"], "probe": probe,
+             "accuracy": point[key]}
+            for r in runs for point in r["curve"]
+            for key, probe in (("tagging_frozen", "tagging"), ("component", "component")) if key in point]
+    if not rows:
+        return False
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="accuracy", hue="objective", style="probe", marker="o",
+                 errorbar=("ci", 95), ax=axes)
+    axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="probe accuracy (frozen features)",
+             title="Probe accuracy against compute")
+    save_figure(figure, path)
+    return True
 
 
 def plot_density(positions: list[dict], runs: list[dict], path: Path) -> None:
@@ -134,11 +231,17 @@ def save_figure(figure: plt.Figure, path: Path) -> None:
 
 
 def write_report(out: Path, setup: dict, positions: list[dict], runs: list[dict], budget_flops: float,
-                 seq_len: int) -> Path:
-    """Write report.md, loss_vs_flops.png, signal_density.png and results.json into `out`; return report.md."""
-    results_text, summary = results_section(runs)
+                 seq_len: int, bayes: dict | None = None) -> Path:
+    """Write report.md, the PNG plots and results.json into `out`; return report.md's path."""
+    results_text, summary = results_section(runs, bayes)
     plot_loss(runs, out / "loss_vs_flops.png")
     plot_density(positions, runs, out / "signal_density.png")
+    plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
+    if plot_excess(runs, (bayes or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
+        plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
+    if plot_probes(runs, out / "probes_vs_flops.png"):
+        plots.append("![probe accuracy against FLOPs](probes_vs_flops.png)")
+    plots.append("![signal density](signal_density.png)")
     sections = [
         f"# Pretraining objectives at equal compute\n\nBudget: **{budget_flops:.3g} FLOPs** per run; objectives: "
         + ", ".join(f"`{spec}`" for spec in by_objective(runs)) + ".",
@@ -146,10 +249,10 @@ def write_report(out: Path, setup: dict, positions: list[dict], runs: list[dict]
         density_section(positions, runs, seq_len),
         compute_section(runs),
         results_text,
-        "## 5. Plots\n\n![held-out loss against FLOPs](loss_vs_flops.png)\n\n![signal density](signal_density.png)",
+        "## 5. Plots\n\n" + "\n\n".join(plots),
     ]
     write_json(out / "results.json", {"budget_flops": budget_flops, "setup": setup, "positions": positions,
-                                      "summary": summary, "runs": runs})
+                                      "bayes": bayes, "summary": summary, "runs": runs})
     report = out / "report.md"
     write_atomic(report, "\n\n".join(sections) + "\n")
     return report

@@ -26,7 +26,8 @@ from tqdm.auto import tqdm
 from backbone import Backbone, ConfigError, preset
 from bench.data import Corpus
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
-from objectives import Objective, build_objective
+from bench.probes import ProbeConfig, run_probes
+from objectives import Corrupted, Objective, build_objective
 
 EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
 
@@ -44,6 +45,7 @@ class TrainConfig:
     eval_points: int = 6  # log-spaced FLOP checkpoints, the last at the budget
     first_eval: float = 0.05  # share of the budget at the first checkpoint
     eval_windows: int = 128
+    probe_every_eval: bool = False  # also fit the frozen probes at every FLOP checkpoint
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
@@ -98,34 +100,40 @@ def optimizer_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]
             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
-@torch.no_grad()
-def evaluate(fabric: Fabric, objective: Objective, corpus: Corpus, config: TrainConfig) -> dict[str, float]:
-    """The objective's own loss and metrics on the first eval_windows held-out windows, every rank the same."""
+def eval_batches(objective: Objective, corpus: Corpus, config: TrainConfig) -> list[Corrupted]:
+    """The held-out evaluation batches of an objective: the same windows and masks for every seed and world size."""
     windows = corpus.windows("heldout")[:config.eval_windows]
-    per_rank = config.batch_size // fabric.world_size
-    was_training = objective.training
-    objective.eval()
+    return [objective.corrupt(windows[start:start + config.batch_size], torch.Generator().manual_seed(EVAL_SEED + i))
+            for i, start in enumerate(range(0, len(windows), config.batch_size))]
+
+
+@torch.no_grad()
+def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted]) -> dict[str, float]:
+    """The objective's own loss and metrics, averaged over supervised positions; every rank computes the same."""
+    was_training = module.training
+    module.eval()
     totals: dict[str, float] = {}
-    chunks = 0
+    weight = 0
     devices = [fabric.device] if fabric.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
         torch.manual_seed(EVAL_SEED)
-        for chunk, start in enumerate(range(0, len(windows), per_rank)):
-            batch = objective.corrupt(windows[start:start + per_rank], torch.Generator().manual_seed(EVAL_SEED + chunk))
+        for batch in batches:
             with fabric.autocast():
-                output = objective(batch.to(fabric.device))
+                output = module(batch.to(fabric.device))
             for key, value in {"loss": output.loss.item(), **output.metrics}.items():
-                totals[key] = totals.get(key, 0.0) + value
-            chunks += 1
-    objective.train(was_training)
-    return {key: value / chunks for key, value in totals.items()}
+                totals[key] = totals.get(key, 0.0) + value * output.supervised_positions
+            weight += output.supervised_positions
+    module.train(was_training)
+    return {key: value / weight for key, value in totals.items()}
 
 
 def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-              progress: bool = True, stop_after_steps: int | None = None) -> dict | None:
+              probe: ProbeConfig | None = None, progress: bool = True,
+              stop_after_steps: int | None = None) -> dict | None:
     """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
-    run_dir. Resumes from run_dir's checkpoint when there is one. Returns the result, or None when stopped early by
-    `stop_after_steps` (which simulates an interruption)."""
+    run_dir. Resumes from run_dir's checkpoint when there is one. With `probe`, probes the final backbone (and, with
+    config.probe_every_eval, the frozen backbone at every checkpoint). Returns the result, or None when stopped early
+    by `stop_after_steps` (which simulates an interruption)."""
     world = fabric.world_size
     if config.batch_size % world:
         raise ConfigError(f"batch size {config.batch_size} does not split over {world} processes")
@@ -155,6 +163,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         curve_path.unlink(missing_ok=True)
 
     windows = corpus.windows("train")
+    heldout_batches = eval_batches(objective, corpus, config)
     grid = eval_grid(config)
     batch_size, per_rank = config.batch_size, config.batch_size // world
     bar = tqdm(total=100, desc=run_name(spec, seed), unit="% budget", disable=not (progress and fabric.is_global_zero),
@@ -197,7 +206,9 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
             row = {"checkpoint": grid[counters["next_eval"] - 1], "step": counters["step"],
                    "flops": counters["flops"], "tokens": counters["tokens"],
                    "supervised_positions": counters["supervised_positions"],
-                   **evaluate(fabric, module, corpus, config)}
+                   **evaluate(fabric, module, heldout_batches)}
+            if probe is not None and config.probe_every_eval:
+                row.update(run_probes(objective, corpus, probe, finetune=False))
             counters["wall_seconds"] = time.perf_counter() - started
             if fabric.is_global_zero:
                 append_jsonl(curve_path, row)
@@ -207,9 +218,12 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
             return None
     bar.close()
     counters["wall_seconds"] = time.perf_counter() - started
+    probes, tick = None, time.perf_counter()
+    if probe is not None:
+        probes = run_probes(objective, corpus, probe)
 
     result = {
-        "objective": spec, "seed": seed, "steps": counters["step"], "flops": counters["flops"],
+        "objective": spec, "seed": seed, "attention": objective.attention, "steps": counters["step"], "flops": counters["flops"],
         "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "supervised_per_sequence": counters["supervised_positions"] / (counters["step"] * batch_size),
         "flops_per_step": counters["flops"] / counters["step"],
@@ -221,6 +235,8 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         "expected_flops_per_sequence": objective.expected_flops_per_sequence(corpus.seq_len),
         "curve": read_jsonl(curve_path) if fabric.is_global_zero else [],
     }
+    if probes is not None:
+        result.update(probes=probes, probe_seconds=time.perf_counter() - tick)
     if fabric.is_global_zero:
         write_json(run_dir / "result.json", result)
     fabric.barrier()

@@ -10,7 +10,7 @@ from bench.compare import main
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet"]
-TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second")
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
 
 
 def numbers(results: dict) -> list[dict]:
@@ -31,7 +31,9 @@ def test_report_sections_and_plots(comparison):
         assert heading in report
     assert "python -m bench.compare" in report and "torch" in report and "git revision" in report
     assert "Welch" in report and "±" in report  # two seeds: intervals and tests
-    for png in ("loss_vs_flops.png", "signal_density.png"):
+    assert "### Distance to the Bayes floor" in report and "### Probes on frozen features" in report
+    assert "filtering" in report and "smoothing" in report
+    for png in ("loss_vs_flops.png", "excess_loss_vs_flops.png", "signal_density.png"):
         assert f"]({png})" in report
         with Image.open(comparison / png) as image:
             image.verify()
@@ -49,6 +51,14 @@ def test_results_json_fields(comparison):
             assert key in run
         assert 3e8 <= run["flops"] < 3e8 + run["flops_per_step"]
         assert all({"flops", "loss"} <= set(point) for point in run["curve"])
+    bayes = results["bayes"]
+    assert set(bayes["floors"]) == {"mlm", "ar", "electra", "span"} and bayes["floors"]["span"] == {}
+    assert bayes["ceilings"]["smoothing_accuracy"] >= bayes["ceilings"]["filtering_accuracy"]
+    for run in runs:
+        probes = run["probes"]
+        assert {"tagging_frozen", "tagging_finetuned", "component", "probe_flops"} <= set(probes)
+        for key, chance in (("tagging_frozen", "tagging_chance"), ("component", "component_chance")):
+            assert 0 <= probes[chance] <= 1 and 0 <= probes[key] <= 1
     by_name = {r["objective"]: r for r in runs if r["seed"] == 0}
     assert by_name["ar"]["supervised_positions"] == by_name["ar"]["steps"] * 4 * 31
     assert by_name["mlm"]["supervised_positions"] == by_name["mlm"]["steps"] * 4 * 5  # round(0.15 · 32)

@@ -5,10 +5,11 @@ import torch
 
 from bench.data import load_corpus
 from bench.files import read_jsonl
+from bench.probes import ProbeConfig
 from bench.train import TrainConfig, build_run_objective, eval_grid, learning_rate, make_fabric, train_run
 
 SEQ_LEN, BATCH = 32, 4
-TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second")
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +87,19 @@ def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
 
 @pytest.mark.parametrize("spec", ["mlm", "electra"])
 def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
-    straight = train_run(fabric, spec, 1, corpus, config(), tmp_path / "straight", progress=False)
+    # probes at every checkpoint must not disturb training either
+    c, probe = config(probe_every_eval=True), ProbeConfig(train_windows=12, test_windows=4, iterations=5,
+                                                          finetune_steps=2, finetune_batch=2)
+    straight = train_run(fabric, spec, 1, corpus, c, tmp_path / "straight", probe, progress=False)
+    assert all("tagging_frozen" in row for row in straight["curve"])
     stopped_at = straight["steps"] // 2 + 1  # after the first checkpoint, between two others
-    assert train_run(fabric, spec, 1, corpus, config(), tmp_path / "resumed", progress=False,
+    assert train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False,
                      stop_after_steps=stopped_at) is None
     assert not (tmp_path / "resumed" / "result.json").exists()
-    resumed = train_run(fabric, spec, 1, corpus, config(), tmp_path / "resumed", progress=False)
+    resumed = train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False)
     assert without_timings(resumed) == without_timings(straight)
+    unprobed = train_run(fabric, spec, 1, corpus, config(), tmp_path / "unprobed", progress=False)
+    assert [row["loss"] for row in unprobed["curve"]] == [row["loss"] for row in straight["curve"]]
 
 
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):

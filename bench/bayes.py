@@ -1,0 +1,54 @@
+"""Bayes references for a comparison on the embedded language: the best loss any model could reach on exactly the
+batches each objective is evaluated on, and the best accuracies the probes could reach.
+
+- ar: the Bayes next-token loss on every scored position of the evaluation windows;
+- mlm: the Bayes masked-token loss under exactly the corruption applied to the evaluation windows ([MASK] carries no
+  emission; a visible selected token may be random or kept; the other masked positions are marginalised);
+- electra: the same floor for its generator's masked-token loss (its total mixes in the discriminator, whose best
+  value depends on the generator, so it has no fixed floor);
+- span: none (its floor needs inference over the span segmentation as well; not computed).
+Ceilings: hidden-state tagging from the whole sequence (smoothing) and from the left context (filtering), and
+component classification, on the probes' test windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import torch
+
+from bench import synthetic
+from bench.data import Corpus
+from objectives import IGNORE, Corrupted, Electra, MaskedLM, Objective
+
+
+def _mlm_floor(language: synthetic.Language, batches: list[Corrupted], first_word: int, mask: int, shares) -> float:
+    total, count = 0.0, 0
+    for batch in batches:
+        words = batch.original - first_word
+        observed = torch.where(batch.inputs == mask, -1, batch.inputs - first_word)
+        selected = batch.targets != IGNORE
+        nll = synthetic.masked_token_nll(language, words, observed, selected, *shares)
+        total += nll[selected].sum().item()
+        count += int(selected.sum())
+    return total / count
+
+
+def loss_floors(objective: Objective, batches: list[Corrupted], corpus: Corpus) -> dict[str, float]:
+    """{metric: Bayes floor} for the metrics of `objective` that have one, on these evaluation batches."""
+    language, vocab = corpus.language, corpus.vocab
+    o = objective.options
+    if objective.name == "ar":
+        words = torch.cat([batch.original for batch in batches]) - vocab.first_ordinary
+        return {"loss": synthetic.next_token_nll(language, words).mean().item()}
+    if isinstance(objective, MaskedLM):
+        return {"loss": _mlm_floor(language, batches, vocab.first_ordinary, vocab.MASK, (o.keep, o.random, o.mask))}
+    if isinstance(objective, Electra):
+        return {"generator_loss": _mlm_floor(language, batches, vocab.first_ordinary, vocab.MASK,
+                                             (1 - o.mask, 0.0, o.mask))}
+    return {}
+
+
+def ceilings(corpus: Corpus, windows: slice) -> dict[str, float]:
+    words = corpus.heldout.with_format("torch")[windows]["tokens"] - corpus.vocab.first_ordinary
+    return asdict(synthetic.bayes_ceilings(corpus.language, words))

@@ -1,0 +1,86 @@
+"""The glue between the objectives' corruption and exact inference, checked against brute-force enumeration."""
+
+import itertools
+import math
+
+import pytest
+import torch
+
+from bench.bayes import ceilings, loss_floors
+from bench.data import load_corpus
+from bench.train import TrainConfig, build_run_objective, eval_batches
+from objectives import IGNORE
+
+from test_synthetic import _lists, _prob
+
+TINY_DATA = "synthetic:components=2,states=3,words=4,successors=2,zipf=0.7,seed=3,train=8,heldout=40"
+SEQ_LEN = 5
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return load_corpus(TINY_DATA, SEQ_LEN)
+
+
+def batches_for(spec: str, corpus):
+    config = TrainConfig(budget_flops=1.0, model="tiny", batch_size=8, eval_windows=40)
+    objective = build_run_objective(spec, config, corpus)
+    return objective, eval_batches(objective, corpus, config)
+
+
+def brute_force_masked_floor(corpus, batches, keep: float, rand: float, mask: float) -> float:
+    P, V, first = _lists(corpus.language), corpus.vocab.num_ordinary, corpus.vocab.first_ordinary
+
+    def corruption(seen: int, x: int) -> float:  # p(what the model sees | true word x) at a chosen position
+        return mask if seen == corpus.vocab.MASK else keep * (seen - first == x) + rand / V
+
+    losses = []
+    for batch in batches:
+        for tokens, seen, targets in zip(batch.original.tolist(), batch.inputs.tolist(), batch.targets.tolist()):
+            chosen = [i for i, t in enumerate(targets) if t != IGNORE]
+            weights = {}
+            for guess in itertools.product(range(V), repeat=len(chosen)):
+                words = [t - first for t in seen]
+                for i, x in zip(chosen, guess):
+                    words[i] = x
+                weights[guess] = _prob(P, words) * math.prod(corruption(seen[i], x) for i, x in zip(chosen, guess))
+            total = sum(weights.values())
+            for j, i in enumerate(chosen):
+                losses.append(-math.log(sum(p for g, p in weights.items() if g[j] == tokens[i] - first) / total))
+    return sum(losses) / len(losses)
+
+
+def test_ar_floor_is_the_next_token_loss_by_enumeration(corpus):
+    objective, batches = batches_for("ar", corpus)
+    P, first = _lists(corpus.language), corpus.vocab.first_ordinary
+    losses = [-math.log(_prob(P, words[:t + 1]) / _prob(P, words[:t]))
+              for batch in batches for words in (batch.original - first).tolist() for t in range(1, SEQ_LEN)]
+    assert loss_floors(objective, batches, corpus)["loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-9)
+
+
+@pytest.mark.parametrize("spec, shares", [("mlm:rate=0.4", (0.1, 0.1, 0.8)),
+                                          ("mlm:rate=0.4,mask=0.2,random=0.5,keep=0.3", (0.3, 0.5, 0.2))])
+def test_mlm_floor_under_the_exact_corruption(spec, shares, corpus):
+    objective, batches = batches_for(spec, corpus)
+    kinds = torch.cat([b.info["rewrite"] for b in batches])
+    assert {1, 2, 3} <= set(kinds.unique().tolist())  # [MASK], random and kept positions all occur
+    expected = brute_force_masked_floor(corpus, batches, *shares)
+    assert loss_floors(objective, batches, corpus)["loss"] == pytest.approx(expected, abs=1e-9)
+
+
+def test_electra_floor_is_its_generators(corpus):
+    objective, batches = batches_for("electra:rate=0.4,mask=0.5", corpus)
+    floors = loss_floors(objective, batches, corpus)
+    assert set(floors) == {"generator_loss"}
+    assert floors["generator_loss"] == pytest.approx(brute_force_masked_floor(corpus, batches, 0.5, 0.0, 0.5),
+                                                     abs=1e-9)
+
+
+def test_span_has_no_floor_and_ceilings_are_ordered(corpus):
+    longer = load_corpus(TINY_DATA, 12)
+    objective, batches = batches_for("span", longer)
+    assert loss_floors(objective, batches, longer) == {}
+    # in expectation smoothing >= filtering; enough windows that the sample mean shows it
+    many = load_corpus(TINY_DATA.replace("heldout=40", "heldout=400"), 12)
+    c = ceilings(many, slice(None))
+    assert 0 < c["filtering_accuracy"] <= c["smoothing_accuracy"] <= 1 and 0.5 <= c["component_accuracy"] <= 1
