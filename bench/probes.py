@@ -31,7 +31,7 @@ class ProbeConfig:
     l2: float = 1e-4  # ridge on the probe weights, so a separable task still has a unique answer
     finetune_steps: int = 30
     finetune_batch: int = 8
-    finetune_lr: float = 3e-4
+    finetune_lr: float = 1e-4
     seed: int = 0
 
 
@@ -54,14 +54,26 @@ def features(backbone: Backbone, tokens: Tensor, attention: dict, batch_size: in
     return out
 
 
+class StandardizedLinear(nn.Module):
+    """A linear probe on standardised features; the statistics are fixed, the layer trainable."""
+
+    def __init__(self, mean: Tensor, std: Tensor, classes: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+        self.linear = nn.Linear(mean.numel(), classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear((x - self.mean) / self.std)
+
+
 def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, classes: int,
-                     config: ProbeConfig) -> tuple[float, int, nn.Linear]:
-    """Multinomial logistic regression by L-BFGS on standardised features.
-    Returns (test accuracy, FLOPs, the probe as a layer on the raw features)."""
-    mean, std = train_x.mean(0), train_x.std(0).clamp_min(1e-6)
-    train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
+                     config: ProbeConfig) -> tuple[float, int, StandardizedLinear]:
+    """Multinomial logistic regression by L-BFGS on standardised features. Returns (test accuracy, FLOPs, probe)."""
+    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes)
+    train_x, test_x = (train_x - model.mean) / model.std, (test_x - model.mean) / model.std
     generator = torch.Generator().manual_seed(config.seed)
-    probe = nn.Linear(train_x.shape[1], classes)
+    probe = model.linear
     with torch.no_grad():
         probe.weight.copy_(torch.randn(probe.weight.shape, generator=generator) * 0.01)
         probe.bias.zero_()
@@ -81,12 +93,9 @@ def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: T
         optimizer.step(closure)
     with torch.no_grad():
         accuracy = (probe(test_x).argmax(-1) == test_y).float().mean().item()
-        # fold the standardisation in: W (x - m) / s + b = (W / s) x + (b - W m / s)
-        probe.bias -= probe.weight @ (mean / std)
-        probe.weight /= std
     # each evaluation: forward x·Wᵀ, backward the weight gradient only (features are constants)
     flops = evaluations * 2 * 2 * train_x.shape[0] * train_x.shape[1] * classes + 2 * test_x.numel() * classes
-    return accuracy, flops, probe
+    return accuracy, flops, model
 
 
 def majority_accuracy(train_y: Tensor, test_y: Tensor) -> float:
@@ -94,7 +103,7 @@ def majority_accuracy(train_y: Tensor, test_y: Tensor) -> float:
     return (test_y == train_y.bincount().argmax()).float().mean().item()
 
 
-def finetune_tagging(backbone: Backbone, head: nn.Linear, attention: dict, tokens: Tensor, states: Tensor,
+def finetune_tagging(backbone: Backbone, head: StandardizedLinear, attention: dict, tokens: Tensor, states: Tensor,
                      test_tokens: Tensor, test_states: Tensor, config: ProbeConfig) -> tuple[float, int]:
     """Fine-tune a copy of the backbone with a copy of the fitted linear tagging probe as its head, for a fixed number
     of steps (linear probe, then fine-tune: the head starts where the frozen probe ended, so a few steps refine
@@ -102,10 +111,12 @@ def finetune_tagging(backbone: Backbone, head: nn.Linear, attention: dict, token
     generator = torch.Generator().manual_seed(config.seed)
     model = copy.deepcopy(backbone).train()
     head = copy.deepcopy(head).to(backbone.token_embedding.weight.device)
-    classes = head.out_features
+    classes = head.linear.out_features
     optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=config.finetune_lr)
-    device = head.weight.device
-    for _ in range(config.finetune_steps):
+    device = head.mean.device
+    for step in range(config.finetune_steps):
+        for group in optimizer.param_groups:  # warm up: Adam's first steps move every weight by ~lr, signal or not
+            group["lr"] = config.finetune_lr * min(1.0, (step + 1) / (config.finetune_steps / 2))
         rows = torch.randint(len(tokens), (config.finetune_batch,), generator=generator)
         logits = head(model(tokens[rows].to(device), **attention))
         loss = F.cross_entropy(logits.flatten(0, 1).float(), states[rows].flatten().to(device))

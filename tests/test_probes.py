@@ -24,7 +24,7 @@ def test_linear_probe_recovers_a_linear_code_and_not_noise():
     x = torch.cat([code, torch.randn(600, 11, generator=generator)], dim=1) * 7 + 2  # scaled and shifted
     accuracy, flops, probe = fit_linear_probe(x[:400], labels[:400], x[400:], labels[400:], 5, ProbeConfig())
     assert accuracy == 1.0 and flops > 0
-    # the returned layer works on the raw features: the standardisation is folded into it
+    # the returned probe works on the raw features: it standardises them itself
     assert (probe(x[400:]).argmax(-1) == labels[400:]).float().mean().item() == accuracy
     noise = torch.randn(600, 16, generator=generator)
     chance, _, _ = fit_linear_probe(noise[:400], labels[:400], noise[400:], labels[400:], 5, ProbeConfig())
