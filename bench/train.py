@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 from lightning_fabric import Fabric
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, preset
@@ -84,6 +85,20 @@ def run_name(spec: str, seed: int) -> str:
 def corruption_generator(seed: int, step: int) -> torch.Generator:
     # A pure function of (seed, step): the masks of step s are the same whether or not the run was resumed.
     return torch.Generator().manual_seed(seed * 2 ** 32 + step)
+
+
+def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int) -> Corrupted:
+    """The global batch of `step`: windows step·B .. step·B + B − 1 (wrapping around the corpus), corrupted afresh
+    every time (dynamic masking, RoBERTa) or, for objectives with static copies, with copy (epoch mod copies) of each
+    window's fixed corruptions (BERT's static masking with dupe_factor)."""
+    position = torch.arange(batch_size) + step * batch_size
+    index = position % len(windows)
+    if not objective.static_copies:
+        return objective.corrupt(windows[index], corruption_generator(seed, step))
+    copies = (position // len(windows)) % objective.static_copies
+    return Corrupted.concat([
+        objective.corrupt(windows[i:i + 1], torch.Generator().manual_seed((seed * 2 ** 24 + i) * 1024 + copy))
+        for i, copy in zip(index.tolist(), copies.tolist())])
 
 
 def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objective:
@@ -173,8 +188,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     module.train()
     while counters["flops"] < config.budget_flops:
         step = counters["step"]
-        index = (torch.arange(batch_size) + step * batch_size) % len(windows)
-        batch = objective.corrupt(windows[index], corruption_generator(seed, step))  # the global batch, every rank
+        batch = training_batch(objective, windows, seed, step, batch_size)  # the global batch, on every rank
         step_flops = objective.flops(batch)
         local_batch = batch.rows(slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank))
         for group in optimizer.param_groups:

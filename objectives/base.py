@@ -21,17 +21,20 @@ from backbone import Backbone, ConfigError
 IGNORE = -100  # target of a position that carries no loss (PyTorch's cross_entropy ignore_index)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Vocab:
-    """Token id layout: four specials first, ordinary tokens next, T5 sentinels counting down from the top."""
+    """Token id layout: specials first ([PAD], [MASK], [BOS], [EOS], and [UNK] for a trained tokenizer), ordinary
+    tokens next, T5 sentinels counting down from the top. `continuation` marks the ids that continue a word (WordPiece's
+    "##" pieces), so whole-word and span masking know where words start; None means every token is a word."""
 
     size: int
     num_sentinels: int = 0
+    first_ordinary: int = 4
+    continuation: Tensor | None = None  # (size,) bool
     PAD = 0
     MASK = 1
     BOS = 2
     EOS = 3
-    first_ordinary = 4
 
     def __post_init__(self) -> None:
         if self.num_ordinary < 2:
@@ -40,8 +43,17 @@ class Vocab:
 
     @classmethod
     def for_words(cls, num_words: int, num_sentinels: int = 100) -> "Vocab":
-        """A vocabulary whose ordinary tokens are `num_words` word types: word w is token w + first_ordinary."""
-        return cls(cls.first_ordinary + num_words + num_sentinels, num_sentinels)
+        """A vocabulary whose ordinary tokens are `num_words` word types: word w is token w + 4."""
+        return cls(4 + num_words + num_sentinels, num_sentinels)
+
+    def word_starts(self, tokens: Tensor) -> Tensor:
+        """(batch, T) bool: where a word starts. A window's first token always starts one (its word may have begun
+        in the previous window, but nothing before it is visible)."""
+        if self.continuation is None:
+            return torch.ones_like(tokens, dtype=torch.bool)
+        starts = ~self.continuation[tokens]
+        starts[:, 0] = True
+        return starts
 
     @property
     def end_ordinary(self) -> int:
@@ -66,6 +78,14 @@ class Corrupted:
     original: Tensor  # (batch, T_raw) the uncorrupted tokens the batch was made from
     prefix_len: int | None = None  # bidirectional prefix, for "prefix" attention
     info: dict[str, Tensor] = field(default_factory=dict)  # per-objective extras (e.g. the MLM rewrite kind)
+
+    @staticmethod
+    def concat(batches: list["Corrupted"]) -> "Corrupted":
+        """Stack batches of one objective (same attention and prefix) into one."""
+        first = batches[0]
+        cat = lambda name: torch.cat([getattr(b, name) for b in batches])  # noqa: E731
+        return Corrupted(cat("inputs"), cat("targets"), first.attention, cat("original"), first.prefix_len,
+                         {k: torch.cat([b.info[k] for b in batches]) for k in first.info})
 
     def rows(self, index: slice) -> "Corrupted":
         """The sequences `index` of the batch (a process's share of a global batch)."""
@@ -113,6 +133,7 @@ class Objective(nn.Module):
     options_class: type[Options] = Options
     attention: str = "bidirectional"  # the mode the backbone runs in; also the natural mode for probing features
     can_generate: bool = False  # whether incremental (KV-cached) generation is possible
+    static_copies: int = 0  # > 0: each window has this many fixed corruptions, used in turn (BERT's dupe_factor)
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: Options | None = None) -> None:
         super().__init__()

@@ -35,14 +35,88 @@ def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: 
     return torch.zeros(shape, dtype=torch.bool).scatter_(1, chosen, True)
 
 
+def word_index(word_starts: Tensor) -> Tensor:
+    """(batch, T): the index of the word each position belongs to, counted from 0 in each row."""
+    return word_starts.long().cumsum(1) - 1
+
+
+def select_whole_words(word_starts: Tensor, count: int, generator: torch.Generator) -> Tensor:
+    """Whole-word masking, as BERT's `create_masked_lm_predictions` with `do_whole_word_mask`: go through the words in
+    a random order and take each one whole if it still fits in the budget of `count` tokens, else skip it. The loop
+    runs over word ranks, for every sequence at once, and stops as soon as every budget is full."""
+    batch, seq_len = word_starts.shape
+    words = word_index(word_starts)
+    lengths = torch.zeros(batch, seq_len, dtype=torch.long).scatter_add_(1, words, torch.ones_like(words))
+    scores = torch.rand(batch, seq_len, generator=generator).masked_fill(lengths == 0, float("inf"))
+    order = scores.argsort(dim=1)  # word ids in a random order (empty word slots last)
+    lengths_in_order = lengths.gather(1, order)
+    taken_in_order = torch.zeros(batch, seq_len, dtype=torch.bool)
+    chosen = torch.zeros(batch, dtype=torch.long)
+    for rank in range(seq_len):
+        length = lengths_in_order[:, rank]
+        fits = (length > 0) & (chosen + length <= count)
+        taken_in_order[:, rank] = fits
+        chosen += torch.where(fits, length, 0)
+        if bool((chosen == count).all()):
+            break
+    taken = torch.zeros_like(taken_in_order).scatter_(1, order, taken_in_order)
+    return taken.gather(1, words)
+
+
+def span_length_distribution(p: float, max_words: int) -> Tensor:
+    """SpanBERT's span lengths in words: Geometric(p) clipped at max_words (renormalised)."""
+    lengths = torch.arange(1, max_words + 1, dtype=torch.float64)
+    weights = p * (1 - p) ** (lengths - 1)
+    return weights / weights.sum()
+
+
+def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
+                 generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """SpanBERT's span masking: draw a length in words and a random anchor word not yet masked, mask that many
+    whole words from the anchor, and repeat until exactly `count` tokens are chosen (the last span is cut at the
+    budget, as in SpanBERT). One draw per iteration for every sequence at once.
+
+    Returns (selected (batch, T) bool, span id per position, -1 where not selected)."""
+    batch, seq_len = word_starts.shape
+    positions = torch.arange(seq_len).expand(batch, seq_len)
+    words = word_index(word_starts)
+    num_words = words[:, -1] + 1
+    # start position of word w in each row, with one past the end for w = num_words
+    word_start_at = torch.full((batch, seq_len + 1), seq_len, dtype=torch.long)
+    word_start_at.scatter_(1, torch.where(word_starts, words, seq_len), positions.clone())
+    word_start_at[:, seq_len] = seq_len  # the scatter parked every non-start there
+    distribution = span_length_distribution(p, max_words)
+    selected = torch.zeros(batch, seq_len, dtype=torch.bool)
+    span_id = torch.full((batch, seq_len), -1, dtype=torch.long)
+    chosen = torch.zeros(batch, dtype=torch.long)
+    for span in range(100 * count + 100):  # bounded; each round adds a span to every sequence still short of `count`
+        short = chosen < count
+        if not short.any():
+            break
+        length = torch.multinomial(distribution, batch, replacement=True, generator=generator) + 1
+        anchor = (torch.rand(batch, generator=generator) * num_words).long()
+        low = word_start_at.gather(1, anchor[:, None])
+        high = word_start_at.gather(1, torch.minimum(anchor + length, num_words)[:, None])
+        fresh = short & ~selected.gather(1, low.clamp(max=seq_len - 1)).squeeze(1)  # SpanBERT skips a masked anchor
+        new = (positions >= low) & (positions < high) & ~selected & fresh[:, None]
+        new &= new.long().cumsum(1) <= (count - chosen)[:, None]  # cut the last span at the budget
+        selected |= new
+        span_id[new] = span
+        chosen += new.sum(1)
+    return selected, span_id
+
+
 def rewrite(tokens: Tensor, selected: Tensor, mask: float, random: float, vocab: Vocab,
-            generator: torch.Generator) -> tuple[Tensor, Tensor]:
-    """BERT's 80/10/10: each selected position independently becomes [MASK] (p = mask), a random ordinary token
-    (p = random) or stays as it is (the rest). Random tokens are never special ids.
+            generator: torch.Generator, unit: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """BERT's 80/10/10: each selected position becomes [MASK] (p = mask), a random ordinary token (p = random) or
+    stays as it is (the rest). Random tokens are never special ids. Positions with the same `unit` id share one
+    decision (SpanBERT decides per span); by default every position decides for itself (BERT, per sub-token).
 
     Returns (inputs, rewrite kind per position: UNTOUCHED / MASKED / RANDOM / KEPT).
     """
     draw = torch.rand(tokens.shape, generator=generator)
+    if unit is not None:
+        draw = draw.gather(1, unit.clamp(min=0))
     random_tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, tokens.shape, generator=generator)
     kind = torch.full(tokens.shape, KEPT)
     kind[draw < mask + random] = RANDOM

@@ -13,7 +13,7 @@ from torch import Tensor
 from backbone import ConfigError
 from objectives.base import IGNORE, Corrupted, Objective, Options, Output, check_fraction, check_split, lm_flops, \
     lm_forward
-from objectives.masking import RULES, exact_count, rewrite, select_positions
+from objectives.masking import RULES, exact_count, rewrite, select_positions, select_spans, select_whole_words
 
 
 @dataclass(frozen=True)
@@ -23,12 +23,28 @@ class MLMOptions(Options):
     random: float = 0.1  # of the chosen: replaced by a random ordinary token
     keep: float = 0.1  # of the chosen: left as they are
     rule: str = "exact"  # "exact": round(rate·T) per sequence (BERT); "bernoulli": each with p = rate (Hugging Face)
+    whole_word: bool = False  # BERT's whole-word masking: words are the unit of selection, the split per sub-token
+    span: str = ""  # "geometric": SpanBERT's span masking, lengths ~ Geometric(span_p) words clipped at span_max
+    span_p: float = 0.2
+    span_max: int = 10
+    static: int = 0  # > 0: BERT's static masking, each window has this many fixed masks, used in turn by epoch
 
     def validate(self) -> None:
         check_fraction("mlm rate", self.rate, allow_zero=False)
         check_split("mlm", mask=self.mask, random=self.random, keep=self.keep)
         if self.rule not in RULES:
             raise ConfigError(f"mlm rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+        if self.span not in ("", "geometric"):
+            raise ConfigError(f"mlm span must be 'geometric' (or left out), got {self.span!r}")
+        if self.span and self.whole_word:
+            raise ConfigError("mlm span masking already masks whole words; drop whole_word")
+        if (self.span or self.whole_word) and self.rule != "exact":
+            raise ConfigError("mlm whole_word and span masking fill a budget of round(rate·T) tokens: use rule=exact")
+        check_fraction("mlm span_p", self.span_p, allow_zero=False)
+        if self.span_max < 1:
+            raise ConfigError(f"mlm span_max must be >= 1, got {self.span_max}")
+        if self.static < 0:
+            raise ConfigError(f"mlm static must be >= 0 (0 = dynamic masking), got {self.static}")
 
 
 class MaskedLM(Objective):
@@ -38,12 +54,26 @@ class MaskedLM(Objective):
 
     def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
         o = self.options
-        selected = select_positions(tuple(tokens.shape), o.rate, o.rule, generator)
-        inputs, kind = rewrite(tokens, selected, o.mask, o.random, self.vocab, generator)
+        unit = None
+        if o.span:
+            selected, unit = select_spans(self.vocab.word_starts(tokens), exact_count(tokens.shape[1], o.rate),
+                                          o.span_p, o.span_max, generator)
+        elif o.whole_word:
+            selected = select_whole_words(self.vocab.word_starts(tokens), exact_count(tokens.shape[1], o.rate),
+                                          generator)
+        else:
+            selected = select_positions(tuple(tokens.shape), o.rate, o.rule, generator)
+        inputs, kind = rewrite(tokens, selected, o.mask, o.random, self.vocab, generator, unit)
         targets = torch.where(selected, tokens, IGNORE)
         return Corrupted(inputs, targets, "bidirectional", tokens, info={"rewrite": kind})
 
+    @property
+    def static_copies(self) -> int:
+        return self.options.static
+
     def expected_supervised_positions(self, seq_len: int) -> float:
+        """Exact rule and span masking: round(rate·T). Bernoulli: rate·T. Whole-word masking: round(rate·T) is its
+        upper bound (reached when every token is a word); the measured count is reported beside it."""
         return float(exact_count(seq_len, self.options.rate)) if self.options.rule == "exact" \
             else seq_len * self.options.rate
 
