@@ -21,7 +21,7 @@ import torch
 
 from backbone import PRESETS, ConfigError
 from bench.cli import Parser, run
-from bench.data import load_corpus
+from bench.data import TextOptions, load_corpus
 from bench.files import read_json, write_json
 from bench.positions import build_on_meta, position_row
 from bench.report import write_report
@@ -54,9 +54,18 @@ def parse_args(argv: list[str] | None):
     add("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
     add("--eval-points", type=int, default=6, help="log-spaced FLOP checkpoints for held-out evaluation, the "
                                                    "last at the budget (default 6)")
-    add("--data", default="synthetic", help="data source: synthetic[:key=value,...], the embedded HMM-mixture "
-                                            "language (options: components, states, words, successors, zipf, "
-                                            "seed, train, heldout) (default synthetic)")
+    add("--data", default="synthetic",
+        help="data source: synthetic[:key=value,...] is the embedded HMM-mixture language (options: components, "
+             "states, words, successors, zipf, seed, train, heldout), with Bayes floors and probes; synthetic:text[,...] "
+             "writes it out as text with multi-piece words; text:PATH reads a .txt/.jsonl/.json/.parquet file, folder "
+             "or glob; hf:NAME[:CONFIG] loads a Hugging Face hub dataset (needs network) (default synthetic)")
+    add("--text-field", default="text", help="text:/hf: corpora: the field of .jsonl/.json/.parquet records that holds "
+                                             "the text (default text)")
+    add("--vocab-size", type=int, default=8192, help="text:/hf: corpora: WordPiece vocabulary trained on the training "
+                                                     "documents, special tokens included (default 8192)")
+    add("--tokenizer", default=None, help="text:/hf: corpora: a tokenizers JSON file to use instead of training one; "
+                                          "it must hold [PAD] [MASK] [BOS] [EOS] [UNK] as ids 0-4")
+    add("--num-proc", type=int, default=None, help="processes for tokenizing large corpora (default: one)")
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
     add("--resume", action="store_true", help="continue the comparison in --out: finished runs are kept, an "
                                               "interrupted run restarts from its last checkpoint")
@@ -116,7 +125,10 @@ def main(argv: list[str] | None = None) -> None:
         raise ConfigError("an objective is listed twice in --objectives")
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size, lr=args.lr,
                          eval_points=args.eval_points, probe_every_eval=args.probe_every_eval)
-    corpus = load_corpus(args.data, args.seq_len)
+    if args.num_proc is not None and args.num_proc < 1:
+        raise ConfigError(f"--num-proc must be >= 1, got {args.num_proc}")
+    text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
+    corpus = load_corpus(args.data, args.seq_len, text)
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
     # Everything that can be wrong with the input is found here, before anything is written.
     objectives = [build_on_meta(spec, args.model, args.seq_len, corpus.vocab) for spec in specs]
@@ -128,7 +140,8 @@ def main(argv: list[str] | None = None) -> None:
                             for spec, objective in zip(specs, objectives)},
                  "ceilings": ceilings(corpus, test)}
     out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    settings = {"data": args.data, "seq_len": args.seq_len, **config_dict(config)}
+    settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
+                "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, **config_dict(config)}
     if (out / "config.json").exists():
         if not args.resume:
             raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose "
@@ -161,7 +174,9 @@ def main(argv: list[str] | None = None) -> None:
         "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "
                      f"{len(corpus.heldout):,} held-out windows (first {min(config.eval_windows, len(corpus.heldout))}"
                      " evaluated)",
-        "vocabulary": f"{corpus.vocab.size} ids ({corpus.vocab.num_ordinary} ordinary, 4 special, "
+        "tokenizer": corpus.tokenizer,
+        "vocabulary": f"{corpus.vocab.size} ids ({corpus.vocab.num_ordinary} ordinary, "
+                      f"{corpus.vocab.first_ordinary} special, "
                       f"{corpus.vocab.num_sentinels} sentinels)",
         "environment": f"python {platform.python_version()}, torch {torch.__version__}, "
                        f"{fabric.device.type} x {fabric.world_size}, precision {args.precision}",

@@ -1,23 +1,52 @@
 """Data specs -> fixed-length token windows and a vocabulary with reserved special ids.
 
-The one place that turns `--data synthetic[:options]` into a Corpus. Windows are served through Hugging Face
-`datasets` (built by `Dataset.from_generator`, cached by fingerprint), and every objective and seed reads the same
+The one place that turns `--data` into a Corpus:
+- `synthetic[:options]`: the embedded HMM-mixture language, words as tokens, hidden states kept for the probes;
+- `synthetic:text[,options]`: the same language written out as text with multi-piece words, then read like any corpus;
+- `text:PATH`: a .txt / .jsonl / .json / .parquet file, folder or glob, read with `datasets.load_dataset`;
+- `hf:NAME[:CONFIG]`: a Hugging Face hub dataset, for users with network access.
+Text is split into documents (lines, records or rows), a fixed seeded share held out, a WordPiece tokenizer trained
+on the training documents (or loaded), and each split tokenized with `Dataset.map(batched=True)` (cached by
+fingerprint) and packed into windows of T tokens with [EOS] between documents. Every objective and seed reads the same
 windows in the same order: the order is a property of the corpus, not of the run.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import socket
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 
 import datasets
 import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
 from backbone import ConfigError
 from bench import synthetic
+from bench.files import write_atomic
 from objectives import Vocab, parse_options
 
 NUM_SENTINELS = 100  # as T5's extra_ids; span corruption needs one per span (23 at T = 512)
+SPECIAL_TOKENS = ["[PAD]", "[MASK]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0-4, the layout objectives.Vocab expects
+FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+HELDOUT_SHARE, HELDOUT_MAX_DOCUMENTS, SPLIT_SEED = 0.05, 5000, 0
+
+
+@dataclass(frozen=True)
+class TextOptions:
+    """How text becomes windows (the CLI's --text-field, --vocab-size, --tokenizer, --num-proc)."""
+
+    text_field: str = "text"
+    vocab_size: int = 8192
+    tokenizer: str | None = None  # a tokenizer.json to load instead of training one
+    num_proc: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,15 +70,34 @@ class Corpus:
     train: datasets.Dataset  # "tokens" (T ids) [+ "states" (T), "component"] per window
     heldout: datasets.Dataset
     language: synthetic.Language | None = None  # the true distribution, when it is known
+    tokenizer: str = "none: the words are the tokens"
+    documents: dict[str, int] = field(default_factory=dict)  # per split
 
-    def windows(self, split: str) -> Tensor:
-        """(windows, T) int64 token ids of a split, in the corpus's fixed order."""
-        return getattr(self, split).with_format("torch")[:]["tokens"]
+    def windows(self, split: str) -> "Windows":
+        """The token windows of a split, in the corpus's fixed order, read from disk on demand."""
+        return Windows(getattr(self, split))
 
     def summary(self) -> dict:
         return {"data": self.name, "description": self.description, "vocab_size": self.vocab.size,
                 "seq_len": self.seq_len, "train_windows": len(self.train), "heldout_windows": len(self.heldout),
-                "train_tokens": len(self.train) * self.seq_len}
+                "train_tokens": len(self.train) * self.seq_len, "heldout_tokens": len(self.heldout) * self.seq_len,
+                "tokenizer": self.tokenizer}
+
+
+class Windows:
+    """(windows, T) token ids backed by the memory-mapped Arrow table `datasets` keeps on disk: indexing reads only
+    the rows asked for, so a corpus larger than memory trains with a constant footprint."""
+
+    def __init__(self, dataset: datasets.Dataset) -> None:
+        self.dataset = dataset.with_format("torch", columns=["tokens"])
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: Tensor | slice | list[int]) -> Tensor:
+        if isinstance(index, Tensor):
+            index = index.tolist()
+        return self.dataset[index]["tokens"]
 
 
 def _synthetic_rows(config: dict, num_sequences: int, length: int, seed: int, first_token: int):
@@ -88,19 +136,238 @@ def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
                   heldout, language)
 
 
-def load_corpus(spec: str, seq_len: int) -> Corpus:
-    """`synthetic[:key=value,...]` -> Corpus of windows of `seq_len` tokens."""
-    scheme, _, option_text = spec.partition(":")
+def load_corpus(spec: str, seq_len: int, text: TextOptions = TextOptions()) -> Corpus:
+    """A data spec -> Corpus of windows of `seq_len` tokens; every user mistake raises ConfigError."""
+    scheme, _, rest = spec.partition(":")
     if seq_len < 2:
         raise ConfigError(f"seq_len must be >= 2, got {seq_len}")
-    if scheme == "synthetic":
-        with _quiet_datasets():
-            return synthetic_corpus(option_text, seq_len)
-    raise ConfigError(f"unknown data source {scheme!r} in {spec!r}; available: synthetic[:options]")
+    if text.vocab_size < len(SPECIAL_TOKENS) + 2:
+        raise ConfigError(f"--vocab-size must be >= {len(SPECIAL_TOKENS) + 2}, got {text.vocab_size}")
+    # datasets' progress bars help with a big corpus in a terminal; elsewhere they only bury the one-line errors
+    quiet = scheme == "synthetic" or not sys.stderr.isatty()
+    with _quiet_datasets() if quiet else contextlib.nullcontext():
+        if scheme == "synthetic" and (rest == "text" or rest.startswith("text,")):
+            return synthetic_text_corpus(rest[len("text,"):], seq_len, text)
+        if scheme == "synthetic":
+            return synthetic_corpus(rest, seq_len)
+        if scheme == "text":
+            if not rest:
+                raise ConfigError("text: needs a path, e.g. --data text:corpus.txt")
+            return text_corpus(spec, _load_files(rest, text.text_field), seq_len, text, Path(rest).expanduser())
+        if scheme == "hf":
+            return text_corpus(spec, _load_hub(rest, text.text_field), seq_len, text, None)
+    raise ConfigError(f"unknown data source {scheme!r} in {spec!r}; available: synthetic[:options], "
+                      "synthetic:text[,options], text:PATH, hf:NAME[:CONFIG]")
+
+
+def _files(path_text: str) -> list[Path]:
+    path = Path(path_text).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.suffix in FORMATS and p.is_file()
+                       and not any(part.startswith(".") for part in p.relative_to(path).parts))
+        if not files:
+            raise ConfigError(f"folder {path} holds no {', '.join(FORMATS)} files")
+    elif any(c in path_text for c in "*?["):
+        files = sorted(Path(p) for p in glob.glob(os.path.expanduser(path_text), recursive=True) if Path(p).is_file())
+        if not files:
+            raise ConfigError(f"no file matches {path_text}")
+    elif path.is_file():
+        files = [path]
+    else:
+        raise ConfigError(f"no such file or folder: {path}")
+    kinds = {FORMATS.get(p.suffix) for p in files}
+    if None in kinds:
+        bad = next(p for p in files if p.suffix not in FORMATS)
+        raise ConfigError(f"{bad}: unsupported file type {bad.suffix!r}; use {', '.join(FORMATS)}")
+    if len(kinds) > 1:
+        raise ConfigError(f"{path_text} mixes file types ({', '.join(sorted(kinds))}); give one kind at a time")
+    for p in files:
+        if p.stat().st_size == 0:
+            raise ConfigError(f"{p} is empty")
+        if p.suffix != ".parquet":
+            _check_utf8(p)
+    return files
+
+
+def _check_utf8(path: Path) -> None:
+    decoder, offset = __import__("codecs").getincrementaldecoder("utf-8")(), 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            try:
+                decoder.decode(chunk)
+            except UnicodeDecodeError as error:
+                raise ConfigError(f"{path} is not valid UTF-8 (byte {offset + error.start})") from None
+            offset += len(chunk)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path} is not valid UTF-8 (it ends inside a character)") from None
+
+
+def _load_files(path_text: str, text_field: str) -> datasets.Dataset:
+    files = _files(path_text)
+    kind = FORMATS[files[0].suffix]
+    try:
+        dataset = datasets.load_dataset(kind, data_files=[str(p) for p in files], split="train")
+    except (datasets.exceptions.DatasetGenerationError, ValueError, OSError) as error:
+        cause = error.__cause__ or error
+        raise ConfigError(f"{path_text}: could not read it as {kind}: {str(cause).splitlines()[0][:200]}") from None
+    return _text_column(dataset, text_field, path_text)
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or \
+            os.environ.get("HF_DATASETS_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _load_hub(name_text: str, text_field: str) -> datasets.Dataset:
+    name, _, config = name_text.partition(":")
+    if not name:
+        raise ConfigError("hf: needs a dataset name, e.g. --data hf:wikitext:wikitext-103-raw-v1")
+    if not _hub_reachable():  # fail at once, never hang on a network that is not there
+        raise ConfigError(f"hf:{name_text} needs the Hugging Face hub, which cannot be reached from here (offline?); "
+                          "download the data elsewhere and use --data text:PATH")
+    try:
+        dataset = datasets.load_dataset(name, config or None, split="train")
+    except (datasets.exceptions.DatasetNotFoundError, FileNotFoundError, ValueError) as error:
+        raise ConfigError(f"hf:{name_text}: {str(error).splitlines()[0][:200]}") from None
+    return _text_column(dataset, text_field, f"hf:{name_text}")
+
+
+def _text_column(dataset: datasets.Dataset, text_field: str, where: str) -> datasets.Dataset:
+    if text_field not in dataset.column_names:
+        raise ConfigError(f"{where} has no {text_field!r} field (fields: {', '.join(dataset.column_names)}); "
+                          "name the text field with --text-field")
+    dataset = dataset.select_columns([text_field])
+    if text_field != "text":
+        dataset = dataset.rename_column(text_field, "text")
+    return dataset.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
+
+
+def train_tokenizer(texts, vocab_size: int) -> Tokenizer:
+    """A BERT-style uncased WordPiece tokenizer with the suite's special tokens at ids 0-4."""
+    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece()
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return tokenizer
+
+
+def _cache_dir(data_path: Path | None) -> Path:
+    """Beside the data when that folder is writable, else in the user's cache."""
+    if data_path is not None:
+        folder = (data_path if data_path.is_dir() else data_path.parent) / ".objective-bench"
+        try:
+            folder.mkdir(exist_ok=True)
+            if os.access(folder, os.W_OK):
+                return folder
+        except OSError:
+            pass
+    folder = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "objective-bench"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def _tokenizer(train_docs: datasets.Dataset, options: TextOptions, data_path: Path | None) -> tuple[Tokenizer, str]:
+    if options.tokenizer:
+        path = Path(options.tokenizer).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"no such tokenizer file: {path}")
+        try:
+            tokenizer = Tokenizer.from_file(str(path))
+        except Exception as error:  # tokenizers raises plain Exceptions for malformed files
+            raise ConfigError(f"{path} is not a tokenizers JSON file: {str(error).splitlines()[0][:200]}") from None
+        wrong = [t for i, t in enumerate(SPECIAL_TOKENS) if tokenizer.token_to_id(t) != i]
+        if wrong:
+            raise ConfigError(f"{path} must hold {', '.join(SPECIAL_TOKENS)} as ids 0-4 ({', '.join(wrong)} are not "
+                              "there); let the suite train one instead")
+        return tokenizer, f"loaded from {path} ({tokenizer.get_vocab_size()} ids)"
+    key = hashlib.sha256(f"{train_docs._fingerprint}|{options.vocab_size}".encode()).hexdigest()[:16]
+    path = _cache_dir(data_path) / f"tokenizer-{key}.json"
+    if path.exists():
+        tokenizer = Tokenizer.from_file(str(path))
+    else:
+        tokenizer = train_tokenizer((row["text"] for row in train_docs), options.vocab_size)
+        write_atomic(path, tokenizer.to_str())
+    return tokenizer, (f"WordPiece, {tokenizer.get_vocab_size()} pieces, trained on the training documents "
+                       f"(cached at {path})")
+
+
+def _pack(docs: datasets.Dataset, tokenizer: Tokenizer, seq_len: int, num_proc: int | None) -> datasets.Dataset:
+    """Tokenize and cut into windows of `seq_len` tokens, [EOS] after every document; the tail of each batch of
+    documents that does not fill a window is dropped."""
+    eos = tokenizer.token_to_id("[EOS]")
+
+    def windows(batch: dict) -> dict:
+        ids = [token for encoding in tokenizer.encode_batch(batch["text"], add_special_tokens=False)
+               for token in (*encoding.ids, eos)]
+        usable = len(ids) // seq_len * seq_len
+        return {"tokens": [ids[i:i + seq_len] for i in range(0, usable, seq_len)]}
+
+    return docs.map(windows, batched=True, batch_size=1000, remove_columns=docs.column_names, num_proc=num_proc,
+                    desc="tokenizing")
+
+
+def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOptions,
+                data_path: Path | None) -> Corpus:
+    if len(docs) < 2:
+        raise ConfigError(f"{spec} holds {len(docs)} non-empty document(s); need at least 2 (one to hold out)")
+    heldout = min(HELDOUT_MAX_DOCUMENTS, max(1, round(HELDOUT_SHARE * len(docs))))
+    split = docs.train_test_split(test_size=heldout, shuffle=True, seed=SPLIT_SEED)
+    tokenizer, tokenizer_text = _tokenizer(split["train"], options, data_path)
+    continuation = torch.zeros(tokenizer.get_vocab_size() + NUM_SENTINELS, dtype=torch.bool)
+    for piece, index in tokenizer.get_vocab().items():
+        continuation[index] = piece.startswith("##")
+    vocab = Vocab(tokenizer.get_vocab_size() + NUM_SENTINELS, NUM_SENTINELS, len(SPECIAL_TOKENS), continuation)
+    train = _pack(split["train"], tokenizer, seq_len, options.num_proc)
+    test = _pack(split["test"], tokenizer, seq_len, options.num_proc)
+    if len(train) == 0 or len(test) == 0:
+        raise ConfigError(f"{spec} is too small for one window of {seq_len} tokens in each split "
+                          f"({len(train)} training, {len(test)} held-out windows); use more text or a shorter "
+                          "--seq-len")
+    train = train.shuffle(seed=SPLIT_SEED)  # consecutive windows come from the same document; mix them once
+    tokens = (len(train) + len(test)) * seq_len
+    description = f"{len(docs):,} documents, {tokens:,} tokens in windows of {seq_len}"
+    return Corpus(spec, description, vocab, seq_len, train, test, None, tokenizer_text,
+                  {"train": len(split["train"]), "heldout": len(split["test"])})
+
+
+def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) -> Corpus:
+    """The embedded language written out as text, each word spelled with 1-4 syllables so that a small WordPiece
+    vocabulary splits many words into pieces: exercises the text path and whole-word masking offline."""
+    synthetic_options = parse_options("synthetic", option_text, SyntheticOptions)
+    language = synthetic.make_language(synthetic.LanguageConfig(**{
+        k: v for k, v in asdict(synthetic_options).items() if k in {f.name for f in fields(synthetic.LanguageConfig)}}))
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70
+    spell = lambda w: "".join(syllables[(w * 7919 + i * 31) % len(syllables)] for i in range(1 + w % 4))  # noqa
+    key = hashlib.sha256(json.dumps(asdict(synthetic_options), sort_keys=True).encode()).hexdigest()[:16]
+    path = _cache_dir(None) / f"synthetic-text-{key}" / "corpus.txt"
+    if not path.exists():
+        total = synthetic_options.train + synthetic_options.heldout
+        words = synthetic.sample(language, total, 64, 2 * synthetic_options.seed).words.tolist()
+        write_atomic(path, "".join(" ".join(spell(w) for w in line) + "\n" for line in words))
+    text = replace_vocab(options, min(options.vocab_size, 2 * synthetic_options.words))
+    docs = _load_files(str(path), "text")
+    corpus = text_corpus("synthetic:text" + ("," + option_text if option_text else ""), docs, seq_len, text, None)
+    corpus.description = f"embedded HMM mixture written as text ({path}): " + corpus.description
+    return corpus
+
+
+def replace_vocab(options: TextOptions, vocab_size: int) -> TextOptions:
+    return TextOptions(options.text_field, vocab_size, options.tokenizer, options.num_proc)
 
 
 class _quiet_datasets:
-    """Hide `datasets`' own progress bars while it builds the embedded corpus: it takes a second, not a bar."""
+    """Hide `datasets`' own progress bars: the embedded corpus takes a second, not a bar, and a bar printed before a
+    one-line error would bury it."""
 
     def __enter__(self) -> None:
         self.enabled = datasets.utils.is_progress_bar_enabled()
