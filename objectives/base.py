@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from backbone import Backbone, ConfigError
+from backbone.fused_loss import linear_cross_entropy
 
 IGNORE = -100  # target of a position that carries no loss (PyTorch's cross_entropy ignore_index)
 
@@ -195,12 +196,15 @@ def token_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, float
 
 
 def lm_forward(backbone: Backbone, batch: Corrupted) -> Output:
-    """Run the backbone and project only the supervised rows: the shared forward of mlm, ar and span."""
+    """Run the backbone and project only the supervised rows: the shared forward of mlm, ar and span. The projection
+    and the cross-entropy are fused (backbone.fused_loss): the full logits never exist at once."""
     hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
     rows = supervised_rows(batch.targets)
-    logits = backbone.logits(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows))
-    loss, metrics = token_loss(logits, batch.targets.reshape(-1).index_select(0, rows))
-    return Output(loss, int(rows.numel()), metrics)
+    if rows.numel() == 0:
+        return Output(hidden.sum() * 0.0, 0, {"accuracy": float("nan")})
+    loss, correct = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows),
+                                         backbone.token_embedding.weight, batch.targets.reshape(-1).index_select(0, rows))
+    return Output(loss, int(rows.numel()), {"accuracy": correct.item() / rows.numel()})
 
 
 def lm_flops(backbone: Backbone, batch: Corrupted) -> int:

@@ -1,0 +1,270 @@
+"""Speed against the tools researchers would otherwise use, measured in one run.
+
+    python -m bench.perf [--model small] [--seq-len 128] [--batch-size 32] [--precision 32-true|bf16-mixed] [--json]
+
+Per objective, one training step (corruption, forward, backward, AdamW) of the suite against its Hugging Face peer at
+the same width, depth, heads, vocabulary, length and batch, dropout off on both: mlm vs BertForMaskedLM fed by
+DataCollatorForLanguageModeling; ar vs GPT2LMHeadModel; electra vs ElectraForMaskedLM + ElectraForPreTraining with
+ELECTRA's recipe; span vs the AR peer at the same packed length. MFU is model FLOP/s (the suite's own count for ours,
+FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype, measured in the same run. Also: MLM
+masking against the collator, and KV-cached generation against recomputing the prefix for every new token.
+The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+
+from backbone import Backbone, ConfigError, measure_flops, preset
+from bench.cli import Parser, run
+from objectives import IGNORE, Objective, Vocab, build_objective
+
+OBJECTIVES = ("mlm", "ar", "electra", "span")
+PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}
+
+
+def median_seconds(step: Callable[[], object], repeats: int, warmup: int = 1) -> float:
+    """Median wall time of `repeats` calls after `warmup` untimed ones."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
+    """FLOP/s of a large square matrix product in `dtype`, the best of a few: the roof MFU is measured against."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
+    best = min(median_seconds(lambda: a @ b, 1, warmup=1 if i == 0 else 0) for i in range(repeats))
+    return 2 * size ** 3 / best
+
+
+def autocast(dtype: torch.dtype | None):
+    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+
+
+def train_step(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], dtype: torch.dtype | None) -> Callable:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        with autocast(dtype):
+            loss = loss_of()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+    return step
+
+
+def ours(spec: str, model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repeats: int) -> dict:
+    torch.manual_seed(0)
+    objective = build_objective(spec, Backbone(preset(model, vocab.size, max_seq_len=tokens.shape[1])), vocab)
+    generator = torch.Generator().manual_seed(0)
+    flops = objective.flops(objective.corrupt(tokens, torch.Generator().manual_seed(0)))
+    seconds = median_seconds(train_step(objective, lambda: objective(objective.corrupt(tokens, generator)).loss,
+                                        dtype), repeats)
+    return {"objective": objective, "seconds": seconds, "flops_per_step": flops}
+
+
+# --- the peers: what a researcher would otherwise use ---
+
+def hf_tokenizer(vocab_size: int):
+    """A real fast tokenizer for the collator, built offline: specials at 0-4 as in the suite, then plain pieces."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+    pieces = {"[PAD]": 0, "[MASK]": 1, "[BOS]": 2, "[EOS]": 3, "[UNK]": 4,
+              **{f"w{i}": i for i in range(5, vocab_size)}}
+    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece(pieces, unk_token="[UNK]")),
+                                   pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]", bos_token="[BOS]",
+                                   eos_token="[EOS]")
+
+
+def peer_models(model: str, vocab_size: int, seq_len: int):
+    import transformers as hf
+    c = preset(model, vocab_size, max_seq_len=seq_len)
+    common = dict(vocab_size=vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layer,
+                  num_attention_heads=c.n_head, intermediate_size=c.d_ff, max_position_embeddings=seq_len,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    bert = hf.BertForMaskedLM(hf.BertConfig(**common))
+    gpt2 = hf.GPT2LMHeadModel(hf.GPT2Config(vocab_size=vocab_size, n_embd=c.d_model, n_layer=c.n_layer,
+                                            n_head=c.n_head, n_inner=c.d_ff, n_positions=seq_len, resid_pdrop=0.0,
+                                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=3))
+    generator_width = c.d_model // 4
+    discriminator = hf.ElectraForPreTraining(hf.ElectraConfig(**common, embedding_size=c.d_model))
+    generator = hf.ElectraForMaskedLM(hf.ElectraConfig(
+        **{**common, "hidden_size": generator_width, "intermediate_size": 4 * generator_width,
+           "num_attention_heads": max(1, generator_width // c.head_dim)}, embedding_size=c.d_model))
+    generator.electra.embeddings = discriminator.electra.embeddings  # ELECTRA shares the embeddings
+    for model_ in (bert, gpt2, discriminator, generator):
+        model_.config._attn_implementation = "sdpa"
+    return bert, gpt2, generator, discriminator
+
+
+def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype) -> dict[str, tuple[Callable, Callable]]:
+    """{name: (training step, one forward+backward for counting FLOPs)}"""
+    from transformers import DataCollatorForLanguageModeling
+    torch.manual_seed(0)
+    bert, gpt2, generator, discriminator = peer_models(model, vocab_size, tokens.shape[1])
+    collator = DataCollatorForLanguageModeling(hf_tokenizer(vocab_size), mlm_probability=0.15)
+    rows = [{"input_ids": row} for row in tokens.tolist()]
+
+    def bert_loss() -> torch.Tensor:
+        batch = collator(rows)
+        return bert(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+
+    def gpt2_loss() -> torch.Tensor:
+        return gpt2(input_ids=tokens, labels=tokens).loss
+
+    electra_modules = torch.nn.ModuleList([generator, discriminator])
+
+    def electra_loss() -> torch.Tensor:  # ELECTRA's recipe: 15 % chosen, 85 % [MASK], Gumbel sample, λ = 50
+        chosen = torch.rand(tokens.shape) < 0.15
+        masked = torch.where(chosen & (torch.rand(tokens.shape) < 0.85), 1, tokens)
+        logits = generator(input_ids=masked).logits
+        generator_loss = F.cross_entropy(logits[chosen], tokens[chosen])
+        with torch.no_grad():
+            noise = -torch.log(-torch.log(torch.rand(logits[chosen].shape).clamp_(1e-9, 1)))
+            fake = tokens.clone()
+            fake[chosen] = (logits[chosen].float() + noise).argmax(-1)
+        labels = (fake != tokens).float()
+        discriminator_logits = discriminator(input_ids=fake).logits
+        return generator_loss + 50 * F.binary_cross_entropy_with_logits(discriminator_logits.float(), labels)
+
+    steps = {}
+    for name, module, loss_of in (("mlm", bert, bert_loss), ("ar", gpt2, gpt2_loss),
+                                  ("electra", electra_modules, electra_loss)):
+        steps[name] = (train_step(module, loss_of, dtype), lambda loss_of=loss_of: loss_of().backward())
+    steps["span"] = steps["ar"]  # same packed length: the AR peer is what span corruption costs elsewhere
+    return steps
+
+
+def masking_rates(vocab: Vocab, tokens: torch.Tensor, repeats: int, objective: Objective) -> dict:
+    generator = torch.Generator().manual_seed(0)
+    ours_seconds = median_seconds(lambda: objective.corrupt(tokens, generator), repeats * 4)
+    row = {"name": "masking (mlm corrupt)", "ours_tokens_per_s": tokens.numel() / ours_seconds}
+    try:
+        from transformers import DataCollatorForLanguageModeling
+    except ImportError:
+        return row
+    collator = DataCollatorForLanguageModeling(hf_tokenizer(vocab.size - vocab.num_sentinels), mlm_probability=0.15)
+    rows = [{"input_ids": r} for r in tokens.tolist()]
+    # the collator's input is a list of examples; converting our batch to it is the data loader's work, not timed
+    peer_seconds = median_seconds(lambda: collator(rows), repeats * 4)
+    return {**row, "peer_tokens_per_s": tokens.numel() / peer_seconds}
+
+
+def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, batch_size: int) -> dict:
+    """Greedy decoding of `new_tokens` after a 16-token prompt, for `batch_size` sequences at once. At batch 1 a
+    cached step is bound by reading the weights once per token, so batching is where the cache pays most."""
+    prompt_len = 16
+    torch.manual_seed(0)
+    objective = build_objective("ar", Backbone(preset(model, vocab.size, max_seq_len=prompt_len + new_tokens)),
+                                vocab).eval()
+    prompt = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, prompt_len))
+
+    @torch.no_grad()
+    def recompute() -> torch.Tensor:
+        tokens = prompt
+        for _ in range(new_tokens):
+            hidden = objective.backbone(tokens, attention="causal")
+            tokens = torch.cat([tokens, objective.backbone.logits(hidden[:, -1]).argmax(-1, keepdim=True)], dim=1)
+        return tokens
+
+    cached = median_seconds(lambda: objective.generate(prompt, new_tokens, temperature=0), repeats)
+    full = median_seconds(recompute, max(1, repeats // 2))
+    return {"name": f"generation, batch {batch_size} ({new_tokens} tokens, KV cache vs recompute)",
+            "ours_tokens_per_s": batch_size * new_tokens / cached, "peer_tokens_per_s": batch_size * new_tokens / full}
+
+
+def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, precision: str = "32-true",
+            vocab_size: int = 8192, repeats: int = 5, new_tokens: int = 256) -> tuple[list[dict], str | None]:
+    """The rows of the table, and a note when the peers could not be measured."""
+    if precision not in PRECISIONS:
+        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    dtype = PRECISIONS[precision]
+    vocab = Vocab(vocab_size + 100, num_sentinels=100, first_ordinary=5)
+    tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, seq_len),
+                           generator=torch.Generator().manual_seed(0))
+    first_peak = matmul_peak(dtype or torch.float32)
+    note, peers = None, {}
+    try:
+        peers = peer_steps(model, vocab.size, tokens, dtype)
+    except ImportError:
+        note = 'the peer columns need transformers: pip install -e ".[perf]"'
+    rows, peer_seconds = [], {}
+    for spec in OBJECTIVES:
+        measured = ours(spec, model, vocab, tokens, dtype, repeats)
+        row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
+               "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]
+               / measured["seconds"]}
+        if spec in peers:
+            step, counted = peers[spec]
+            if spec not in peer_seconds:
+                peer_seconds[spec] = (median_seconds(step, repeats), measure_flops(counted))
+            seconds, flops = peer_seconds["ar" if spec == "span" else spec]
+            row.update(peer_tokens_per_s=tokens.numel() / seconds, peer_flops_per_s=flops / seconds)
+        rows.append(row)
+    mlm = build_objective("mlm", Backbone(preset("tiny", vocab.size, max_seq_len=seq_len)), vocab)
+    rows.append(masking_rates(vocab, tokens, repeats, mlm))
+    for generation_batch in (1, 8):
+        rows.append(generation_rates(model, vocab, new_tokens, max(1, repeats // 2), generation_batch))
+    peak = max(first_peak, matmul_peak(dtype or torch.float32))  # the machine's best, measured before and after
+    for row in rows:
+        if "peer_tokens_per_s" in row:
+            row["ratio"] = row["ours_tokens_per_s"] / row["peer_tokens_per_s"]
+        row["mfu"] = row.pop("ours_flops_per_s") / peak if "ours_flops_per_s" in row else None
+        if "peer_flops_per_s" in row:
+            row["peer_mfu"] = row.pop("peer_flops_per_s") / peak
+        row["matmul_peak_flops"] = peak
+    return rows, note
+
+
+def format_table(rows: list[dict]) -> str:
+    fmt = lambda value, spec: "" if value is None else format(value, spec)  # noqa: E731
+    table = [[row["name"], fmt(row["ours_tokens_per_s"], ",.0f"), fmt(row.get("peer_tokens_per_s"), ",.0f"),
+              fmt(row.get("ratio"), ".2f"), fmt(row["mfu"] and 100 * row["mfu"], ".1f"),
+              fmt(row.get("peer_mfu") and 100 * row["peer_mfu"], ".1f")] for row in rows]
+    return tabulate(table, headers=["", "ours tokens/s", "peer tokens/s", "ratio", "ours MFU %", "peer MFU %"],
+                    tablefmt="github", disable_numparse=True, colalign=("left",) + ("right",) * 5)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = Parser(prog="python -m bench.perf", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="small", help="model preset: tiny, small or base (default small)")
+    parser.add_argument("--seq-len", type=int, default=128, help="sequence length (default 128)")
+    parser.add_argument("--batch-size", type=int, default=32, help="batch size in sequences (default 32)")
+    parser.add_argument("--precision", default="32-true", choices=list(PRECISIONS),
+                        help="fp32, or bf16 autocast with fp32 weights (default 32-true)")
+    parser.add_argument("--vocab-size", type=int, default=8192, help="vocabulary without sentinels (default 8192)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps per measurement, median kept (default 5)")
+    parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated in the generation row "
+                                                                   "(default 256)")
+    parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
+    args = parser.parse_args(argv)
+    for name in ("seq_len", "batch_size", "repeats", "new_tokens"):
+        if getattr(args, name) < (2 if name == "seq_len" else 1):
+            raise ConfigError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
+    rows, note = measure(args.model, args.seq_len, args.batch_size, args.precision, args.vocab_size, args.repeats,
+                         args.new_tokens)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return
+    print(f"One training step at {args.model}, T = {args.seq_len}, batch {args.batch_size}, vocabulary "
+          f"{args.vocab_size}, {args.precision}, {torch.get_num_threads()} threads; matrix-multiply peak "
+          f"{rows[0]['matmul_peak_flops'] / 1e9:.0f} GFLOP/s.\n")
+    print(format_table(rows))
+    if note:
+        print(f"\n{note}")
+
+
+if __name__ == "__main__":
+    run(main)
