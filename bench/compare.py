@@ -152,6 +152,8 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")
 
     fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision)
+    if args.batch_size % fabric.world_size:
+        raise ConfigError(f"--batch-size {args.batch_size} does not split evenly over {fabric.world_size} processes")
     if fabric.is_global_zero:
         write_json(out / "config.json", settings)
     runs = []

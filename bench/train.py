@@ -6,8 +6,11 @@ Everything that makes runs comparable lives here:
   exactly at the budget for every objective, whatever its cost per step;
 - evaluations happen at one log-spaced grid of FLOP checkpoints, on held-out windows corrupted identically for every
   run of an objective, so curves line up across seeds and objectives;
-- each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, RNG, counters; the
-  data position is the step) is checkpointed with it, so an interrupted run resumes exactly.
+- each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, counters; the data
+  position is the step) is checkpointed with it, so an interrupted run resumes exactly. There is no RNG state to
+  carry: the masks of a step come from a generator seeded by (seed, step), and the global RNG (ELECTRA's sampling,
+  dropout) is reseeded from (seed, step, rank) before every step, so each process of a multi-device run draws its
+  own noise and a resumed run draws the same noise as an uninterrupted one, whatever the number of devices.
 """
 
 from __future__ import annotations
@@ -163,11 +166,8 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     checkpoint, curve_path = run_dir / "checkpoint.pt", run_dir / "curve.jsonl"
     state = {"model": module, "optimizer": optimizer, "counters": counters}
     if checkpoint.exists():
-        rest = fabric.load(checkpoint, state, strict=False, weights_only=True)
+        fabric.load(checkpoint, state, weights_only=True)
         counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
-        torch.set_rng_state(rest["rng"]["cpu"])
-        if "cuda" in rest["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(rest["rng"]["cuda"])
         # evaluations appended after the checkpoint was written are redone, so drop them
         kept = [row for row in read_jsonl(curve_path) if row["step"] <= counters["step"]]
         if fabric.is_global_zero:
@@ -195,6 +195,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
             group["lr"] = learning_rate(counters["flops"] / config.budget_flops, config)
 
         tick = time.perf_counter()
+        torch.manual_seed(hash((seed, step, fabric.global_rank)) % 2 ** 63)  # see the module docstring
         with fabric.autocast():
             output = module(local_batch.to(fabric.device))
         optimizer.zero_grad(set_to_none=True)
@@ -258,11 +259,8 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
 
 
 def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:
-    rng = {"cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
     temporary = path.with_name(f".{path.name}.tmp")
-    fabric.save(temporary, {**state, "rng": rng})
+    fabric.save(temporary, state)
     if fabric.is_global_zero:
         os.replace(temporary, path)  # never a half-written checkpoint under the real name
     fabric.barrier()
