@@ -23,11 +23,13 @@ def _compute_dtype(tensor: Tensor) -> torch.dtype:
 
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(ctx, hidden: Tensor, weight: Tensor, targets: Tensor, need_grad: bool) -> tuple[Tensor, Tensor]:
         dtype = _compute_dtype(hidden)
-        need_grad = ctx.needs_input_grad[0] or ctx.needs_input_grad[1]
+        # fp16 cannot hold (softmax − one-hot) / rows before the loss scaler's factor arrives: do those products in fp32
+        grad_dtype = torch.float32 if dtype == torch.float16 else dtype
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(dtype), weight.to(dtype)
+            w_grad = w.to(grad_dtype)
             rows = len(targets)
             loss = torch.zeros((), dtype=torch.promote_types(dtype, torch.float32), device=hidden.device)
             correct = torch.zeros((), dtype=torch.long, device=hidden.device)
@@ -47,9 +49,9 @@ class _LinearCrossEntropy(torch.autograd.Function):
                     grad_logits = unnormalized.div_(total * rows)
                     grad_logits.scatter_add_(1, target, torch.full(target.shape, -1.0 / rows, dtype=grad_logits.dtype,
                                                                    device=target.device))
-                    grad_logits = grad_logits.to(dtype)
-                    grad_hidden[chunk] = grad_logits @ w
-                    grad_weight += grad_logits.T @ h[chunk]
+                    grad_logits = grad_logits.to(grad_dtype)
+                    grad_hidden[chunk] = grad_logits @ w_grad
+                    grad_weight += grad_logits.T @ h[chunk].to(grad_dtype)
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss / rows, correct
@@ -57,9 +59,11 @@ class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_correct: Tensor):
         grad_hidden, grad_weight = ctx.saved_tensors
-        return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype), None
+        return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype), None, None
 
 
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-    """(mean cross-entropy of hidden @ weightᵀ against targets, number of rows whose arg-max is the target)."""
-    return _LinearCrossEntropy.apply(hidden, weight, targets)
+    """(mean cross-entropy of hidden @ weightᵀ against targets, number of rows whose arg-max is the target).
+    The gradient products run only when a gradient will be asked for (not under no_grad, as in evaluation)."""
+    need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
+    return _LinearCrossEntropy.apply(hidden, weight, targets, need_grad)

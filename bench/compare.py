@@ -73,7 +73,9 @@ def parse_args(argv: list[str] | None):
     add("--devices", default="1", help="Fabric devices per node: a count, a list like 0,1, or auto (default 1)")
     add("--num-nodes", type=int, default=1, help="Fabric nodes, for multi-node runs launched with `fabric run` or "
                                                  "torchrun (default 1)")
-    add("--strategy", default="auto", help="Fabric strategy: auto, ddp, ddp_spawn, fsdp, ... (default auto)")
+    add("--strategy", default="auto", help="Fabric strategy: auto or ddp; several processes on one machine are "
+                                           "launched by this command, several nodes by torchrun or `fabric run` "
+                                           "(default auto)")
     add("--precision", default="32-true", choices=PRECISIONS,
         help="Fabric precision; bf16-mixed is about 2x faster on CPUs and GPUs with bf16 units (default 32-true)")
     add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
@@ -94,6 +96,11 @@ def check_args(args) -> None:
         raise ConfigError(f"--lr must be > 0, got {args.lr:g}")
     if args.model not in PRESETS:
         raise ConfigError(f"unknown --model {args.model!r}; choose one of {', '.join(PRESETS)}")
+    if args.accelerator == "cpu" and args.precision == "16-mixed":
+        raise ConfigError("--precision 16-mixed needs a GPU; on CPU use bf16-mixed")
+    if any(word in args.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):
+        raise ConfigError(f"--strategy {args.strategy} is not supported: use auto or ddp (launched by this command, "
+                          "torchrun or `fabric run`)")
 
 
 def probe_config(heldout_windows: int) -> ProbeConfig:
@@ -121,8 +128,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_args(args)
     specs = parse_objective_list(args.objectives)
-    if len(set(specs)) != len(specs):
-        raise ConfigError("an objective is listed twice in --objectives")
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size, lr=args.lr,
                          eval_points=args.eval_points, probe_every_eval=args.probe_every_eval)
     if args.num_proc is not None and args.num_proc < 1:
@@ -132,7 +137,12 @@ def main(argv: list[str] | None = None) -> None:
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
     # Everything that can be wrong with the input is found here, before anything is written.
     objectives = [build_on_meta(spec, args.model, args.seq_len, corpus.vocab) for spec in specs]
-    positions = [position_row(objective, args.seq_len, 256, 0) for objective in objectives]
+    canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
+    if len(set(canonical)) != len(canonical):
+        raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
+    # rows are named by the spec as the user wrote it, like the runs
+    positions = [{**position_row(objective, args.seq_len, 256, 0), "objective": spec}
+                 for spec, objective in zip(specs, objectives)]
     bayes = None
     if corpus.language is not None:  # the true distribution is known: the floors and ceilings are too
         test = slice(probe.train_windows, probe.train_windows + probe.test_windows) if probe else slice(None)
@@ -140,8 +150,11 @@ def main(argv: list[str] | None = None) -> None:
                             for spec, objective in zip(specs, objectives)},
                  "ceilings": ceilings(corpus, test)}
     out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder")
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
-                "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, **config_dict(config)}
+                "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
+                **config_dict(config)}
     if (out / "config.json").exists():
         if not args.resume:
             raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose "
@@ -155,7 +168,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.batch_size % fabric.world_size:
         raise ConfigError(f"--batch-size {args.batch_size} does not split evenly over {fabric.world_size} processes")
     if fabric.is_global_zero:
-        write_json(out / "config.json", settings)
+        try:
+            write_json(out / "config.json", settings)
+        except OSError as error:
+            raise ConfigError(f"cannot write to --out {out}: {error.strerror}") from None
     runs = []
     for spec in specs:
         for seed in range(args.seeds):

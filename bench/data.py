@@ -109,7 +109,8 @@ def _synthetic_rows(config: dict, num_sequences: int, length: int, seed: int, fi
                "component": int(sample.components[row])}
 
 
-def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
+def _synthetic_language(option_text: str) -> tuple[SyntheticOptions, dict, synthetic.Language]:
+    """Parse and check the synthetic options; (options, the language's config, the language)."""
     options = parse_options("synthetic", option_text, SyntheticOptions)
     for name in ("train", "heldout", "seed"):
         if getattr(options, name) < (0 if name == "seed" else 1):
@@ -118,9 +119,13 @@ def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
     language_fields = {f.name for f in fields(synthetic.LanguageConfig)}
     config = {k: v for k, v in asdict(options).items() if k in language_fields}
     try:
-        language = synthetic.make_language(synthetic.LanguageConfig(**config))
+        return options, config, synthetic.make_language(synthetic.LanguageConfig(**config))
     except ValueError as error:
         raise ConfigError(f"synthetic: {error}") from None
+
+
+def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
+    options, config, language = _synthetic_language(option_text)
     vocab = Vocab.for_words(options.words, NUM_SENTINELS)
 
     def split(num_sequences: int, sample_seed: int) -> datasets.Dataset:
@@ -342,10 +347,9 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
 
 def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) -> Corpus:
     """The embedded language written out as text, each word spelled with 1-4 syllables so that a small WordPiece
-    vocabulary splits many words into pieces: exercises the text path and whole-word masking offline."""
-    synthetic_options = parse_options("synthetic", option_text, SyntheticOptions)
-    language = synthetic.make_language(synthetic.LanguageConfig(**{
-        k: v for k, v in asdict(synthetic_options).items() if k in {f.name for f in fields(synthetic.LanguageConfig)}}))
+    vocabulary splits many words into pieces: exercises the text path and whole-word masking offline. train + heldout
+    sequences of 64 words are written, one per line; the held-out documents are then chosen like any text's (5 %)."""
+    synthetic_options, _, language = _synthetic_language(option_text)
     syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70
     spell = lambda w: "".join(syllables[(w * 7919 + i * 31) % len(syllables)] for i in range(1 + w % 4))  # noqa
     key = hashlib.sha256(json.dumps(asdict(synthetic_options), sort_keys=True).encode()).hexdigest()[:16]

@@ -5,7 +5,7 @@
 Per objective, one training step (corruption, forward, backward, AdamW) of the suite against its Hugging Face peer at
 the same width, depth, heads, vocabulary, length and batch, dropout off on both: mlm vs BertForMaskedLM fed by
 DataCollatorForLanguageModeling; ar vs GPT2LMHeadModel; electra vs ElectraForMaskedLM + ElectraForPreTraining with
-ELECTRA's recipe; span vs the AR peer at the same packed length. MFU is model FLOP/s (the suite's own count for ours,
+ELECTRA's recipe; span vs the AR peer at the same packed length (what span corruption costs elsewhere). MFU is model FLOP/s (the suite's own count for ours,
 FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype, measured in the same run. Also: MLM
 masking against the collator, and KV-cached generation against recomputing the prefix for every new token.
 The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
@@ -143,7 +143,6 @@ def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype) -> dict
     for name, module, loss_of in (("mlm", bert, bert_loss), ("ar", gpt2, gpt2_loss),
                                   ("electra", electra_modules, electra_loss)):
         steps[name] = (train_step(module, loss_of, dtype), lambda loss_of=loss_of: loss_of().backward())
-    steps["span"] = steps["ar"]  # same packed length: the AR peer is what span corruption costs elsewhere
     return steps
 
 
@@ -206,11 +205,12 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
                "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]
                / measured["seconds"]}
-        if spec in peers:
-            step, counted = peers[spec]
-            if spec not in peer_seconds:
-                peer_seconds[spec] = (median_seconds(step, repeats), measure_flops(counted))
-            seconds, flops = peer_seconds["ar" if spec == "span" else spec]
+        peer = "ar" if spec == "span" else spec  # the same model at the same packed length: timed once
+        if peer in peers:
+            if peer not in peer_seconds:
+                step, counted = peers[peer]
+                peer_seconds[peer] = (median_seconds(step, repeats), measure_flops(counted))
+            seconds, flops = peer_seconds[peer]
             row.update(peer_tokens_per_s=tokens.numel() / seconds, peer_flops_per_s=flops / seconds)
         rows.append(row)
     mlm = build_objective("mlm", Backbone(preset("tiny", vocab.size, max_seq_len=seq_len)), vocab)

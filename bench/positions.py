@@ -49,6 +49,8 @@ def position_row(objective: Objective, seq_len: int, samples: int, seed: int) ->
     }
     if isinstance(objective, MaskedLM):
         row.update(objective.expected_split(seq_len))
+        if objective.options.whole_word and objective.vocab.continuation is not None:
+            row["upper_bound"] = True  # whole words fill round(rate·T) only when they fit exactly
         kinds = corrupted.info["rewrite"]
         row.update({f"measured_{share}": int((kinds == kind).sum()) / samples
                     for share, kind in (("mask", MASKED), ("random", RANDOM), ("keep", KEPT))})
@@ -102,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed for the measured column (default 0)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     args = parser.parse_args(argv)
-    if args.seq_len < 1:
-        raise ConfigError(f"--seq-len must be >= 1, got {args.seq_len}")
+    if args.seq_len < 2:
+        raise ConfigError(f"--seq-len must be >= 2, got {args.seq_len}")
     if args.samples < 1:
         raise ConfigError(f"--samples must be >= 1, got {args.samples}")
     rows = position_table(parse_objective_list(args.objectives), args.seq_len, args.model, args.vocab_size,

@@ -55,7 +55,8 @@ def density_section(positions: list[dict], runs: list[dict], seq_len: int) -> st
             split = f"discriminator {row['discriminator_positions']} + generator {row['generator_positions']:g}"
         if "spans" in row:
             split = f"{row['noise_tokens']} noise tokens in {row['spans']} spans of {row['raw_tokens']} raw tokens"
-        rows.append([row["objective"], row["attention"], f"{row['supervised_positions']:g}",
+        analytic = ("≤ " if row.get("upper_bound") else "") + f"{row['supervised_positions']:g}"
+        rows.append([row["objective"], row["attention"], analytic,
                      f"{measured[row['objective']]:.2f}", f"{row['ratio_to_ar']:.3f}", split])
     return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {seq_len} tokens: the analytic count "
             "beside the mean measured over every training batch; the ratio is to AR's T − 1.\n\n"
@@ -119,7 +120,9 @@ def results_section(runs: list[dict], bayes: dict | None) -> tuple[str, list[dic
                 floor_rows.append([spec, metric, value.format(4), f"{floor:.4f}", excess.format(4)])
                 item[f"{metric}_bayes_floor"], item[f"{metric}_excess_mean"] = floor, excess.mean
         text += ("\n\n### Distance to the Bayes floor\n\nThe best loss any model could reach on exactly these "
-                 "evaluation batches, computed by exact inference in the language that generated them. Only the "
+                 "evaluation batches, computed by exact inference in the language that generated them (for masked "
+                 "tokens the predictor also knows which positions were chosen, which no model does, so the floor is "
+                 "a lower bound rather than always reachable). Only the "
                  "excess is comparable across objectives, and only in kind: each floor belongs to its own task. "
                  "ELECTRA's floor is its generator's; its discriminator's best loss depends on the generator. "
                  "Span corruption has no floor here.\n\n"

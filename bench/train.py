@@ -59,7 +59,8 @@ def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int
                         precision=precision)
     except (ValueError, RuntimeError, TypeError) as error:  # Fabric reports bad flags this way
         raise ConfigError(f"Fabric: {str(error).splitlines()[0]}") from None
-    fabric.launch()
+    if os.environ.get("LT_CLI_USED", "0") != "1":  # `fabric run` has launched the processes already
+        fabric.launch()
     return fabric
 
 
@@ -100,7 +101,7 @@ def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, 
         return objective.corrupt(windows[index], corruption_generator(seed, step))
     copies = (position // len(windows)) % objective.static_copies
     return Corrupted.concat([
-        objective.corrupt(windows[i:i + 1], torch.Generator().manual_seed((seed * 2 ** 24 + i) * 1024 + copy))
+        objective.corrupt(windows[i:i + 1], torch.Generator().manual_seed(hash((seed, i, copy)) % 2 ** 63))
         for i, copy in zip(index.tolist(), copies.tolist())])
 
 
@@ -131,17 +132,21 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted]) 
     was_training = module.training
     module.eval()
     totals: dict[str, float] = {}
-    weight = 0
+    weight = 0  # supervised positions; a batch without any carries no loss and is skipped
     devices = [fabric.device] if fabric.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
         torch.manual_seed(EVAL_SEED)
         for batch in batches:
             with fabric.autocast():
                 output = module(batch.to(fabric.device))
+            if output.supervised_positions == 0:
+                continue
             for key, value in {"loss": output.loss.item(), **output.metrics}.items():
                 totals[key] = totals.get(key, 0.0) + value * output.supervised_positions
             weight += output.supervised_positions
     module.train(was_training)
+    if weight == 0:
+        return {"loss": float("nan")}
     return {key: value / weight for key, value in totals.items()}
 
 
@@ -164,10 +169,12 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
                 "wall_seconds": 0.0, "next_eval": 0}
     checkpoint, curve_path = run_dir / "checkpoint.pt", run_dir / "curve.jsonl"
-    state = {"model": module, "optimizer": optimizer, "counters": counters}
+    precision = fabric.strategy.precision  # holds the loss scaler under 16-mixed, whose state must resume too
+    state = {"model": module, "optimizer": optimizer, "counters": counters, "precision": precision.state_dict()}
     if checkpoint.exists():
         fabric.load(checkpoint, state, weights_only=True)
         counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
+        precision.load_state_dict(state["precision"])
         # evaluations appended after the checkpoint was written are redone, so drop them
         kept = [row for row in read_jsonl(curve_path) if row["step"] <= counters["step"]]
         if fabric.is_global_zero:
@@ -198,15 +205,21 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         torch.manual_seed(hash((seed, step, fabric.global_rank)) % 2 ** 63)  # see the module docstring
         with fabric.autocast():
             output = module(local_batch.to(fabric.device))
+        loss_to_reduce = output.loss
+        if world > 1 and objective.token_mean_loss:
+            # DDP averages the processes' gradients; when their supervised counts differ (Bernoulli, whole-word),
+            # weight each process's mean by its share so the result is the mean over the global batch's positions
+            loss_to_reduce = output.loss * (output.supervised_positions * world / objective.counted_positions(batch))
         optimizer.zero_grad(set_to_none=True)
-        fabric.backward(output.loss)
+        fabric.backward(loss_to_reduce)
         if config.grad_clip > 0:
             fabric.clip_gradients(module, optimizer, max_norm=config.grad_clip)
         optimizer.step()
         loss = output.loss.item()
         counters["train_seconds"] += time.perf_counter() - tick
         if not math.isfinite(loss):
-            raise RuntimeError(f"{spec} seed {seed}: loss became {loss} at step {step}; lower --lr")
+            raise ConfigError(f"{spec} seed {seed}: the loss became {loss} at step {step}; start again in a new --out "
+                              "with a lower --lr")
 
         counters["step"] = step + 1
         counters["flops"] += step_flops
@@ -260,7 +273,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
 
 def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
-    fabric.save(temporary, state)
+    fabric.save(temporary, {**state, "precision": fabric.strategy.precision.state_dict()})
     if fabric.is_global_zero:
         os.replace(temporary, path)  # never a half-written checkpoint under the real name
     fabric.barrier()

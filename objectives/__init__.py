@@ -1,4 +1,4 @@
-"""Pretraining objectives on the shared backbone, built from spec strings such as "mlm:rate=0.4,mask=1.0".
+"""Pretraining objectives on the shared backbone, built from spec strings such as "mlm:rate=0.4,mask=0.9,random=0".
 
 A spec is NAME or NAME:KEY=VALUE,KEY=VALUE (see objectives.base.parse_options); every mistake raises ConfigError
 with a one-line message naming it.

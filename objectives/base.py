@@ -135,6 +135,7 @@ class Objective(nn.Module):
     attention: str = "bidirectional"  # the mode the backbone runs in; also the natural mode for probing features
     can_generate: bool = False  # whether incremental (KV-cached) generation is possible
     static_copies: int = 0  # > 0: each window has this many fixed corruptions, used in turn (BERT's dupe_factor)
+    token_mean_loss: bool = True  # the loss is a mean over the supervised positions (ELECTRA's is not)
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: Options | None = None) -> None:
         super().__init__()

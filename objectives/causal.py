@@ -50,6 +50,8 @@ class CausalLM(Objective):
                               f"{self.backbone.config.max_seq_len}")
         if temperature < 0:
             raise ConfigError(f"temperature must be >= 0, got {temperature}")
+        was_training = self.training
+        self.eval()  # no dropout while decoding
         cache = self.backbone.new_kv_cache(batch_size, total)
         hidden = self.backbone(prompt, attention="causal", kv_cache=cache)
         out = [prompt]
@@ -58,6 +60,7 @@ class CausalLM(Objective):
             next_token = sample_token(logits, temperature, top_k, generator)
             out.append(next_token)
             hidden = self.backbone(next_token, attention="causal", kv_cache=cache)
+        self.train(was_training)
         return torch.cat(out, dim=1)
 
 

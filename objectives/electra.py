@@ -44,6 +44,7 @@ class Electra(Objective):
     name = "electra"
     options_class = ElectraOptions
     attention = "bidirectional"
+    token_mean_loss = False  # generator mean + λ · discriminator mean
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: ElectraOptions | None = None) -> None:
         super().__init__(backbone, vocab, options)

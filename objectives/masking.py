@@ -76,7 +76,8 @@ def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
     whole words from the anchor, and repeat until exactly `count` tokens are chosen (the last span is cut at the
     budget, as in SpanBERT). One draw per iteration for every sequence at once.
 
-    Returns (selected (batch, T) bool, span id per position, -1 where not selected)."""
+    Returns (selected (batch, T) bool, span id per position: the position where its span starts, -1 where not
+    selected)."""
     batch, seq_len = word_starts.shape
     positions = torch.arange(seq_len).expand(batch, seq_len)
     words = word_index(word_starts)
@@ -89,7 +90,7 @@ def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
     selected = torch.zeros(batch, seq_len, dtype=torch.bool)
     span_id = torch.full((batch, seq_len), -1, dtype=torch.long)
     chosen = torch.zeros(batch, dtype=torch.long)
-    for span in range(100 * count + 100):  # bounded; each round adds a span to every sequence still short of `count`
+    for _ in range(100 * count + 100):  # bounded; each round adds a span to every sequence still short of `count`
         short = chosen < count
         if not short.any():
             break
@@ -101,7 +102,7 @@ def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
         new = (positions >= low) & (positions < high) & ~selected & fresh[:, None]
         new &= new.long().cumsum(1) <= (count - chosen)[:, None]  # cut the last span at the budget
         selected |= new
-        span_id[new] = span
+        span_id = torch.where(new, low, span_id)  # a fresh anchor is never selected, so its start is unique and < T
         chosen += new.sum(1)
     return selected, span_id
 

@@ -76,6 +76,11 @@ def test_electra_floor_is_its_generators(corpus):
                                                      abs=1e-9)
 
 
+def test_span_masked_mlm_has_no_floor(corpus):
+    objective, batches = batches_for("mlm:span=geometric,rate=0.4", corpus)
+    assert loss_floors(objective, batches, corpus) == {}
+
+
 def test_span_has_no_floor_and_ceilings_are_ordered(corpus):
     longer = load_corpus(TINY_DATA, 12)
     objective, batches = batches_for("span", longer)

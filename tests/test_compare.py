@@ -88,6 +88,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["--data", "nowhere:x"], "unknown data source"),
     (["--objectives", "span", "--seq-len", "5"], "too short"),
     (["--precision", "8-bit"], "invalid choice"),
+    (["--precision", "16-mixed"], "needs a GPU"),
+    (["--strategy", "ddp_spawn"], "not supported"),
+    (["--objectives", "mlm,mlm:rate=0.15"], "listed twice"),
+    (["--data", "synthetic:successors=99"], "successors"),
+    (["--data", "synthetic:text,successors=99"], "successors"),
 ])
 def test_bad_input_is_one_line_with_status_2_and_writes_nothing(args, message, tmp_path, capsys):
     out = tmp_path / "out"
@@ -118,3 +123,18 @@ def test_help_explains_every_flag():
     for flag in ("--objectives", "--seeds", "--budget", "--model", "--seq-len", "--batch-size", "--data", "--out",
                  "--resume", "--accelerator", "--devices", "--num-nodes", "--strategy", "--precision"):
         assert flag in result.stdout
+
+
+def test_objectives_are_reported_by_the_spec_as_written(tmp_path):
+    out = tmp_path / "named"
+    main([*TINY, "--objectives", "mlm:whole_word=yes,ar:", "--out", str(out), "--no-probes"])
+    results = json.loads((out / "results.json").read_text())
+    assert [row["objective"] for row in results["positions"]] == ["mlm:whole_word=yes", "ar:"]
+    assert "| mlm:whole_word=yes " in (out / "report.md").read_text()
+
+
+def test_out_must_be_a_writable_folder(tmp_path, capsys):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SystemExit):
+        run(main, [*TINY, "--out", str(tmp_path / "file")])
+    assert "is a file" in capsys.readouterr().err

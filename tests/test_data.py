@@ -201,3 +201,12 @@ def test_foreign_tokenizers_are_refused(tmp_path, text_file):
         load_corpus(f"text:{text_file}", 32, TextOptions(tokenizer=str(tmp_path / "bert_like.json")))
     with pytest.raises(ConfigError, match="no such tokenizer"):
         load_corpus(f"text:{text_file}", 32, TextOptions(tokenizer=str(tmp_path / "none.json")))
+
+
+def test_span_masking_at_full_rate_on_short_windows():
+    objective = build_run_objective("mlm:span=geometric,rate=1.0", TrainConfig(budget_flops=1, model="tiny"),
+                                    type("C", (), {"vocab": Vocab.for_words(50), "seq_len": 16})())
+    for seed in range(20):  # many rounds are needed to fill a budget of every position
+        batch = objective.corrupt(torch.randint(4, 54, (8, 16), generator=torch.Generator().manual_seed(seed)),
+                                  torch.Generator().manual_seed(seed))
+        assert ((batch.targets != IGNORE).sum(1) == 16).all()

@@ -105,5 +105,5 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
     train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False)
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert set(state) == {"model", "optimizer", "counters"}
+    assert set(state) == {"model", "optimizer", "counters", "precision"}
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
