@@ -13,7 +13,7 @@ import platform
 import shlex
 import subprocess
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from bench.positions import build_on_meta, position_row
 from bench.report import write_report
 from bench.bayes import ceilings, loss_floors
 from bench.probes import ProbeConfig
-from bench.train import TrainConfig, config_dict, eval_batches, finished_result, make_fabric, run_name, train_run
+from bench.train import TrainConfig, eval_batches, finished_result, make_fabric, run_name, train_run
 from objectives import parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         raise ConfigError(f"--out {out} is a file, not a folder")
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **config_dict(config)}
+                **asdict(config)}
     if (out / "config.json").exists():
         if not args.resume:
             raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose "

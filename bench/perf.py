@@ -24,7 +24,7 @@ from tabulate import tabulate
 
 from backbone import Backbone, ConfigError, measure_flops, preset
 from bench.cli import Parser, run
-from objectives import IGNORE, Objective, Vocab, build_objective
+from objectives import Objective, Vocab, build_objective
 
 OBJECTIVES = ("mlm", "ar", "electra", "span")
 PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}

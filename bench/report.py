@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
@@ -68,14 +69,15 @@ def compute_section(runs: list[dict]) -> str:
     rows = []
     for spec, rs in by_objective(runs).items():
         mean = lambda key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
-        rows.append([spec, len(rs), f"{mean('flops_per_step'):.4g}", f"{mean('steps'):.1f}", f"{mean('tokens'):.4g}",
-                     f"{mean('supervised_positions'):.4g}", f"{mean('flops'):.4g}", f"{mean('wall_seconds'):.1f}",
-                     f"{mean('tokens_per_second'):,.0f}"])
+        rows.append([spec, len(rs), f"{mean('flops_per_step'):.4g}", f"{mean('flops') / mean('tokens'):.4g}",
+                     f"{mean('flops') / mean('supervised_positions'):.4g}", f"{mean('steps'):.1f}",
+                     f"{mean('tokens'):.4g}", f"{mean('supervised_positions'):.4g}", f"{mean('flops'):.4g}",
+                     f"{mean('wall_seconds'):.1f}", f"{mean('tokens_per_second'):,.0f}"])
     return ("## 3. Compute\n\nMeans over seeds. FLOPs are the suite's analytic count of every matrix product each "
             "objective executes (forward + backward, generator included); training stops at the first step that "
             "reaches the budget.\n\n"
-            + table(rows, ["objective", "seeds", "FLOPs / step", "steps", "tokens", "supervised positions",
-                           "total FLOPs", "wall s", "tokens / s"]))
+            + table(rows, ["objective", "seeds", "FLOPs / step", "FLOPs / token", "FLOPs / supervised", "steps",
+                           "tokens", "supervised positions", "total FLOPs", "wall s", "tokens / s"]))
 
 
 def _p(value: float) -> str:
@@ -226,6 +228,9 @@ def plot_density(positions: list[dict], runs: list[dict], path: Path) -> None:
 
 
 def save_figure(figure: plt.Figure, path: Path) -> None:
+    for axes in figure.axes:
+        if axes.get_xscale() == "log":  # decade labels only: minor labels collide on short ranges
+            axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     buffer = io.BytesIO()
     figure.tight_layout()
     figure.savefig(buffer, format="png", dpi=120)

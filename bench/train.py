@@ -19,7 +19,7 @@ import math
 import os
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -251,8 +251,8 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         probes = run_probes(objective, corpus, probe)
 
     result = {
-        "objective": spec, "seed": seed, "attention": objective.attention, "steps": counters["step"], "flops": counters["flops"],
-        "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
+        "objective": spec, "seed": seed, "attention": objective.attention, "steps": counters["step"],
+        "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "supervised_per_sequence": counters["supervised_positions"] / (counters["step"] * batch_size),
         "flops_per_step": counters["flops"] / counters["step"],
         "wall_seconds": counters["wall_seconds"], "train_seconds": counters["train_seconds"],
@@ -283,6 +283,3 @@ def finished_result(run_dir: Path) -> dict | None:
     path = run_dir / "result.json"
     return read_json(path) if path.exists() else None
 
-
-def config_dict(config: TrainConfig) -> dict:
-    return asdict(config)

@@ -46,16 +46,16 @@ def test_results_json_fields(comparison):
     runs = results["runs"]
     assert [(r["objective"], r["seed"]) for r in runs] == [(o, s) for o in ("mlm", "ar", "electra", "span")
                                                           for s in (0, 1)]
-    for run in runs:
+    for result in runs:
         for key in ("objective", "seed", "steps", "flops", "tokens", "supervised_positions", "wall_seconds", "curve"):
-            assert key in run
-        assert 3e8 <= run["flops"] < 3e8 + run["flops_per_step"]
-        assert all({"flops", "loss"} <= set(point) for point in run["curve"])
+            assert key in result
+        assert 3e8 <= result["flops"] < 3e8 + result["flops_per_step"]
+        assert all({"flops", "loss"} <= set(point) for point in result["curve"])
     bayes = results["bayes"]
     assert set(bayes["floors"]) == {"mlm", "ar", "electra", "span"} and bayes["floors"]["span"] == {}
     assert bayes["ceilings"]["smoothing_accuracy"] >= bayes["ceilings"]["filtering_accuracy"]
-    for run in runs:
-        probes = run["probes"]
+    for result in runs:
+        probes = result["probes"]
         assert {"tagging_frozen", "tagging_finetuned", "component", "probe_flops"} <= set(probes)
         for key, chance in (("tagging_frozen", "tagging_chance"), ("component", "component_chance")):
             assert 0 <= probes[chance] <= 1 and 0 <= probes[key] <= 1
