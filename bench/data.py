@@ -13,6 +13,7 @@ windows in the same order: the order is a property of the corpus, not of the run
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import glob
 import hashlib
@@ -20,7 +21,7 @@ import json
 import os
 import socket
 import sys
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import datasets
@@ -195,7 +196,7 @@ def _files(path_text: str) -> list[Path]:
 
 
 def _check_utf8(path: Path) -> None:
-    decoder, offset = __import__("codecs").getincrementaldecoder("utf-8")(), 0
+    decoder, offset = codecs.getincrementaldecoder("utf-8")(), 0
     with open(path, "rb") as handle:
         while chunk := handle.read(1 << 20):
             try:
@@ -350,23 +351,31 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     vocabulary splits many words into pieces: exercises the text path and whole-word masking offline. train + heldout
     sequences of 64 words are written, one per line; the held-out documents are then chosen like any text's (5 %)."""
     synthetic_options, _, language = _synthetic_language(option_text)
-    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70
-    spell = lambda w: "".join(syllables[(w * 7919 + i * 31) % len(syllables)] for i in range(1 + w % 4))  # noqa
-    key = hashlib.sha256(json.dumps(asdict(synthetic_options), sort_keys=True).encode()).hexdigest()[:16]
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70, two letters each
+    width = 1
+    while len(syllables) ** width < synthetic_options.words:
+        width += 1
+
+    def spell(word: int) -> str:
+        # the word id in base 70 at a fixed width makes every spelling unique; 0-2 more syllables vary the length
+        digits = [(word // len(syllables) ** i) % len(syllables) for i in range(width)]
+        extra = [(word * 7919 + i * 31) % len(syllables) for i in range(word % 3)]
+        return "".join(syllables[d] for d in digits + extra)
+
+    spelling_version = 2  # part of the cache key: a change of spelling must not reuse an old file
+    key = hashlib.sha256(json.dumps([spelling_version, asdict(synthetic_options)], sort_keys=True).encode()
+                         ).hexdigest()[:16]
     path = _cache_dir(None) / f"synthetic-text-{key}" / "corpus.txt"
     if not path.exists():
         total = synthetic_options.train + synthetic_options.heldout
         words = synthetic.sample(language, total, 64, 2 * synthetic_options.seed).words.tolist()
         write_atomic(path, "".join(" ".join(spell(w) for w in line) + "\n" for line in words))
-    text = replace_vocab(options, min(options.vocab_size, 2 * synthetic_options.words))
+    # fewer pieces than word types, so that many words are split into pieces
+    text = replace(options, vocab_size=min(options.vocab_size, synthetic_options.words // 2))
     docs = _load_files(str(path), "text")
     corpus = text_corpus("synthetic:text" + ("," + option_text if option_text else ""), docs, seq_len, text, None)
     corpus.description = f"embedded HMM mixture written as text ({path}): " + corpus.description
     return corpus
-
-
-def replace_vocab(options: TextOptions, vocab_size: int) -> TextOptions:
-    return TextOptions(options.text_field, vocab_size, options.tokenizer, options.num_proc)
 
 
 class _quiet_datasets:
