@@ -27,7 +27,7 @@ from lightning_fabric import Fabric
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from backbone import Backbone, ConfigError, preset
+from backbone import Backbone, ConfigError, Transformer, preset
 from bench.data import Corpus
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
 from bench.probes import ProbeConfig, run_probes
@@ -50,6 +50,7 @@ class TrainConfig:
     first_eval: float = 0.05  # share of the budget at the first checkpoint
     eval_windows: int = 128
     probe_every_eval: bool = False  # also fit the frozen probes at every FLOP checkpoint
+    compile: bool = False  # torch.compile every transformer stack (the backbone's, ELECTRA's generator)
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
@@ -162,6 +163,9 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         raise ConfigError(f"batch size {config.batch_size} does not split over {world} processes")
     fabric.seed_everything(seed, verbose=False)
     objective = build_run_objective(spec, config, corpus)
+    if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
+        for stack in [m for m in objective.modules() if isinstance(m, Transformer)]:
+            stack.compile()
     optimizer = torch.optim.AdamW(optimizer_groups(objective, config.weight_decay), lr=config.lr,
                                   betas=(0.9, 0.98), eps=1e-6)
     module, optimizer = fabric.setup(objective, optimizer)

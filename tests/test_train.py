@@ -107,3 +107,12 @@ def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert set(state) == {"model", "optimizer", "counters", "precision"}
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_path):
+    eager = train_run(fabric, "electra", 2, corpus, config(budget=1e8), tmp_path / "eager", progress=False)
+    compiled = train_run(fabric, "electra", 2, corpus, config(budget=1e8, compile=True), tmp_path / "compiled",
+                         progress=False)
+    assert (compiled["steps"], compiled["flops"], compiled["supervised_positions"]) == \
+        (eager["steps"], eager["flops"], eager["supervised_positions"])
+    assert compiled["curve"][-1]["loss"] == pytest.approx(eager["curve"][-1]["loss"], rel=1e-3)
