@@ -69,19 +69,25 @@ def position_table(specs: list[str], seq_len: int, model: str = "small", vocab_s
     return [position_row(build_on_meta(spec, model, seq_len, vocab), seq_len, samples, seed) for spec in specs]
 
 
-def _split(row: dict) -> str:
+def analytic_count(row: dict) -> str:
+    """The analytic supervised positions of a row, marked when they are only an upper bound (whole-word masking)."""
+    return ("≤ " if row.get("upper_bound") else "") + f"{row['supervised_positions']:g}"
+
+
+def describe_parts(row: dict) -> str:
+    """MLM's expected [MASK] / random / kept split, or what ELECTRA's and span corruption's counts are made of."""
     if "mask" in row:
         return f"{row['mask']:.2f} / {row['random']:.2f} / {row['keep']:.2f}"
     if "generator_positions" in row:
-        return f"disc {row['discriminator_positions']} + gen {row['generator_positions']:g}"
+        return f"discriminator {row['discriminator_positions']} + generator {row['generator_positions']:g}"
     if "spans" in row:
-        return f"{row['noise_tokens']} noise in {row['spans']} spans of {row['raw_tokens']} raw"
+        return f"{row['noise_tokens']} noise tokens in {row['spans']} spans of {row['raw_tokens']} raw tokens"
     return ""
 
 
 def format_table(rows: list[dict]) -> str:
-    table = [[row["objective"], row["attention"], f"{row['supervised_positions']:g}",
-              f"{row['measured_positions']:.2f}", _split(row), f"{row['ratio_to_ar']:.3f}",
+    table = [[row["objective"], row["attention"], analytic_count(row),
+              f"{row['measured_positions']:.2f}", describe_parts(row), f"{row['ratio_to_ar']:.3f}",
               "yes" if row["incremental_generation"] else "no", f"{row['flops_per_sequence']:.4g}",
               f"{row['flops_per_supervised_position']:.4g}"] for row in rows]
     headers = ["objective", "attention", "supervised / seq", "measured", "[MASK] / random / kept, or parts",

@@ -19,6 +19,7 @@ import seaborn as sns  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
 from bench.files import write_atomic, write_json  # noqa: E402
+from bench.positions import analytic_count, describe_parts  # noqa: E402
 from bench.stats import summarize, welch_p_value  # noqa: E402
 
 
@@ -47,18 +48,14 @@ def setup_section(setup: dict) -> str:
     return "## 1. Setup\n\n" + table(rows, ["", ""])
 
 
-def density_section(positions: list[dict], runs: list[dict], seq_len: int) -> str:
-    measured = {spec: sum(r["supervised_per_sequence"] for r in rs) / len(rs) for spec, rs in by_objective(runs).items()}
-    rows = []
-    for row in positions:
-        split = f"{row['mask']:.2f} / {row['random']:.2f} / {row['keep']:.2f}" if "mask" in row else ""
-        if "generator_positions" in row:
-            split = f"discriminator {row['discriminator_positions']} + generator {row['generator_positions']:g}"
-        if "spans" in row:
-            split = f"{row['noise_tokens']} noise tokens in {row['spans']} spans of {row['raw_tokens']} raw tokens"
-        analytic = ("≤ " if row.get("upper_bound") else "") + f"{row['supervised_positions']:g}"
-        rows.append([row["objective"], row["attention"], analytic,
-                     f"{measured[row['objective']]:.2f}", f"{row['ratio_to_ar']:.3f}", split])
+def measured_density(runs: list[dict]) -> dict[str, float]:
+    """Supervised positions per sequence, measured over every training batch, mean over seeds."""
+    return {spec: sum(r["supervised_per_sequence"] for r in rs) / len(rs) for spec, rs in by_objective(runs).items()}
+
+
+def density_section(positions: list[dict], measured: dict[str, float], seq_len: int) -> str:
+    rows = [[row["objective"], row["attention"], analytic_count(row), f"{measured[row['objective']]:.2f}",
+             f"{row['ratio_to_ar']:.3f}", describe_parts(row)] for row in positions]
     return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {seq_len} tokens: the analytic count "
             "beside the mean measured over every training batch; the ratio is to AR's T − 1.\n\n"
             + table(rows, ["objective", "attention", "analytic", "measured", "ratio to ar",
@@ -215,8 +212,7 @@ def plot_probes(runs: list[dict], path: Path) -> bool:
     return True
 
 
-def plot_density(positions: list[dict], runs: list[dict], path: Path) -> None:
-    measured = {spec: sum(r["supervised_per_sequence"] for r in rs) / len(rs) for spec, rs in by_objective(runs).items()}
+def plot_density(positions: list[dict], measured: dict[str, float], path: Path) -> None:
     frame = pd.DataFrame([{"objective": row["objective"], "count": "analytic", "positions": row["supervised_positions"]}
                           for row in positions]
                          + [{"objective": spec, "count": "measured", "positions": value}
@@ -243,7 +239,8 @@ def write_report(out: Path, setup: dict, positions: list[dict], runs: list[dict]
     """Write report.md, the PNG plots and results.json into `out`; return report.md's path."""
     results_text, summary = results_section(runs, bayes)
     plot_loss(runs, out / "loss_vs_flops.png")
-    plot_density(positions, runs, out / "signal_density.png")
+    measured = measured_density(runs)
+    plot_density(positions, measured, out / "signal_density.png")
     plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
     if plot_excess(runs, (bayes or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
         plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
@@ -254,7 +251,7 @@ def write_report(out: Path, setup: dict, positions: list[dict], runs: list[dict]
         f"# Pretraining objectives at equal compute\n\nBudget: **{budget_flops:.3g} FLOPs** per run; objectives: "
         + ", ".join(f"`{spec}`" for spec in by_objective(runs)) + ".",
         setup_section(setup),
-        density_section(positions, runs, seq_len),
+        density_section(positions, measured, seq_len),
         compute_section(runs),
         results_text,
         "## 5. Plots\n\n" + "\n\n".join(plots),
