@@ -27,7 +27,8 @@ from bench.positions import build_on_meta, position_row
 from bench.report import write_report
 from bench.bayes import ceilings, loss_floors
 from bench.probes import ProbeConfig
-from bench.train import TrainConfig, eval_batches, finished_result, make_fabric, run_name, train_run
+from bench.train import (TrainConfig, check_batch_split, eval_batches, finished_result, make_fabric, run_name,
+                         train_run)
 from objectives import parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -168,8 +169,7 @@ def main(argv: list[str] | None = None) -> None:
             raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")
 
     fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision)
-    if args.batch_size % fabric.world_size:
-        raise ConfigError(f"--batch-size {args.batch_size} does not split evenly over {fabric.world_size} processes")
+    check_batch_split(args.batch_size, fabric.world_size)  # before anything is written
     if fabric.is_global_zero:
         try:
             write_json(out / "config.json", settings)

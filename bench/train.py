@@ -65,6 +65,11 @@ def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int
     return fabric
 
 
+def check_batch_split(batch_size: int, world_size: int) -> None:
+    if batch_size % world_size:
+        raise ConfigError(f"--batch-size {batch_size} does not split evenly over {world_size} processes")
+
+
 def eval_grid(config: TrainConfig) -> list[float]:
     """FLOP checkpoints, log-spaced from first_eval · budget to the budget."""
     if config.eval_points == 1:
@@ -159,8 +164,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     config.probe_every_eval, the frozen backbone at every checkpoint). Returns the result, or None when stopped early
     by `stop_after_steps` (which simulates an interruption)."""
     world = fabric.world_size
-    if config.batch_size % world:
-        raise ConfigError(f"batch size {config.batch_size} does not split over {world} processes")
+    check_batch_split(config.batch_size, world)
     fabric.seed_everything(seed, verbose=False)
     objective = build_run_objective(spec, config, corpus)
     if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
