@@ -154,7 +154,7 @@ def masking_rates(vocab: Vocab, tokens: torch.Tensor, repeats: int, objective: O
         from transformers import DataCollatorForLanguageModeling
     except ImportError:
         return row
-    collator = DataCollatorForLanguageModeling(hf_tokenizer(vocab.size - vocab.num_sentinels), mlm_probability=0.15)
+    collator = DataCollatorForLanguageModeling(hf_tokenizer(vocab.size), mlm_probability=0.15)  # as the BERT peer
     rows = [{"input_ids": r} for r in tokens.tolist()]
     # the collator's input is a list of examples; converting our batch to it is the data loader's work, not timed
     peer_seconds = median_seconds(lambda: collator(rows), repeats * 4)
