@@ -1,9 +1,9 @@
 """One transformer backbone shared by every objective."""
 
-from backbone.config import PRESETS, BackboneConfig, ConfigError, preset
+from backbone.config import PRESETS, BackboneConfig, ConfigError, preset, resolve_model
 from backbone.flops import Flops, measure_flops
 from backbone.kv_cache import KVCache
 from backbone.model import ATTENTION_MODES, Backbone, Transformer
 
 __all__ = ["ATTENTION_MODES", "Backbone", "BackboneConfig", "ConfigError", "Flops", "KVCache", "PRESETS",
-           "Transformer", "measure_flops", "preset"]
+           "Transformer", "measure_flops", "preset", "resolve_model"]

@@ -55,6 +55,31 @@ PRESETS: dict[str, dict] = {
 }
 
 
+SHAPE_FIELDS = {"n_layer": int, "n_head": int, "d_model": int, "d_ff": int, "positions": str, "dropout": float}
+
+
+def resolve_model(text: str, vocab_size: int, max_seq_len: int = 512) -> BackboneConfig:
+    """A model given as a preset name with optional overrides, "small" or "small:d_model=128,n_layer=2", resolved
+    to its full shape. Researchers sweep widths and depths; a mistake is one ConfigError line that names it."""
+    name, _, option_text = text.strip().partition(":")
+    if name not in PRESETS:
+        raise ConfigError(f"unknown --model {name!r}; choose one of {', '.join(PRESETS)}, optionally with overrides "
+                          "such as small:d_model=128,n_layer=2")
+    overrides: dict[str, object] = {}
+    for item in filter(None, (part.strip() for part in option_text.split(","))):
+        key, equals, value = (part.strip() for part in item.partition("="))
+        if not equals or key not in SHAPE_FIELDS:
+            raise ConfigError(f"--model {text!r}: {item!r} is not KEY=VALUE with KEY one of {', '.join(SHAPE_FIELDS)}")
+        if key in overrides:
+            raise ConfigError(f"--model {text!r}: {key} is given twice")
+        try:
+            overrides[key] = SHAPE_FIELDS[key](value)
+        except ValueError:
+            raise ConfigError(f"--model {text!r}: {key}={value!r} is not a valid "
+                              f"{SHAPE_FIELDS[key].__name__}") from None
+    return preset(name, vocab_size, max_seq_len, **overrides)
+
+
 def preset(name: str, vocab_size: int, max_seq_len: int = 512, **overrides) -> BackboneConfig:
     """The named size preset for a vocabulary and maximum length; `overrides` replace single fields."""
     if name not in PRESETS:

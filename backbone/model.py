@@ -136,6 +136,14 @@ class Transformer(nn.Module):
         c = self.config
         return transformer_flops(batch_size, seq_len, c.d_model, c.d_ff, c.n_layer)
 
+    def activation_values(self, batch_size: int, seq_len: int) -> int:
+        """About how many values a training step keeps for the backward pass: per block and token, ten of width d
+        (the input, two norm outputs, q, k, v, the attention output, the projections' inputs, the residual) and the
+        MLP's two of width d_ff. Fused attention keeps no T × T scores; a prefix mask is T × T booleans (T²/4
+        values of 4 bytes)."""
+        c = self.config
+        return batch_size * seq_len * c.n_layer * (10 * c.d_model + 2 * c.d_ff) + seq_len * seq_len // 4
+
 
 class Backbone(nn.Module):
     def __init__(self, config: BackboneConfig) -> None:

@@ -20,36 +20,34 @@ import torch
 
 from bench import synthetic
 from bench.data import Corpus
-from objectives import IGNORE, Corrupted, Electra, MaskedLM, Objective
+from objectives import IGNORE, Corrupted, FloorSpec, Objective, Vocab
 
 
-def _mlm_floor(language: synthetic.Language, batches: list[Corrupted], first_word: int, mask: int, shares) -> float:
+def _masked_token_floor(language: synthetic.Language, batches: list[Corrupted], vocab: Vocab,
+                        floor: FloorSpec) -> float:
     total, count = 0.0, 0
     for batch in batches:
-        words = batch.original - first_word
-        observed = torch.where(batch.inputs == mask, -1, batch.inputs - first_word)
+        words = batch.original - vocab.first_ordinary
+        observed = torch.where(batch.inputs == vocab.MASK, -1, batch.inputs - vocab.first_ordinary)
         selected = batch.targets != IGNORE
-        nll = synthetic.masked_token_nll(language, words, observed, selected, *shares)
+        nll = synthetic.masked_token_nll(language, words, observed, selected, floor.keep, floor.random, floor.mask)
         total += nll[selected].sum().item()
         count += int(selected.sum())
     return total / count
 
 
+def _next_token_floor(language: synthetic.Language, batches: list[Corrupted], vocab: Vocab, floor: FloorSpec) -> float:
+    words = torch.cat([batch.original for batch in batches]) - vocab.first_ordinary
+    return synthetic.next_token_nll(language, words).mean().item()
+
+
+FLOOR_TASKS = {"next_token": _next_token_floor, "masked_token": _masked_token_floor}
+
+
 def loss_floors(objective: Objective, batches: list[Corrupted], corpus: Corpus) -> dict[str, float]:
     """{metric: Bayes floor} for the metrics of `objective` that have one, on these evaluation batches."""
-    language, vocab = corpus.language, corpus.vocab
-    o = objective.options
-    if objective.name == "ar":
-        words = torch.cat([batch.original for batch in batches]) - vocab.first_ordinary
-        return {"loss": synthetic.next_token_nll(language, words).mean().item()}
-    if isinstance(objective, MaskedLM) and o.span:
-        return {}  # one 80/10/10 decision per span couples the positions; the per-position model does not hold
-    if isinstance(objective, MaskedLM):
-        return {"loss": _mlm_floor(language, batches, vocab.first_ordinary, vocab.MASK, (o.keep, o.random, o.mask))}
-    if isinstance(objective, Electra):
-        return {"generator_loss": _mlm_floor(language, batches, vocab.first_ordinary, vocab.MASK,
-                                             (1 - o.mask, 0.0, o.mask))}
-    return {}
+    return {floor.metric: FLOOR_TASKS[floor.task](corpus.language, batches, corpus.vocab, floor)
+            for floor in objective.bayes_floors()}
 
 
 def ceilings(corpus: Corpus, windows: slice) -> dict[str, float]:

@@ -9,6 +9,13 @@ from typing import Callable, NoReturn
 from backbone import ConfigError
 
 
+# One meaning per flag, in every command.
+VOCAB_HELP = ("tokenizer vocabulary size: the 5 special tokens ([PAD] [MASK] [BOS] [EOS] [UNK]) and the ordinary "
+              "tokens; T5's 100 sentinels are added on top")
+MODEL_HELP = ("backbone size: a preset (tiny, small, base) with optional shape overrides, e.g. "
+              "small:d_model=128,n_layer=2 (keys n_layer, n_head, d_model, d_ff, positions, dropout)")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line on stderr (and exit 2), like every other user error here."""
 

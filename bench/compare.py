@@ -1,10 +1,8 @@
-"""Compare pretraining objectives at equal compute.
+"""Compare pretraining objectives at equal compute: the command-line half (parse, check, call, print).
 
     python -m bench.compare --objectives mlm,ar,electra
 
-Trains every objective (and seed) on the same windows until its accounted FLOPs reach the budget, evaluates all of
-them at the same log-spaced FLOP checkpoints, and writes report.md, PNG plots and results.json to --out. Each finished
-evaluation and run is on disk at once: rerun with --resume to continue an interrupted comparison.
+Training is bench.train, the numbers bench.results, the markdown bench.report.
 """
 
 from __future__ import annotations
@@ -13,32 +11,42 @@ import platform
 import shlex
 import subprocess
 import sys
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from lightning_fabric import Fabric
 
-from backbone import PRESETS, ConfigError
-from bench.cli import Parser, run
-from bench.data import TextOptions, load_corpus
-from bench.files import read_json, write_json
-from bench.positions import build_on_meta, position_row
-from bench.report import write_report
+from backbone import ConfigError, resolve_model
 from bench.bayes import ceilings, loss_floors
+from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.data import Corpus, TextOptions, load_corpus
+from bench.density import build_on_meta, position_row
+from bench.files import read_json, write_json
 from bench.probes import ProbeConfig
-from bench.train import (TrainConfig, check_batch_split, eval_batches, finished_result, make_fabric, run_name,
-                         train_run)
-from objectives import parse_objective_list
+from bench.report import write_report
+from bench.results import build_results
+from bench.train import (TrainConfig, TrainingDiverged, check_batch_split, check_memory, eval_batches,
+                         finished_result, launch_processes, make_fabric, run_name, train_run)
+from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
-DEFAULT_BUDGET = 5e12  # about 50 s per objective for the small preset on 2 CPU cores (fp32)
+DEFAULT_BUDGET = 5e12
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
 
 
-def parse_args(argv: list[str] | None):
-    parser = Parser(prog="python -m bench.compare", description=__doc__.split("\n\n")[0] + " "
-                    + __doc__.split("\n\n")[2])
+DESCRIPTION = ("Compare pretraining objectives at equal compute: train every objective (and seed) on the same windows "
+               "until its accounted FLOPs reach the budget, evaluate all of them at the same log-spaced FLOP "
+               "checkpoints, and write report.md, PNG plots and results.json to --out. Each finished evaluation and "
+               "run is on disk at once: rerun with --resume to continue an interrupted comparison.")
+EXIT_CODES = ("exit status: 0 the report was written; 2 a mistake in the input (one line on stderr, nothing written); "
+              "3 the report was written but at least one run diverged (its loss became NaN or infinite; the report "
+              "lists it)")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m bench.compare", description=DESCRIPTION, epilog=EXIT_CODES)
     add = parser.add_argument
     add("--objectives", default=DEFAULT_OBJECTIVES,
         help="comma-separated objective specs: mlm, ar, electra, span, each with options as NAME:KEY=VALUE,... "
@@ -48,7 +56,7 @@ def parse_args(argv: list[str] | None):
                                              "intervals and Welch tests (default 1)")
     add("--budget", type=float, default=DEFAULT_BUDGET,
         help=f"training FLOPs per run, forward + backward, as counted by the suite (default {DEFAULT_BUDGET:g})")
-    add("--model", default="small", help=f"backbone size preset: {', '.join(PRESETS)} (default small)")
+    add("--model", default="small", help=MODEL_HELP + " (default small)")
     add("--seq-len", type=int, default=128, help="window length T in tokens (default 128)")
     add("--batch-size", type=int, default=32, help="global batch size in windows, the same for every objective "
                                                    "(default 32)")
@@ -62,15 +70,16 @@ def parse_args(argv: list[str] | None):
              "or glob; hf:NAME[:CONFIG] loads a Hugging Face hub dataset (needs network) (default synthetic)")
     add("--text-field", default="text", help="text:/hf: corpora: the field of .jsonl/.json/.parquet records that holds "
                                              "the text (default text)")
-    add("--vocab-size", type=int, default=8192, help="text:/hf: corpora: WordPiece vocabulary trained on the training "
-                                                     "documents, special tokens included (default 8192)")
+    add("--vocab-size", type=int, default=8192, help="text:/hf: corpora: the WordPiece vocabulary trained on the "
+                                                     "training documents; " + VOCAB_HELP + " (default 8192)")
     add("--tokenizer", default=None, help="text:/hf: corpora: a tokenizers JSON file to use instead of training one; "
                                           "it must hold [PAD] [MASK] [BOS] [EOS] [UNK] as ids 0-4")
     add("--num-proc", type=int, default=None, help="processes for tokenizing large corpora (default: one)")
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
     add("--resume", action="store_true", help="continue the comparison in --out: finished runs are kept, an "
                                               "interrupted run restarts from its last checkpoint")
-    add("--accelerator", default="cpu", help="Fabric accelerator: cpu, cuda, mps, gpu or auto (default cpu)")
+    add("--accelerator", default="auto", help="Fabric accelerator: auto (a GPU when there is one), cpu, cuda, mps "
+                                              "or gpu (default auto)")
     add("--devices", default="1", help="Fabric devices per node: a count, a list like 0,1, or auto (default 1)")
     add("--num-nodes", type=int, default=1, help="Fabric nodes, for multi-node runs launched with `fabric run` or "
                                                  "torchrun (default 1)")
@@ -78,16 +87,21 @@ def parse_args(argv: list[str] | None):
                                            "launched by this command, several nodes by torchrun or `fabric run` "
                                            "(default auto)")
     add("--precision", default="32-true", choices=PRECISIONS,
-        help="Fabric precision; bf16-mixed trained 1.4-1.6x faster on a 2-core CPU with bf16 units (default 32-true)")
+        help="Fabric precision: 32-true (fp32), bf16-mixed (bf16 autocast, fp32 weights; faster where the "
+             "processor has bf16 units, see the README), 16-mixed (GPU only), bf16-true, 64-true (default 32-true)")
     add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
                                                  "classification, fine-tuning) that run on each final model")
     add("--probe-every-eval", action="store_true", help="also fit the frozen probes at every FLOP checkpoint, for "
                                                         "probe-accuracy-against-compute curves")
-    add("--compile", action="store_true", help="torch.compile the transformer stacks: measured 1.24x faster MLM steps "
-                                               "(AR unchanged) on 2 CPU cores after about 40 s of compilation per run, "
-                                               "so it pays only for long runs")
+    add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
+                                               "compilation of tens of seconds per run, so it pays only for long "
+                                               "runs (README: Speed)")
     add("--quiet", action="store_true", help="no progress bars")
-    return parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None):
+    return build_parser().parse_args(argv)
 
 
 def check_args(args) -> None:
@@ -98,10 +112,8 @@ def check_args(args) -> None:
         raise ConfigError(f"--budget must be a positive number of FLOPs, got {args.budget:g}")
     if not args.lr > 0:
         raise ConfigError(f"--lr must be > 0, got {args.lr:g}")
-    if args.model not in PRESETS:
-        raise ConfigError(f"unknown --model {args.model!r}; choose one of {', '.join(PRESETS)}")
-    if args.accelerator == "cpu" and args.precision == "16-mixed":
-        raise ConfigError("--precision 16-mixed needs a GPU; on CPU use bf16-mixed")
+    if args.num_proc is not None and args.num_proc < 1:
+        raise ConfigError(f"--num-proc must be >= 1, got {args.num_proc}")
     if any(word in args.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):
         raise ConfigError(f"--strategy {args.strategy} is not supported: use auto or ddp (launched by this command, "
                           "torchrun or `fabric run`)")
@@ -128,68 +140,110 @@ def git_revision() -> str:
         return "unknown"
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    check_args(args)
+@dataclass
+class Plan:
+    """Everything a comparison needs before the first step, all checked: a mistake surfaces here, before anything
+    is written or launched."""
+
+    specs: list[str]
+    config: TrainConfig
+    corpus: Corpus
+    objectives: list[Objective]  # on the meta device, for counts, FLOPs and Bayes references
+    probe: ProbeConfig | None
+    out: Path
+    settings: dict  # what config.json records; --resume must match it
+
+
+def plan(args, fabric: Fabric) -> Plan:
     specs = parse_objective_list(args.objectives)
+    check_batch_split(args.batch_size, fabric.world_size)  # once, before processes are launched
+    if fabric.device.type == "cpu" and args.precision == "16-mixed":
+        raise ConfigError("--precision 16-mixed needs a GPU; on CPU use bf16-mixed")
+    # Before any data is made: a shape that cannot fit would otherwise spend minutes building windows, then swap.
+    # The tokenizer's vocabulary stands in for the corpus's; it changes only the embedding's few megabytes.
+    provisional = Vocab.for_tokenizer(args.vocab_size)
+    for spec in specs:
+        check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, args.seq_len), provisional),
+                     args.batch_size // fabric.world_size, args.seq_len, args.precision, fabric.device)
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size, lr=args.lr,
                          eval_points=args.eval_points, probe_every_eval=args.probe_every_eval, compile=args.compile)
-    if args.num_proc is not None and args.num_proc < 1:
-        raise ConfigError(f"--num-proc must be >= 1, got {args.num_proc}")
     text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
     corpus = load_corpus(args.data, args.seq_len, text)
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
-    # Everything that can be wrong with the input is found here, before anything is written.
-    objectives = [build_on_meta(spec, args.model, args.seq_len, corpus.vocab) for spec in specs]
+    shape = resolve_model(args.model, corpus.vocab.size, args.seq_len)
+    objectives = [build_on_meta(spec, shape, corpus.vocab) for spec in specs]
+    for objective in objectives:
+        objective.check_seq_len(args.seq_len)
     canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
-    # rows are named by the spec as the user wrote it, like the runs
-    positions = [{**position_row(objective, args.seq_len, 256, 0), "objective": spec}
-                 for spec, objective in zip(specs, objectives)]
-    bayes = None
-    if corpus.language is not None:  # the true distribution is known: the floors and ceilings are too
-        test = slice(probe.train_windows, probe.train_windows + probe.test_windows) if probe else slice(None)
-        bayes = {"floors": {spec: loss_floors(objective, eval_batches(objective, corpus, config), corpus)
-                            for spec, objective in zip(specs, objectives)},
-                 "ceilings": ceilings(corpus, test)}
-    out = args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
+    shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **asdict(config)}
-    if (out / "config.json").exists():
-        if not args.resume:
-            raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose "
-                              "another --out")
-        saved = read_json(out / "config.json")
-        if saved != settings:
-            changed = ", ".join(k for k in settings if saved.get(k) != settings[k])
-            raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")
+                **asdict(config), "model_shape": shape_fields}
+    check_resume(out, settings, args.resume)
+    return Plan(specs, config, corpus, objectives, probe, out, settings)
 
-    fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision)
-    check_batch_split(args.batch_size, fabric.world_size)  # before anything is written
-    if fabric.is_global_zero:
-        try:
-            write_json(out / "config.json", settings)
-        except OSError as error:
-            raise ConfigError(f"cannot write to --out {out}: {error.strerror}") from None
-    runs = []
-    for spec in specs:
-        for seed in range(args.seeds):
-            run_dir = out / "runs" / run_name(spec, seed)
-            result = finished_result(run_dir) if args.resume else None
-            if result is None:
-                result = train_run(fabric, spec, seed, corpus, config, run_dir, probe, progress=not args.quiet)
-            runs.append(result)
-    if not fabric.is_global_zero:
+
+def check_resume(out: Path, settings: dict, resume: bool) -> None:
+    if not (out / "config.json").exists():
         return
+    if not resume:
+        raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose another --out")
+    saved = read_json(out / "config.json")
+    if saved != settings:
+        changed = ", ".join(k for k in settings if saved.get(k) != settings[k])
+        raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")
 
+
+def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> tuple[list[dict], list[dict]]:
+    """Train every objective and seed, keeping finished runs on --resume. A diverged run is recorded (its folder
+    holds diverged.json) and the others go on. Returns (finished runs, diverged runs)."""
+    runs, diverged = [], []
+    for spec in plan_.specs:
+        for seed in range(seeds):
+            run_dir = plan_.out / "runs" / run_name(spec, seed)
+            if resume and (run_dir / "diverged.json").exists():
+                diverged.append(read_json(run_dir / "diverged.json"))
+                continue
+            result = finished_result(run_dir) if resume else None
+            if result is None:
+                try:
+                    result = train_run(fabric, spec, seed, plan_.corpus, plan_.config, run_dir, plan_.probe,
+                                       progress=progress)
+                except TrainingDiverged as error:
+                    print(f"warning: {error}", file=sys.stderr)
+                    if fabric.is_global_zero:
+                        write_json(run_dir / "diverged.json", error.record)
+                    diverged.append(error.record)
+                    continue
+            runs.append(result)
+    return runs, diverged
+
+
+def bayes_references(plan_: Plan) -> dict | None:
+    """On the embedded language the true distribution is known: the Bayes floor of every objective's held-out
+    metrics on exactly its evaluation batches, and the probes' ceilings on their test windows."""
+    corpus, probe = plan_.corpus, plan_.probe
+    if corpus.language is None:
+        return None
+    test = slice(probe.train_windows, probe.train_windows + probe.test_windows) if probe else slice(None)
+    return {"floors": {spec: loss_floors(objective, eval_batches(objective, corpus, plan_.config), corpus)
+                       for spec, objective in zip(plan_.specs, plan_.objectives)},
+            "ceilings": ceilings(corpus, test)}
+
+
+def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], fabric: Fabric) -> dict:
+    corpus, config, shape = plan_.corpus, plan_.config, plan_.settings["model_shape"]
+    parameters = f"{runs[0]['backbone_parameters']:,} backbone parameters" if runs else "no finished run"
     setup = {
         "command": "python -m bench.compare " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "objectives": ", ".join(specs), "seeds": args.seeds, "budget (FLOPs)": f"{args.budget:.3g}",
-        "model": f"{args.model}: {runs[0]['backbone_parameters']:,} backbone parameters",
+        "objectives": ", ".join(plan_.specs), "seeds": args.seeds, "budget (FLOPs)": f"{args.budget:.3g}",
+        "model": f"{args.model}: n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}, "
+                 f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}",
         "sequence length": args.seq_len, "global batch": args.batch_size, "peak learning rate": args.lr,
         "data": f"{corpus.name}: {corpus.description}",
         "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "
@@ -197,19 +251,50 @@ def main(argv: list[str] | None = None) -> None:
                      " evaluated)",
         "tokenizer": corpus.tokenizer,
         "vocabulary": f"{corpus.vocab.size} ids ({corpus.vocab.num_ordinary} ordinary, "
-                      f"{corpus.vocab.first_ordinary} special, "
-                      f"{corpus.vocab.num_sentinels} sentinels)",
-        "environment": f"python {platform.python_version()}, torch {torch.__version__}, "
-                       f"{fabric.device.type} x {fabric.world_size}, precision {args.precision}",
+                      f"{corpus.vocab.first_ordinary} special, {corpus.vocab.num_sentinels} sentinels)",
+        "device": f"{device_name(fabric.device)} × {fabric.world_size}, precision {args.precision}",
+        "environment": f"python {platform.python_version()}, torch {torch.__version__}",
         "git revision": git_revision(),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
-    if probe is not None:
+    if plan_.probe is not None:
+        probe = plan_.probe
         setup["probes"] = (f"linear probes fitted on {probe.train_windows} held-out windows, scored on the next "
                            f"{probe.test_windows}; fine-tuning probe: {probe.finetune_steps} steps of "
                            f"{probe.finetune_batch} windows")
-    report = write_report(out, setup, positions, runs, args.budget, args.seq_len, bayes)
-    print(f"report: {report}")
+    return setup
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    check_args(args)
+    fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision,
+                         launch=False)
+    plan_ = plan(args, fabric)
+    # rows are named by the spec as the user wrote it, like the runs
+    positions = [{**position_row(objective, args.seq_len), "objective": spec}
+                 for spec, objective in zip(plan_.specs, plan_.objectives)]
+    bayes = bayes_references(plan_)
+    launch_processes(fabric)
+    if fabric.is_global_zero:
+        try:
+            write_json(plan_.out / "config.json", plan_.settings)
+        except OSError as error:
+            raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
+    runs, diverged = run_all(fabric, plan_, args.seeds, args.resume, progress=not args.quiet)
+    if not fabric.is_global_zero:
+        return
+    results = build_results(describe_setup(args, argv, plan_, runs, fabric), positions, runs, args.budget,
+                            args.seq_len, bayes, diverged)
+    print(f"report: {write_report(plan_.out, results)}")
+    if diverged:
+        sys.exit(3)
 
 
 if __name__ == "__main__":

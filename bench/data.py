@@ -32,10 +32,8 @@ from torch import Tensor
 from backbone import ConfigError
 from bench import synthetic
 from bench.files import write_atomic
-from objectives import Vocab, parse_options
+from objectives import NUM_SENTINELS, SPECIAL_TOKENS, Vocab, parse_options
 
-NUM_SENTINELS = 100  # as T5's extra_ids; span corruption needs one per span (23 at T = 512)
-SPECIAL_TOKENS = ["[PAD]", "[MASK]", "[BOS]", "[EOS]", "[UNK]"]  # ids 0-4, the layout objectives.Vocab expects
 FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 HELDOUT_SHARE, HELDOUT_MAX_DOCUMENTS, SPLIT_SEED = 0.05, 5000, 0
 
@@ -127,7 +125,7 @@ def _synthetic_language(option_text: str) -> tuple[SyntheticOptions, dict, synth
 
 def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
     options, config, language = _synthetic_language(option_text)
-    vocab = Vocab.for_words(options.words, NUM_SENTINELS)
+    vocab = Vocab.for_words(options.words)
 
     def split(num_sequences: int, sample_seed: int) -> datasets.Dataset:
         kwargs = dict(config=config, num_sequences=num_sequences, length=seq_len, seed=sample_seed,
@@ -147,8 +145,7 @@ def load_corpus(spec: str, seq_len: int, text: TextOptions = TextOptions()) -> C
     scheme, _, rest = spec.partition(":")
     if seq_len < 2:
         raise ConfigError(f"seq_len must be >= 2, got {seq_len}")
-    if text.vocab_size < len(SPECIAL_TOKENS) + 2:
-        raise ConfigError(f"--vocab-size must be >= {len(SPECIAL_TOKENS) + 2}, got {text.vocab_size}")
+    Vocab.for_tokenizer(text.vocab_size)  # validates --vocab-size before anything is loaded
     # datasets' progress bars help with a big corpus in a terminal; elsewhere they only bury the one-line errors
     quiet = scheme == "synthetic" or not sys.stderr.isatty()
     with _quiet_datasets() if quiet else contextlib.nullcontext():
@@ -262,7 +259,7 @@ def train_tokenizer(texts, vocab_size: int) -> Tokenizer:
     tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
     tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False)
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
     tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
 
@@ -332,7 +329,7 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
     continuation = torch.zeros(tokenizer.get_vocab_size() + NUM_SENTINELS, dtype=torch.bool)
     for piece, index in tokenizer.get_vocab().items():
         continuation[index] = piece.startswith("##")
-    vocab = Vocab(tokenizer.get_vocab_size() + NUM_SENTINELS, NUM_SENTINELS, len(SPECIAL_TOKENS), continuation)
+    vocab = Vocab.for_tokenizer(tokenizer.get_vocab_size(), continuation)
     train = _pack(split["train"], tokenizer, seq_len, options.num_proc)
     test = _pack(split["test"], tokenizer, seq_len, options.num_proc)
     if len(train) == 0 or len(test) == 0:

@@ -4,6 +4,7 @@ lines are appended and flushed one at a time, so a reader never sees half of any
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -20,8 +21,25 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     os.replace(handle.name, path)
 
 
+def json_safe(obj: Any) -> Any:
+    """The same structure with every NaN or infinite float replaced by None: bare NaN is not JSON, and a browser's
+    or Node's JSON.parse rejects a file that holds it. A missing number is null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {key: json_safe(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(value) for value in obj]
+    return obj
+
+
+def dumps(obj: Any, indent: int | None = None) -> str:
+    """JSON text of `obj`; allow_nan=False so a NaN that slipped past json_safe fails loudly instead of being written."""
+    return json.dumps(json_safe(obj), indent=indent, allow_nan=False)
+
+
 def write_json(path: Path, obj: Any) -> None:
-    write_atomic(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
+    write_atomic(path, dumps(obj, indent=2) + "\n")
 
 
 def read_json(path: Path) -> Any:
@@ -31,7 +49,7 @@ def read_json(path: Path) -> Any:
 def append_jsonl(path: Path, obj: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as handle:
-        handle.write(json.dumps(obj) + "\n")
+        handle.write(dumps(obj) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
 

@@ -14,7 +14,6 @@ The peers need `pip install -e ".[perf]"` (transformers); without it only the su
 from __future__ import annotations
 
 import contextlib
-import json
 import time
 from typing import Callable
 
@@ -22,12 +21,14 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
-from backbone import Backbone, ConfigError, measure_flops, preset
-from bench.cli import Parser, run
-from objectives import Objective, Vocab, build_objective
+from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
+from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.files import dumps
+from objectives import SPECIAL_TOKENS, Objective, Vocab, build_objective
 
 OBJECTIVES = ("mlm", "ar", "electra", "span")
-PRECISIONS = {"32-true": None, "bf16-mixed": torch.bfloat16}
+DESCRIPTION = "Speed against the tools researchers would otherwise use, measured in one run."
+AUTOCAST_DTYPES = {"32-true": None, "bf16-mixed": torch.bfloat16}  # the precisions bench.perf times
 
 
 def median_seconds(step: Callable[[], object], repeats: int, warmup: int = 1) -> float:
@@ -67,7 +68,7 @@ def train_step(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], dtyp
 
 def ours(spec: str, model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repeats: int) -> dict:
     torch.manual_seed(0)
-    objective = build_objective(spec, Backbone(preset(model, vocab.size, max_seq_len=tokens.shape[1])), vocab)
+    objective = build_objective(spec, Backbone(resolve_model(model, vocab.size, max_seq_len=tokens.shape[1])), vocab)
     generator = torch.Generator().manual_seed(0)
     flops = objective.flops(objective.corrupt(tokens, torch.Generator().manual_seed(0)))
     seconds = median_seconds(train_step(objective, lambda: objective(objective.corrupt(tokens, generator)).loss,
@@ -81,8 +82,8 @@ def hf_tokenizer(vocab_size: int):
     """A real fast tokenizer for the collator, built offline: specials at 0-4 as in the suite, then plain pieces."""
     from tokenizers import Tokenizer, models
     from transformers import PreTrainedTokenizerFast
-    pieces = {"[PAD]": 0, "[MASK]": 1, "[BOS]": 2, "[EOS]": 3, "[UNK]": 4,
-              **{f"w{i}": i for i in range(5, vocab_size)}}
+    pieces = {**{token: i for i, token in enumerate(SPECIAL_TOKENS)},
+              **{f"w{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)}}
     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece(pieces, unk_token="[UNK]")),
                                    pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]", bos_token="[BOS]",
                                    eos_token="[EOS]")
@@ -90,7 +91,7 @@ def hf_tokenizer(vocab_size: int):
 
 def peer_models(model: str, vocab_size: int, seq_len: int):
     import transformers as hf
-    c = preset(model, vocab_size, max_seq_len=seq_len)
+    c = resolve_model(model, vocab_size, max_seq_len=seq_len)
     common = dict(vocab_size=vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layer,
                   num_attention_heads=c.n_head, intermediate_size=c.d_ff, max_position_embeddings=seq_len,
                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -166,7 +167,7 @@ def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, ba
     cached step is bound by reading the weights once per token, so batching is where the cache pays most."""
     prompt_len = 16
     torch.manual_seed(0)
-    objective = build_objective("ar", Backbone(preset(model, vocab.size, max_seq_len=prompt_len + new_tokens)),
+    objective = build_objective("ar", Backbone(resolve_model(model, vocab.size, max_seq_len=prompt_len + new_tokens)),
                                 vocab).eval()
     prompt = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, prompt_len))
 
@@ -187,10 +188,10 @@ def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, ba
 def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, precision: str = "32-true",
             vocab_size: int = 8192, repeats: int = 5, new_tokens: int = 256) -> tuple[list[dict], str | None]:
     """The rows of the table, and a note when the peers could not be measured."""
-    if precision not in PRECISIONS:
-        raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    dtype = PRECISIONS[precision]
-    vocab = Vocab(vocab_size + 100, num_sentinels=100, first_ordinary=5)
+    if precision not in AUTOCAST_DTYPES:
+        raise ConfigError(f"--precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}")
+    dtype = AUTOCAST_DTYPES[precision]
+    vocab = Vocab.for_tokenizer(vocab_size)
     tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, seq_len),
                            generator=torch.Generator().manual_seed(0))
     first_peak = matmul_peak(dtype or torch.float32)
@@ -205,7 +206,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
                "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]
                / measured["seconds"]}
-        peer = "ar" if spec == "span" else spec  # the same model at the same packed length: timed once
+        peer = measured["objective"].perf_peer  # span's is ar's: the same model at the same length, timed once
         if peer in peers:
             if peer not in peer_seconds:
                 step, counted = peers[peer]
@@ -238,13 +239,13 @@ def format_table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = Parser(prog="python -m bench.perf", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="small", help="model preset: tiny, small or base (default small)")
+    parser = Parser(prog="python -m bench.perf", description=DESCRIPTION)
+    parser.add_argument("--model", default="small", help=MODEL_HELP + " (default small)")
     parser.add_argument("--seq-len", type=int, default=128, help="sequence length (default 128)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size in sequences (default 32)")
-    parser.add_argument("--precision", default="32-true", choices=list(PRECISIONS),
+    parser.add_argument("--precision", default="32-true", choices=list(AUTOCAST_DTYPES),
                         help="fp32, or bf16 autocast with fp32 weights (default 32-true)")
-    parser.add_argument("--vocab-size", type=int, default=8192, help="vocabulary without sentinels (default 8192)")
+    parser.add_argument("--vocab-size", type=int, default=8192, help=VOCAB_HELP + " (default 8192)")
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per measurement, median kept (default 5)")
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated in the generation row "
                                                                    "(default 256)")
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     rows, note = measure(args.model, args.seq_len, args.batch_size, args.precision, args.vocab_size, args.repeats,
                          args.new_tokens)
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(dumps(rows, indent=2))
         return
     print(f"One training step at {args.model}, T = {args.seq_len}, batch {args.batch_size}, vocabulary "
           f"{args.vocab_size}, {args.precision}, {torch.get_num_threads()} threads; matrix-multiply peak "

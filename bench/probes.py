@@ -35,13 +35,6 @@ class ProbeConfig:
     seed: int = 0
 
 
-def probe_attention(objective: Objective, seq_len: int) -> dict:
-    """The attention a backbone reads a whole clean window with: span corruption's prefix covers all of it."""
-    if objective.attention == "prefix":
-        return {"attention": "prefix", "prefix_len": seq_len}
-    return {"attention": objective.attention}
-
-
 @torch.no_grad()
 def features(backbone: Backbone, tokens: Tensor, attention: dict, batch_size: int = 32) -> Tensor:
     """(N, T, d) final-layer features, in eval mode, float32."""
@@ -148,7 +141,7 @@ def _run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finet
     train, test = slice(0, config.train_windows), slice(config.train_windows, None)
     classes, groups = corpus.language.emission.shape[0] * corpus.language.emission.shape[1], \
         corpus.language.emission.shape[0]
-    backbone, attention = objective.backbone, probe_attention(objective, corpus.seq_len)
+    backbone, attention = objective.backbone, objective.probe_attention(corpus.seq_len)
     hidden = features(backbone, tokens, attention)
     flops = backbone.flops(len(tokens), corpus.seq_len, 0).forward
     d = hidden.shape[-1]
@@ -164,6 +157,7 @@ def _run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finet
         "component": component,
         "tagging_chance": majority_accuracy(states[train].flatten(), states[test].flatten()),
         "component_chance": majority_accuracy(components[train], components[test]),
+        "tagging_ceiling": objective.tagging_ceiling,  # which Bayes ceiling this backbone's features can reach
     }
     flops += tagging_flops + component_flops
     if finetune:

@@ -6,7 +6,6 @@ Every number comes from the runs' results; nothing here is typed in by hand. Fil
 from __future__ import annotations
 
 import io
-from collections import defaultdict
 from pathlib import Path
 
 import matplotlib
@@ -18,29 +17,25 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from tabulate import tabulate  # noqa: E402
 
+from bench.density import analytic_count  # noqa: E402
 from bench.files import write_atomic, write_json  # noqa: E402
-from bench.positions import analytic_count, describe_parts  # noqa: E402
-from bench.stats import summarize, welch_p_value  # noqa: E402
-
-
-def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
-    grouped: dict[str, list[dict]] = defaultdict(list)
-    for run in runs:
-        grouped[run["objective"]].append(run)
-    return dict(grouped)
-
-
-COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
-PROBE_KEYS = ("tagging_frozen", "tagging_finetuned", "component", "tagging_chance", "component_chance", "probe_flops")
-
-
-def final_metrics(run: dict) -> dict[str, float]:
-    """The objective's own held-out metrics at the budget (probes are reported on their own)."""
-    return {k: v for k, v in run["curve"][-1].items() if k not in COUNTERS + PROBE_KEYS}
 
 
 def table(rows: list[list], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def fmt(summary: dict | None, digits: int = 3) -> str:
+    """A stat dict of bench.results as "mean ± ci95", or the mean alone with one seed."""
+    if not summary:
+        return ""
+    if summary["ci95"] is None:
+        return f"{summary['mean']:.{digits}f}"
+    return f"{summary['mean']:.{digits}f} ± {summary['ci95']:.{digits}f}"
+
+
+def fmt_p(value: float | None) -> str:
+    return "" if value is None else f"{value:.3g}"
 
 
 def setup_section(setup: dict) -> str:
@@ -48,28 +43,25 @@ def setup_section(setup: dict) -> str:
     return "## 1. Setup\n\n" + table(rows, ["", ""])
 
 
-def measured_density(runs: list[dict]) -> dict[str, float]:
-    """Supervised positions per sequence, measured over every training batch, mean over seeds."""
-    return {spec: sum(r["supervised_per_sequence"] for r in rs) / len(rs) for spec, rs in by_objective(runs).items()}
-
-
-def density_section(positions: list[dict], measured: dict[str, float], seq_len: int) -> str:
-    rows = [[row["objective"], row["attention"], analytic_count(row), f"{measured[row['objective']]:.2f}",
-             f"{row['ratio_to_ar']:.3f}", describe_parts(row)] for row in positions]
-    return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {seq_len} tokens: the analytic count "
-            "beside the mean measured over every training batch; the ratio is to AR's T − 1.\n\n"
+def density_section(results: dict) -> str:
+    measured = {o["objective"]: o["compute"]["supervised_per_sequence"] for o in results["objectives"]}
+    rows = [[row["objective"], row["attention"], analytic_count(row),
+             f"{measured[row['objective']]:.2f}" if row["objective"] in measured else "",
+             f"{row['ratio_to_ar']:.3f}", row["parts"]] for row in results["positions"]]
+    return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {results['seq_len']} tokens: the "
+            "analytic count beside the mean measured over every training batch; the ratio is to AR's T − 1.\n\n"
             + table(rows, ["objective", "attention", "analytic", "measured", "ratio to ar",
                            "[MASK] / random / kept, or parts"]))
 
 
-def compute_section(runs: list[dict]) -> str:
+def compute_section(results: dict) -> str:
     rows = []
-    for spec, rs in by_objective(runs).items():
-        mean = lambda key: sum(r[key] for r in rs) / len(rs)  # noqa: E731
-        rows.append([spec, len(rs), f"{mean('flops_per_step'):.4g}", f"{mean('flops') / mean('tokens'):.4g}",
-                     f"{mean('flops') / mean('supervised_positions'):.4g}", f"{mean('steps'):.1f}",
-                     f"{mean('tokens'):.4g}", f"{mean('supervised_positions'):.4g}", f"{mean('flops'):.4g}",
-                     f"{mean('wall_seconds'):.1f}", f"{mean('tokens_per_second'):,.0f}"])
+    for o in results["objectives"]:
+        c = o["compute"]
+        rows.append([o["objective"], o["seeds"], f"{c['flops_per_step']:.4g}", f"{c['flops_per_token']:.4g}",
+                     f"{c['flops_per_supervised']:.4g}", f"{c['steps']:.1f}", f"{c['tokens']:.4g}",
+                     f"{c['supervised_positions']:.4g}", f"{c['flops']:.4g}", f"{c['wall_seconds']:.1f}",
+                     f"{c['tokens_per_second']:,.0f}"])
     return ("## 3. Compute\n\nMeans over seeds. FLOPs are the suite's analytic count of every matrix product each "
             "objective executes (forward + backward, generator included); training stops at the first step that "
             "reaches the budget.\n\n"
@@ -77,95 +69,67 @@ def compute_section(runs: list[dict]) -> str:
                            "tokens", "supervised positions", "total FLOPs", "wall s", "tokens / s"]))
 
 
-def _p(value: float) -> str:
-    return "" if value != value else f"{value:.3g}"
+def diverged_section(results: dict) -> str:
+    if not results["diverged"]:
+        return ""
+    rows = [[d["objective"], d["seed"], d["step"], "" if d["last_finite_loss"] is None else
+             f"{d['last_finite_loss']:.4f}"] for d in results["diverged"]]
+    return ("\n\n### Diverged runs\n\nThese runs stopped when their loss became NaN or infinite; they are left out "
+            "of every table below. Rerun them with a lower learning rate.\n\n"
+            + table(rows, ["objective", "seed", "step", "last finite loss"]))
 
 
-def results_section(runs: list[dict], bayes: dict | None) -> tuple[str, list[dict]]:
-    grouped = by_objective(runs)
-    baseline_spec = next(iter(grouped))
-    seeds = min(len(rs) for rs in grouped.values())
+def loss_table(results: dict) -> str:
+    baseline = results["baseline"]
     note = ("mean ± half-width of the 95 % t-interval over seeds; p is Welch's two-sided test against "
-            f"`{baseline_spec}`" if seeds >= 2 else
+            f"`{baseline}`" if results["seeds"] >= 2 else
             "one seed per objective: run with `--seeds 2` or more for confidence intervals and Welch tests")
-    finals = {spec: [final_metrics(r) for r in rs] for spec, rs in grouped.items()}
-    floors = (bayes or {}).get("floors", {})
-
-    def column(spec: str, key: str) -> list[float]:
-        return [f[key] for f in finals[spec] if key in f]
-
-    loss_rows, summary = [], []
-    for spec, rs in grouped.items():
-        loss = summarize(column(spec, "loss"))
-        p_value = welch_p_value(column(spec, "loss"), column(baseline_spec, "loss")) if spec != baseline_spec \
-            else float("nan")
-        others = sorted({k for f in finals[spec] for k in f if k != "loss" and k not in floors.get(spec, {})})
-        extra = "; ".join(f"{k} {summarize(column(spec, k)).format()}" for k in others)
-        loss_rows.append([spec, len(rs), loss.format(4), _p(p_value), extra])
-        summary.append({"objective": spec, "seeds": len(rs), "loss_mean": loss.mean, "loss_ci95": loss.half_width,
-                        "welch_p_vs_baseline": p_value,
-                        **{f"{k}_mean": summarize(column(spec, k)).mean for k in others}})
-    text = ("## 4. Results at equal compute\n\nEach objective's own held-out loss at the budget (" + note + "). "
+    rows = [[o["objective"], o["seeds"], fmt(o["loss"], 4), fmt_p(o["welch_p_vs_baseline"]),
+             "; ".join(f"{key} {fmt(value)}" for key, value in o["metrics"].items())] for o in results["objectives"]]
+    return ("## 4. Results at equal compute\n\nEach objective's own held-out loss at the budget (" + note + "). "
             "The losses measure different tasks (a masked-token, a next-token, a replaced-token loss), so they "
             "compare seeds and budgets of one objective, not objectives with each other: the two yardsticks below "
-            "do that.\n\n" + table(loss_rows, ["objective", "seeds", "held-out loss", "Welch p",
-                                                "other held-out metrics"]))
+            "do that.\n\n" + table(rows, ["objective", "seeds", "held-out loss", "Welch p", "other held-out metrics"]))
 
-    if floors:
-        floor_rows = []
-        for spec, item in zip(grouped, summary):
-            for metric, floor in floors.get(spec, {}).items():
-                value, excess = summarize(column(spec, metric)), summarize([v - floor for v in column(spec, metric)])
-                floor_rows.append([spec, metric, value.format(4), f"{floor:.4f}", excess.format(4)])
-                item[f"{metric}_bayes_floor"], item[f"{metric}_excess_mean"] = floor, excess.mean
-        text += ("\n\n### Distance to the Bayes floor\n\nThe best loss any model could reach on exactly these "
-                 "evaluation batches, computed by exact inference in the language that generated them (for masked "
-                 "tokens the predictor also knows which positions were chosen, which no model does, so the floor is "
-                 "a lower bound rather than always reachable). Only the "
-                 "excess is comparable across objectives, and only in kind: each floor belongs to its own task. "
-                 "ELECTRA's floor is its generator's; its discriminator's best loss depends on the generator. "
-                 "Span corruption has no floor here.\n\n"
-                 + table(floor_rows, ["objective", "metric", "held-out", "Bayes floor", "excess"]))
 
-    probed = {spec: [r["probes"] for r in rs if "probes" in r] for spec, rs in grouped.items()}
-    if any(probed.values()):
-        ceiling = (bayes or {}).get("ceilings", {})
-        probe_rows = []
-        for spec, item in zip(grouped, summary):
-            results = probed[spec]
-            if not results:
-                continue
-            values = lambda key: [p[key] for p in results if key in p]  # noqa: E731
-            tag_ceiling = ceiling.get("filtering_accuracy" if grouped[spec][0].get("attention") == "causal"
-                                      else "smoothing_accuracy")
-            p_value = (welch_p_value(values("tagging_frozen"), [p["tagging_frozen"] for p in probed[baseline_spec]])
-                       if spec != baseline_spec and probed[baseline_spec] else float("nan"))
-            finetuned = summarize(values("tagging_finetuned")).format() if values("tagging_finetuned") else ""
-            probe_rows.append([spec, summarize(values("tagging_frozen")).format(),
-                               "" if tag_ceiling is None else f"{tag_ceiling:.3f}", _p(p_value), finetuned,
-                               summarize(values("component")).format(),
-                               f"{sum(values('probe_flops')) / len(results):.3g}"])
-            for key in ("tagging_frozen", "tagging_finetuned", "component"):
-                if values(key):
-                    item[f"{key}_mean"] = summarize(values(key)).mean
-                    item[f"{key}_ci95"] = summarize(values(key)).half_width
-            item["tagging_frozen_welch_p_vs_baseline"] = p_value
-        chance = probed[next(spec for spec in grouped if probed[spec])][0]
-        ceilings_text = ""
-        if ceiling:
-            ceilings_text = (f" Bayes ceilings on the test windows: tagging from the whole sequence (smoothing) "
-                             f"{ceiling['smoothing_accuracy']:.3f}, from the left context only (filtering) "
-                             f"{ceiling['filtering_accuracy']:.3f}; component {ceiling['component_accuracy']:.3f}.")
-        text += ("\n\n### Probes on frozen features\n\nLinear probes on each final backbone's features, read in the "
-                 "objective's own attention mode over clean windows: hidden-state tagging per position and mixture-"
-                 "component classification per sequence (mean-pooled), plus a short fine-tuning probe for tagging. "
-                 "A causal model sees only the left context, so its tagging is held to the filtering ceiling, the "
-                 f"others to the smoothing ceiling. Chance (majority class): tagging {chance['tagging_chance']:.3f}, "
-                 f"component {chance['component_chance']:.3f}.{ceilings_text} Probe FLOPs are not charged to the "
-                 "budget.\n\n"
-                 + table(probe_rows, ["objective", "tagging (frozen)", "its ceiling", "Welch p", "tagging (fine-tuned)",
-                                      "component", "probe FLOPs"]))
-    return text, summary
+def floor_table(results: dict) -> str:
+    rows = [[o["objective"], metric, fmt(item["value"], 4), f"{item['floor']:.4f}", fmt(item["excess"], 4)]
+            for o in results["objectives"] for metric, item in o["floors"].items()]
+    if not rows:
+        return ""
+    return ("\n\n### Distance to the Bayes floor\n\nThe best loss any model could reach on exactly these "
+            "evaluation batches, computed by exact inference in the language that generated them (for masked "
+            "tokens the predictor also knows which positions were chosen, which no model does, so the floor is "
+            "a lower bound rather than always reachable). Only the excess is comparable across objectives, and only "
+            "in kind: each floor belongs to its own task. An objective without a floor here (span corruption, "
+            "span masking) has a corruption the per-position model cannot express; ELECTRA's floor is its "
+            "generator's, since its discriminator's best loss depends on the generator.\n\n"
+            + table(rows, ["objective", "metric", "held-out", "Bayes floor", "excess"]))
+
+
+def probe_table(results: dict) -> str:
+    probed = [o for o in results["objectives"] if o["probes"]]
+    if not probed:
+        return ""
+    rows = [[o["objective"], fmt(p.get("tagging_frozen")),
+             "" if p["tagging_ceiling_value"] is None else f"{p['tagging_ceiling_value']:.3f} ({p['tagging_ceiling']})",
+             fmt_p(p["tagging_frozen_welch_p_vs_baseline"]), fmt(p.get("tagging_finetuned")), fmt(p.get("component")),
+             f"{p['probe_flops']:.3g}"] for o in probed for p in [o["probes"]]]
+    chance, ceiling = probed[0]["probes"], (results["bayes"] or {}).get("ceilings", {})
+    ceilings_text = ""
+    if ceiling:
+        ceilings_text = (f" Bayes ceilings on the test windows: tagging from the whole sequence (smoothing) "
+                         f"{ceiling['smoothing_accuracy']:.3f}, from the left context only (filtering) "
+                         f"{ceiling['filtering_accuracy']:.3f}; component {ceiling['component_accuracy']:.3f}.")
+    return ("\n\n### Probes on frozen features\n\nLinear probes on each final backbone's features, read in the "
+            "objective's own attention mode over clean windows: hidden-state tagging per position and mixture-"
+            "component classification per sequence (mean-pooled), plus a short fine-tuning probe for tagging. "
+            "Each backbone's tagging is held to the ceiling its features can reach: a causal model sees only the "
+            "left context (filtering), the others the whole window (smoothing). Chance (majority class): tagging "
+            f"{chance['tagging_chance']:.3f}, component {chance['component_chance']:.3f}.{ceilings_text} Probe "
+            "FLOPs are not charged to the budget.\n\n"
+            + table(rows, ["objective", "tagging (frozen)", "its ceiling", "Welch p", "tagging (fine-tuned)",
+                           "component", "probe FLOPs"]))
 
 
 def curve_frame(runs: list[dict]) -> pd.DataFrame:
@@ -212,11 +176,11 @@ def plot_probes(runs: list[dict], path: Path) -> bool:
     return True
 
 
-def plot_density(positions: list[dict], measured: dict[str, float], path: Path) -> None:
+def plot_density(results: dict, path: Path) -> None:
     frame = pd.DataFrame([{"objective": row["objective"], "count": "analytic", "positions": row["supervised_positions"]}
-                          for row in positions]
-                         + [{"objective": spec, "count": "measured", "positions": value}
-                            for spec, value in measured.items()])
+                          for row in results["positions"]]
+                         + [{"objective": o["objective"], "count": "measured",
+                             "positions": o["compute"]["supervised_per_sequence"]} for o in results["objectives"]])
     figure, axes = plt.subplots(figsize=(7, 4))
     sns.barplot(frame, x="objective", y="positions", hue="count", ax=axes)
     axes.set(ylabel="supervised positions per sequence", title="Signal density")
@@ -234,30 +198,37 @@ def save_figure(figure: plt.Figure, path: Path) -> None:
     write_atomic(path, buffer.getvalue())
 
 
-def write_report(out: Path, setup: dict, positions: list[dict], runs: list[dict], budget_flops: float,
-                 seq_len: int, bayes: dict | None = None) -> Path:
-    """Write report.md, the PNG plots and results.json into `out`; return report.md's path."""
-    results_text, summary = results_section(runs, bayes)
+def write_plots(results: dict, out: Path) -> list[str]:
+    """The PNG plots beside report.md; returns their markdown links."""
+    runs = results["runs"]
     plot_loss(runs, out / "loss_vs_flops.png")
-    measured = measured_density(runs)
-    plot_density(positions, measured, out / "signal_density.png")
+    plot_density(results, out / "signal_density.png")
     plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
-    if plot_excess(runs, (bayes or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
+    if plot_excess(runs, (results["bayes"] or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
         plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
     if plot_probes(runs, out / "probes_vs_flops.png"):
         plots.append("![probe accuracy against FLOPs](probes_vs_flops.png)")
-    plots.append("![signal density](signal_density.png)")
+    return plots + ["![signal density](signal_density.png)"]
+
+
+def render(results: dict, plots: list[str]) -> str:
+    """report.md from the results dict (bench.results.build_results)."""
     sections = [
-        f"# Pretraining objectives at equal compute\n\nBudget: **{budget_flops:.3g} FLOPs** per run; objectives: "
-        + ", ".join(f"`{spec}`" for spec in by_objective(runs)) + ".",
-        setup_section(setup),
-        density_section(positions, measured, seq_len),
-        compute_section(runs),
-        results_text,
+        f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
+        "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
+        setup_section(results["setup"]),
+        density_section(results),
+        compute_section(results) + diverged_section(results),
+        loss_table(results) + floor_table(results) + probe_table(results),
         "## 5. Plots\n\n" + "\n\n".join(plots),
     ]
-    write_json(out / "results.json", {"budget_flops": budget_flops, "setup": setup, "positions": positions,
-                                      "bayes": bayes, "summary": summary, "runs": runs})
+    return "\n\n".join(sections) + "\n"
+
+
+def write_report(out: Path, results: dict) -> Path:
+    """Write results.json, the PNG plots and report.md into `out`; return report.md's path."""
+    write_json(out / "results.json", results)
+    plots = write_plots(results, out)
     report = out / "report.md"
-    write_atomic(report, "\n\n".join(sections) + "\n")
+    write_atomic(report, render(results, plots))
     return report

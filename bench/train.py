@@ -27,10 +27,11 @@ from lightning_fabric import Fabric
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from backbone import Backbone, ConfigError, Transformer, preset
+from backbone import Backbone, ConfigError, Transformer, resolve_model
 from bench.data import Corpus
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
 from bench.probes import ProbeConfig, run_probes
+from bench.seeds import derive_seed
 from objectives import Corrupted, Objective, build_objective
 
 EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
@@ -54,15 +55,44 @@ class TrainConfig:
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
-                precision: str = "32-true") -> Fabric:
+                precision: str = "32-true", launch: bool = True) -> Fabric:
+    """Fabric for these flags; with launch=False the processes are not started yet, so checks that can fail run
+    once, in one process, and print one line."""
     try:
         fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=strategy,
                         precision=precision)
     except (ValueError, RuntimeError, TypeError) as error:  # Fabric reports bad flags this way
         raise ConfigError(f"Fabric: {str(error).splitlines()[0]}") from None
+    if launch:
+        launch_processes(fabric)
+    return fabric
+
+
+def launch_processes(fabric: Fabric) -> None:
     if os.environ.get("LT_CLI_USED", "0") != "1":  # `fabric run` has launched the processes already
         fabric.launch()
-    return fabric
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(objective: Objective, batch_per_rank: int, seq_len: int, precision: str, device: torch.device) -> None:
+    """Refuse, before anything runs, a step whose activations, weights and optimizer state cannot fit the device:
+    an out-of-memory shape would otherwise swap or hang for minutes. The objective may be on the meta device."""
+    activations = sum(stack.activation_values(batch_per_rank, seq_len) for stack in objective.modules()
+                      if isinstance(stack, Transformer))
+    bytes_per_value = 8 if precision.startswith("64") else 2 if "16" in precision else 4
+    parameters = sum(p.numel() for p in objective.parameters())
+    needed = activations * bytes_per_value + 16 * parameters  # fp32 weights, gradients and two AdamW moments
+    available = device_memory_bytes(device)
+    if needed > available:
+        raise ConfigError(f"{objective.spec()}: one training step needs about {needed / 2 ** 30:,.1f} GiB "
+                          f"({activations:.3g} activation values at batch {batch_per_rank} per process, T = "
+                          f"{seq_len}) but the {device.type} has {available / 2 ** 30:,.1f} GiB; lower --batch-size, "
+                          "--seq-len or --model")
 
 
 def check_batch_split(batch_size: int, world_size: int) -> None:
@@ -107,12 +137,12 @@ def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, 
         return objective.corrupt(windows[index], corruption_generator(seed, step))
     copies = (position // len(windows)) % objective.static_copies
     return Corrupted.concat([
-        objective.corrupt(windows[i:i + 1], torch.Generator().manual_seed(hash((seed, i, copy)) % 2 ** 63))
+        objective.corrupt(windows[i:i + 1], torch.Generator().manual_seed(derive_seed(seed, i, copy)))
         for i, copy in zip(index.tolist(), copies.tolist())])
 
 
 def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objective:
-    backbone = Backbone(preset(config.model, corpus.vocab.size, max_seq_len=corpus.seq_len))
+    backbone = Backbone(resolve_model(config.model, corpus.vocab.size, max_seq_len=corpus.seq_len))
     objective = build_objective(spec, backbone, corpus.vocab)
     objective.check_seq_len(corpus.seq_len)
     return objective
@@ -156,15 +186,48 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted]) 
     return {key: value / weight for key, value in totals.items()}
 
 
-def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-              probe: ProbeConfig | None = None, progress: bool = True,
-              stop_after_steps: int | None = None) -> dict | None:
-    """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
-    run_dir. Resumes from run_dir's checkpoint when there is one. With `probe`, probes the final backbone (and, with
-    config.probe_every_eval, the frozen backbone at every checkpoint). Returns the result, or None when stopped early
-    by `stop_after_steps` (which simulates an interruption)."""
-    world = fabric.world_size
-    check_batch_split(config.batch_size, world)
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite: not a configuration mistake, so not a ConfigError. Carries what the report
+    states about the run (the step, the last finite loss)."""
+
+    def __init__(self, spec: str, seed: int, step: int, loss: float, last_finite_loss: float | None) -> None:
+        last = "none" if last_finite_loss is None else f"{last_finite_loss:.4g}"
+        super().__init__(f"{spec} seed {seed} diverged: the loss became {loss} at step {step} (last finite loss "
+                         f"{last}); try a lower --lr")
+        self.record = {"objective": spec, "seed": seed, "diverged": True, "step": step,
+                       "last_finite_loss": last_finite_loss}
+
+
+@dataclass
+class Run:
+    """One training run's moving parts: what setup_run builds and the loop updates."""
+
+    spec: str
+    seed: int
+    config: TrainConfig
+    objective: Objective
+    module: torch.nn.Module  # the objective as Fabric wrapped it
+    optimizer: torch.optim.Optimizer
+    counters: dict
+    run_dir: Path
+
+    @property
+    def curve_path(self) -> Path:
+        return self.run_dir / "curve.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.pt"
+
+    def state(self, fabric: Fabric) -> dict:
+        # the precision plugin holds the loss scaler under 16-mixed, whose state must resume too
+        return {"model": self.module, "optimizer": self.optimizer, "counters": self.counters,
+                "precision": fabric.strategy.precision.state_dict()}
+
+
+def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path) -> Run:
+    """Seed, build the objective, compile it if asked, and hand it to Fabric with its optimizer."""
+    check_batch_split(config.batch_size, fabric.world_size)
     fabric.seed_everything(seed, verbose=False)
     objective = build_run_objective(spec, config, corpus)
     if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
@@ -173,93 +236,110 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     optimizer = torch.optim.AdamW(optimizer_groups(objective, config.weight_decay), lr=config.lr,
                                   betas=(0.9, 0.98), eps=1e-6)
     module, optimizer = fabric.setup(objective, optimizer)
-
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
-                "wall_seconds": 0.0, "next_eval": 0}
-    checkpoint, curve_path = run_dir / "checkpoint.pt", run_dir / "curve.jsonl"
-    precision = fabric.strategy.precision  # holds the loss scaler under 16-mixed, whose state must resume too
-    state = {"model": module, "optimizer": optimizer, "counters": counters, "precision": precision.state_dict()}
-    if checkpoint.exists():
-        fabric.load(checkpoint, state, weights_only=True)
-        counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
-        precision.load_state_dict(state["precision"])
-        # evaluations appended after the checkpoint was written are redone, so drop them
-        kept = [row for row in read_jsonl(curve_path) if row["step"] <= counters["step"]]
-        if fabric.is_global_zero:
-            curve_path.unlink(missing_ok=True)
-            for row in kept:
-                append_jsonl(curve_path, row)
-    elif fabric.is_global_zero:
-        curve_path.unlink(missing_ok=True)
+                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None}
+    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir)
 
-    windows = corpus.windows("train")
-    heldout_batches = eval_batches(objective, corpus, config)
-    grid = eval_grid(config)
-    batch_size, per_rank = config.batch_size, config.batch_size // world
-    bar = tqdm(total=100, desc=run_name(spec, seed), unit="% budget", disable=not (progress and fabric.is_global_zero),
-               leave=True, mininterval=0.5, bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
+
+def restore(fabric: Fabric, run: Run) -> None:
+    """Continue from the run folder's checkpoint when there is one; evaluations appended after it are redone."""
+    if not run.checkpoint_path.exists():
+        if fabric.is_global_zero:
+            run.curve_path.unlink(missing_ok=True)
+        return
+    state = run.state(fabric)
+    fabric.load(run.checkpoint_path, state, weights_only=True)
+    run.counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
+    run.counters.setdefault("last_finite_loss", None)
+    fabric.strategy.precision.load_state_dict(state["precision"])
+    kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]
+    if fabric.is_global_zero:
+        run.curve_path.unlink(missing_ok=True)
+        for row in kept:
+            append_jsonl(run.curve_path, row)
+
+
+def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> float:
+    """One optimizer step on this process's share of the global batch; returns the local loss."""
+    world, step, objective = fabric.world_size, run.counters["step"], run.objective
+    per_rank = run.config.batch_size // world
+    local_batch = batch.rows(slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank))
+    for group in run.optimizer.param_groups:
+        group["lr"] = learning_rate(run.counters["flops"] / run.config.budget_flops, run.config)
+    torch.manual_seed(derive_seed(run.seed, step, fabric.global_rank))  # see the module docstring
+    with fabric.autocast():
+        output = run.module(local_batch.to(fabric.device))
+    loss_to_reduce = output.loss
+    if world > 1 and objective.token_mean_loss:
+        # DDP averages the processes' gradients; when their supervised counts differ (Bernoulli, whole-word),
+        # weight each process's mean by its share so the result is the mean over the global batch's positions
+        loss_to_reduce = output.loss * (output.supervised_positions * world / objective.counted_positions(batch))
+    run.optimizer.zero_grad(set_to_none=True)
+    fabric.backward(loss_to_reduce)
+    if run.config.grad_clip > 0:
+        fabric.clip_gradients(run.module, run.optimizer, max_norm=run.config.grad_clip)
+    run.optimizer.step()
+    return output.loss.item()
+
+
+def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: list[Corrupted], grid: list[float],
+                          probe: ProbeConfig | None, started: float) -> None:
+    """Evaluate at the FLOP checkpoint just passed, append the row to curve.jsonl and checkpoint the state."""
+    counters = run.counters
+    while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
+        counters["next_eval"] += 1
+    row = {"checkpoint": grid[counters["next_eval"] - 1], "step": counters["step"], "flops": counters["flops"],
+           "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
+           **evaluate(fabric, run.module, heldout)}
+    if probe is not None and run.config.probe_every_eval:
+        row.update(run_probes(run.objective, corpus, probe, finetune=False))
+    counters["wall_seconds"] = time.perf_counter() - started
+    if fabric.is_global_zero:
+        append_jsonl(run.curve_path, row)
+    save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
+
+
+def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, progress: bool,
+        stop_after_steps: int | None) -> bool:
+    """Train until the accounted FLOPs reach the budget, evaluating at every checkpoint of the grid. Returns False
+    when stopped early by `stop_after_steps` (which simulates an interruption)."""
+    config, counters, objective = run.config, run.counters, run.objective
+    windows, heldout, grid = corpus.windows("train"), eval_batches(objective, corpus, config), eval_grid(config)
+    bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
+               disable=not (progress and fabric.is_global_zero),
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
     bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
     started = time.perf_counter() - counters["wall_seconds"]
-    module.train()
+    run.module.train()
     while counters["flops"] < config.budget_flops:
         step = counters["step"]
-        batch = training_batch(objective, windows, seed, step, batch_size)  # the global batch, on every rank
-        step_flops = objective.flops(batch)
-        local_batch = batch.rows(slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank))
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(counters["flops"] / config.budget_flops, config)
-
+        batch = training_batch(objective, windows, run.seed, step, config.batch_size)  # the global batch
         tick = time.perf_counter()
-        torch.manual_seed(hash((seed, step, fabric.global_rank)) % 2 ** 63)  # see the module docstring
-        with fabric.autocast():
-            output = module(local_batch.to(fabric.device))
-        loss_to_reduce = output.loss
-        if world > 1 and objective.token_mean_loss:
-            # DDP averages the processes' gradients; when their supervised counts differ (Bernoulli, whole-word),
-            # weight each process's mean by its share so the result is the mean over the global batch's positions
-            loss_to_reduce = output.loss * (output.supervised_positions * world / objective.counted_positions(batch))
-        optimizer.zero_grad(set_to_none=True)
-        fabric.backward(loss_to_reduce)
-        if config.grad_clip > 0:
-            fabric.clip_gradients(module, optimizer, max_norm=config.grad_clip)
-        optimizer.step()
-        loss = output.loss.item()
+        loss = train_step(fabric, run, batch)
         counters["train_seconds"] += time.perf_counter() - tick
         if not math.isfinite(loss):
-            raise ConfigError(f"{spec} seed {seed}: the loss became {loss} at step {step}; start again in a new --out "
-                              "with a lower --lr")
-
-        counters["step"] = step + 1
-        counters["flops"] += step_flops
-        counters["tokens"] += batch.inputs.numel()
-        counters["supervised_positions"] += objective.counted_positions(batch)
+            bar.close()
+            raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"])
+        counters.update(step=step + 1, flops=counters["flops"] + objective.flops(batch), last_finite_loss=loss,
+                        tokens=counters["tokens"] + batch.inputs.numel(),
+                        supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
         bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
         bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
-
         if counters["flops"] >= grid[counters["next_eval"]]:
-            while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
-                counters["next_eval"] += 1
-            row = {"checkpoint": grid[counters["next_eval"] - 1], "step": counters["step"],
-                   "flops": counters["flops"], "tokens": counters["tokens"],
-                   "supervised_positions": counters["supervised_positions"],
-                   **evaluate(fabric, module, heldout_batches)}
-            if probe is not None and config.probe_every_eval:
-                row.update(run_probes(objective, corpus, probe, finetune=False))
-            counters["wall_seconds"] = time.perf_counter() - started
-            if fabric.is_global_zero:
-                append_jsonl(curve_path, row)
-            save_checkpoint(fabric, checkpoint, state)
+            checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started)
         if stop_after_steps is not None and counters["step"] >= stop_after_steps:
             bar.close()
-            return None
+            return False
     bar.close()
     counters["wall_seconds"] = time.perf_counter() - started
-    probes, tick = None, time.perf_counter()
-    if probe is not None:
-        probes = run_probes(objective, corpus, probe)
+    return True
 
-    result = {
-        "objective": spec, "seed": seed, "attention": objective.attention, "steps": counters["step"],
+
+def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
+    """The finished run's record: counters, throughput, sizes, the analytic counts and the curve."""
+    counters, objective, batch_size = run.counters, run.objective, run.config.batch_size
+    return {
+        "objective": run.spec, "seed": run.seed, "attention": objective.attention, "steps": counters["step"],
         "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "supervised_per_sequence": counters["supervised_positions"] / (counters["step"] * batch_size),
         "flops_per_step": counters["flops"] / counters["step"],
@@ -269,10 +349,24 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         "backbone_parameters": objective.backbone.num_parameters(),
         "expected_supervised_per_sequence": objective.expected_supervised_positions(corpus.seq_len),
         "expected_flops_per_sequence": objective.expected_flops_per_sequence(corpus.seq_len),
-        "curve": read_jsonl(curve_path) if fabric.is_global_zero else [],
+        "curve": read_jsonl(run.curve_path) if fabric.is_global_zero else [],
     }
-    if probes is not None:
-        result.update(probes=probes, probe_seconds=time.perf_counter() - tick)
+
+
+def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+              probe: ProbeConfig | None = None, progress: bool = True,
+              stop_after_steps: int | None = None) -> dict | None:
+    """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
+    run_dir. Resumes from run_dir's checkpoint when there is one. With `probe`, probes the final backbone (and, with
+    config.probe_every_eval, the frozen backbone at every checkpoint). Returns the result, or None when stopped early
+    by `stop_after_steps`. Raises TrainingDiverged when the loss stops being finite."""
+    run = setup_run(fabric, spec, seed, corpus, config, run_dir)
+    restore(fabric, run)
+    if not fit(fabric, run, corpus, probe, progress, stop_after_steps):
+        return None
+    result, tick = run_result(fabric, run, corpus), time.perf_counter()
+    if probe is not None:
+        result.update(probes=run_probes(run.objective, corpus, probe), probe_seconds=time.perf_counter() - tick)
     if fabric.is_global_zero:
         write_json(run_dir / "result.json", result)
     fabric.barrier()

@@ -7,7 +7,8 @@ with a one-line message naming it.
 from __future__ import annotations
 
 from backbone import Backbone, ConfigError
-from objectives.base import IGNORE, Corrupted, Objective, Options, Output, Vocab, parse_options
+from objectives.base import IGNORE, NUM_SENTINELS, SPECIAL_TOKENS, Corrupted, FloorSpec, Objective, Options, Output, \
+    Vocab, parse_options
 from objectives.causal import CausalLM
 from objectives.electra import Electra
 from objectives.mlm import MaskedLM
@@ -49,5 +50,5 @@ def parse_objective_list(text: str) -> list[str]:
     return specs
 
 
-__all__ = ["IGNORE", "REGISTRY", "CausalLM", "Corrupted", "Electra", "MaskedLM", "Objective", "Options", "Output",
+__all__ = ["IGNORE", "NUM_SENTINELS", "REGISTRY", "SPECIAL_TOKENS", "FloorSpec", "CausalLM", "Corrupted", "Electra", "MaskedLM", "Objective", "Options", "Output",
            "SpanCorruption", "Vocab", "build_objective", "parse_objective_list", "parse_options", "parse_spec"]

@@ -20,6 +20,10 @@ from backbone import Backbone, ConfigError
 from backbone.fused_loss import linear_cross_entropy
 
 IGNORE = -100  # target of a position that carries no loss (PyTorch's cross_entropy ignore_index)
+# The one home of the special-token layout: ids 0-4 of every vocabulary (a trained tokenizer holds all five; the
+# embedded language has no unknown words, so its ordinary tokens start at 4), and T5's sentinels on top of it.
+SPECIAL_TOKENS = ("[PAD]", "[MASK]", "[BOS]", "[EOS]", "[UNK]")
+NUM_SENTINELS = 100  # as T5's extra_ids; span corruption needs one per span (23 at T = 512)
 
 
 @dataclass(frozen=True, eq=False)
@@ -43,9 +47,18 @@ class Vocab:
                               f"{self.num_ordinary} ordinary tokens; need at least 2")
 
     @classmethod
-    def for_words(cls, num_words: int, num_sentinels: int = 100) -> "Vocab":
+    def for_words(cls, num_words: int, num_sentinels: int = NUM_SENTINELS) -> "Vocab":
         """A vocabulary whose ordinary tokens are `num_words` word types: word w is token w + 4."""
         return cls(4 + num_words + num_sentinels, num_sentinels)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer_size: int, continuation: Tensor | None = None) -> "Vocab":
+        """The vocabulary of a tokenizer of `tokenizer_size` ids (the five special tokens included), with the
+        sentinels added on top. This is what `--vocab-size` means in every command."""
+        if tokenizer_size < len(SPECIAL_TOKENS) + 2:
+            raise ConfigError(f"--vocab-size must be >= {len(SPECIAL_TOKENS) + 2} (5 special tokens and 2 ordinary "
+                              f"ones), got {tokenizer_size}")
+        return cls(tokenizer_size + NUM_SENTINELS, NUM_SENTINELS, len(SPECIAL_TOKENS), continuation)
 
     def word_starts(self, tokens: Tensor) -> Tensor:
         """(batch, T) bool: where a word starts. A window's first token always starts one (its word may have begun
@@ -107,6 +120,20 @@ class Output:
 
 
 @dataclass(frozen=True)
+class FloorSpec:
+    """Which Bayes floor bounds one of an objective's held-out metrics, stated as the task the metric measures, so
+    the bench computes floors without knowing objectives. "next_token": predict every next token from the left
+    context. "masked_token": predict the chosen positions, each corrupted independently: [MASK] with probability
+    `mask`, a uniformly random ordinary token with `random`, left as it is with `keep`."""
+
+    metric: str  # the held-out metric it bounds, e.g. "loss" or "generator_loss"
+    task: str  # "next_token" | "masked_token"
+    keep: float = 0.0
+    random: float = 0.0
+    mask: float = 1.0
+
+
+@dataclass(frozen=True)
 class Options:
     """Base of each objective's options; subclasses add fields with defaults and override `validate`."""
 
@@ -136,6 +163,9 @@ class Objective(nn.Module):
     can_generate: bool = False  # whether incremental (KV-cached) generation is possible
     static_copies: int = 0  # > 0: each window has this many fixed corruptions, used in turn (BERT's dupe_factor)
     token_mean_loss: bool = True  # the loss is a mean over the supervised positions (ELECTRA's is not)
+    # A probe reading this backbone's features sees what its attention lets it see: the whole window ("smoothing",
+    # the Bayes ceiling from the whole sequence) or only the left context ("filtering").
+    tagging_ceiling: str = "smoothing"
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: Options | None = None) -> None:
         super().__init__()
@@ -175,6 +205,33 @@ class Objective(nn.Module):
     def expected_flops_per_sequence(self, seq_len: int) -> float:
         """Analytic training-step FLOPs per sequence, at the expected number of supervised positions."""
         raise NotImplementedError
+
+    # --- what the bench asks, so that it never branches on an objective's name or class ---
+    def describe(self, seq_len: int) -> dict:
+        """What the supervised positions per sequence are made of, analytically: named counts, plus "parts", one
+        line for the signal-density table (empty when there is nothing to split)."""
+        return {"parts": ""}
+
+    def measure_parts(self, batch: Corrupted) -> dict[str, float]:
+        """The measured counterpart of describe()'s counts, per sequence of this corrupted batch."""
+        return {}
+
+    def bayes_floors(self) -> list[FloorSpec]:
+        """The Bayes floors that bound this objective's held-out metrics; none when its corruption is not one the
+        floors can express (coupled positions, packed spans)."""
+        return []
+
+    def probe_attention(self, seq_len: int) -> dict:
+        """The attention a probe reads a whole clean window with: the objective's own mode (a prefix LM's
+        bidirectional prefix stretched over the whole window)."""
+        if self.attention == "prefix":
+            return {"attention": "prefix", "prefix_len": seq_len}
+        return {"attention": self.attention}
+
+    @property
+    def perf_peer(self) -> str | None:
+        """The Hugging Face peer bench.perf times this objective against (one of its peers' names), or None."""
+        return self.name
 
     def spec(self) -> str:
         changed = [f"{f.name}={getattr(self.options, f.name)}" for f in fields(self.options)

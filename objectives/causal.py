@@ -7,13 +7,14 @@ import torch
 from torch import Tensor
 
 from backbone import ConfigError
-from objectives.base import IGNORE, Corrupted, Objective, Output, lm_flops, lm_forward
+from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Output, lm_flops, lm_forward
 
 
 class CausalLM(Objective):
     name = "ar"
     attention = "causal"
     can_generate = True
+    tagging_ceiling = "filtering"  # its features at t have seen tokens up to t only
 
     def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
         # Nothing is random; `generator` is accepted so every objective has the same signature.
@@ -28,6 +29,9 @@ class CausalLM(Objective):
 
     def expected_supervised_positions(self, seq_len: int) -> float:
         return float(seq_len - 1)
+
+    def bayes_floors(self) -> list[FloorSpec]:
+        return [FloorSpec("loss", "next_token")]
 
     def forward(self, batch: Corrupted) -> Output:
         return lm_forward(self.backbone, batch)

@@ -17,9 +17,9 @@ from torch import Tensor, nn
 
 from backbone import Backbone, ConfigError, Flops, Transformer
 from backbone.model import init_weights
-from objectives.base import IGNORE, Corrupted, Objective, Options, Output, Vocab, check_fraction, supervised_rows, \
-    token_loss
-from objectives.masking import RULES, exact_count, rewrite, select_positions
+from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, Vocab, check_fraction, \
+    supervised_rows, token_loss
+from objectives.masking import RULES, expected_count, rewrite, select_positions
 
 
 @dataclass(frozen=True)
@@ -72,11 +72,19 @@ class Electra(Objective):
         return Corrupted(inputs, targets, "bidirectional", tokens, info={"rewrite": kind})
 
     def generator_positions(self, seq_len: int) -> float:
-        return float(exact_count(seq_len, self.options.rate)) if self.options.rule == "exact" \
-            else seq_len * self.options.rate
+        return expected_count(seq_len, self.options.rate, self.options.rule)
 
     def expected_supervised_positions(self, seq_len: int) -> float:
         return seq_len + self.generator_positions(seq_len)
+
+    def describe(self, seq_len: int) -> dict:
+        generator = self.generator_positions(seq_len)
+        return {"discriminator_positions": seq_len, "generator_positions": generator,
+                "parts": f"discriminator {seq_len} + generator {generator:g}"}
+
+    def bayes_floors(self) -> list[FloorSpec]:
+        # the generator's masked-token loss; the discriminator's best loss depends on the generator, so it has none
+        return [FloorSpec("generator_loss", "masked_token", keep=1 - self.options.mask, mask=self.options.mask)]
 
     def counted_positions(self, batch: Corrupted) -> int:
         return batch.inputs.numel() + int((batch.targets != IGNORE).sum())  # every position + the generator's

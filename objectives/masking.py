@@ -22,6 +22,11 @@ def exact_count(seq_len: int, rate: float) -> int:
     return max(1, int(round(seq_len * rate)))
 
 
+def expected_count(seq_len: int, rate: float, rule: str) -> float:
+    """Expected chosen positions per sequence: exactly round(rate·T) under BERT's rule, rate·T under Bernoulli."""
+    return float(exact_count(seq_len, rate)) if rule == "exact" else seq_len * rate
+
+
 def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: torch.Generator) -> Tensor:
     """Boolean (batch, T) mask of the chosen positions.
 

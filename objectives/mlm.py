@@ -11,9 +11,10 @@ import torch
 from torch import Tensor
 
 from backbone import ConfigError
-from objectives.base import IGNORE, Corrupted, Objective, Options, Output, check_fraction, check_split, lm_flops, \
-    lm_forward
-from objectives.masking import RULES, exact_count, rewrite, select_positions, select_spans, select_whole_words
+from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, check_fraction, check_split, \
+    lm_flops, lm_forward
+from objectives.masking import KEPT, MASKED, RANDOM, RULES, exact_count, expected_count, rewrite, select_positions, \
+    select_spans, select_whole_words
 
 
 @dataclass(frozen=True)
@@ -74,13 +75,30 @@ class MaskedLM(Objective):
     def expected_supervised_positions(self, seq_len: int) -> float:
         """Exact rule and span masking: round(rate·T). Bernoulli: rate·T. Whole-word masking: round(rate·T) is its
         upper bound (reached when every token is a word); the measured count is reported beside it."""
-        return float(exact_count(seq_len, self.options.rate)) if self.options.rule == "exact" \
-            else seq_len * self.options.rate
+        return expected_count(seq_len, self.options.rate, self.options.rule)
 
     def expected_split(self, seq_len: int) -> dict[str, float]:
         """Expected [MASK] / random / kept positions per sequence."""
         supervised = self.expected_supervised_positions(seq_len)
         return {share: supervised * getattr(self.options, share) for share in ("mask", "random", "keep")}
+
+    def describe(self, seq_len: int) -> dict:
+        split = self.expected_split(seq_len)
+        # whole words fill round(rate·T) only when they fit exactly: the analytic count is then an upper bound
+        upper_bound = self.options.whole_word and self.vocab.continuation is not None
+        return {**split, "upper_bound": upper_bound,
+                "parts": f"{split['mask']:.2f} / {split['random']:.2f} / {split['keep']:.2f}"}
+
+    def measure_parts(self, batch: Corrupted) -> dict[str, float]:
+        kinds, sequences = batch.info["rewrite"], batch.inputs.shape[0]
+        return {f"measured_{share}": int((kinds == kind).sum()) / sequences
+                for share, kind in (("mask", MASKED), ("random", RANDOM), ("keep", KEPT))}
+
+    def bayes_floors(self) -> list[FloorSpec]:
+        if self.options.span:
+            return []  # one 80/10/10 decision per span couples the positions; the per-position model does not hold
+        o = self.options
+        return [FloorSpec("loss", "masked_token", keep=o.keep, random=o.random, mask=o.mask)]
 
     def forward(self, batch: Corrupted) -> Output:
         return lm_forward(self.backbone, batch)

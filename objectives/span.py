@@ -131,6 +131,15 @@ class SpanCorruption(Objective):
     def expected_supervised_positions(self, seq_len: int) -> float:
         return float(self.lengths(seq_len).targets)
 
+    def describe(self, seq_len: int) -> dict:
+        n = self.lengths(seq_len)
+        return {"noise_tokens": n.noise, "spans": n.spans, "raw_tokens": n.raw, "input_positions": n.inputs,
+                "padding": n.padding, "parts": f"{n.noise} noise tokens in {n.spans} spans of {n.raw} raw tokens"}
+
+    @property
+    def perf_peer(self) -> str:
+        return "ar"  # the same decoder-only model at the same packed length: what span corruption costs elsewhere
+
     def forward(self, batch: Corrupted) -> Output:
         return lm_forward(self.backbone, batch)
 

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image
 
 from bench.cli import run
-from bench.compare import main
+from bench.compare import build_parser, main
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet"]
@@ -93,6 +93,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["--objectives", "mlm,mlm:rate=0.15"], "listed twice"),
     (["--data", "synthetic:successors=99"], "successors"),
     (["--data", "synthetic:text,successors=99"], "successors"),
+    (["--model", "small", "--batch-size", "32", "--seq-len", "100000"], "GiB"),
+    (["--model", "tiny:d_model=0"], "d_model must be >= 1"),
+    (["--model", "tiny:width=3"], "is not KEY=VALUE"),
+    (["--model", "tiny:n_layer=two"], "not a valid int"),
+    (["--vocab-size", "3"], "--vocab-size must be >= 7"),
 ])
 def test_bad_input_is_one_line_with_status_2_and_writes_nothing(args, message, tmp_path, capsys):
     out = tmp_path / "out"
@@ -102,6 +107,51 @@ def test_bad_input_is_one_line_with_status_2_and_writes_nothing(args, message, t
     stderr = capsys.readouterr().err
     assert message in stderr and len(stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_batch_that_does_not_split_over_processes_is_one_line(tmp_path):
+    result = run_cli(*TINY, "--batch-size", "3", "--devices", "2", "--strategy", "ddp", "--accelerator", "cpu",
+                     "--out", str(tmp_path / "out"))
+    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+        "error: --batch-size 3 does not split evenly over 2 processes"]
+    assert not (tmp_path / "out").exists()
+
+
+def test_json_files_hold_no_nan(comparison):
+    def reject(constant):
+        raise ValueError(f"{constant} is not JSON")
+    for path in [comparison / "results.json", *comparison.glob("runs/*/*.json"), *comparison.glob("runs/*/*.jsonl")]:
+        for line in ([path.read_text()] if path.suffix == ".json" else path.read_text().splitlines()):
+            json.loads(line, parse_constant=reject)
+    baseline = json.loads((comparison / "results.json").read_text())["objectives"][0]
+    assert baseline["welch_p_vs_baseline"] is None  # a missing number is null
+
+
+def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
+    import bench.train
+    real_step = bench.train.train_step
+
+    def diverging(fabric, run, batch):
+        loss = real_step(fabric, run, batch)
+        return float("nan") if run.spec == "ar" and run.counters["step"] == 2 else loss
+
+    monkeypatch.setattr(bench.train, "train_step", diverging)
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])
+    assert exit_info.value.code == 3
+    assert "ar seed 0 diverged: the loss became nan at step 2" in capsys.readouterr().err
+    results = json.loads((out / "results.json").read_text())
+    assert [r["objective"] for r in results["runs"]] == ["mlm"]
+    assert results["diverged"][0]["step"] == 2 and results["diverged"][0]["last_finite_loss"] > 0
+    assert "### Diverged runs" in (out / "report.md").read_text()
+
+
+def test_model_overrides_are_recorded(tmp_path):
+    out = tmp_path / "shape"
+    main([*TINY, "--model", "tiny:d_model=16,n_layer=1", "--objectives", "ar", "--out", str(out), "--no-probes"])
+    assert json.loads((out / "config.json").read_text())["model_shape"]["d_model"] == 16
+    assert "n_layer 1, d_model 16" in (out / "report.md").read_text()
 
 
 def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
@@ -119,9 +169,14 @@ def test_an_existing_comparison_needs_resume(comparison, capsys):
 
 def test_help_explains_every_flag():
     result = run_cli("--help")
-    assert result.returncode == 0
-    for flag in ("--objectives", "--seeds", "--budget", "--model", "--seq-len", "--batch-size", "--data", "--out",
-                 "--resume", "--accelerator", "--devices", "--num-nodes", "--strategy", "--precision"):
+    assert result.returncode == 0 and "exit status" in result.stdout and "3 the report" in result.stdout
+    actions = [a for a in build_parser()._actions if "--help" not in a.option_strings]
+    assert len(actions) >= 20
+    for action in actions:
+        flag = action.option_strings[0]
+        assert action.help and len(action.help) >= 15, f"{flag} has no real help"
+        if action.default not in (None, False):  # a flag with a default says what it is
+            assert "(default" in action.help, f"{flag} does not state its default"
         assert flag in result.stdout
 
 

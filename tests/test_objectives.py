@@ -41,7 +41,10 @@ def test_t5_counts_match_the_reference_helper():
     # ANCHORS: 512 raw -> 77 noise in 26 spans (inputs 462, targets 104); 568 raw -> 85 noise in 28 spans.
     assert noise_and_spans(512, 0.15, 3.0) == (77, 26)
     assert noise_and_spans(568, 0.15, 3.0) == (85, 28)
-    assert 568 - 85 + 28 + 1 == 512
+    # T5's random_spans_helper: 512 encoder inputs consume 568 raw tokens and give 114 targets; packed, that is
+    # 626 positions, and the suite's own packing must find exactly those lengths
+    lengths = packed_lengths(512 + 114, 0.15, 3.0)
+    assert (lengths.raw, lengths.inputs, lengths.targets, lengths.padding) == (568, 512, 114, 0)
     assert noise_and_spans(3, 0.15, 3.0) == (1, 1)  # clipped to at least one noise token
     assert noise_and_spans(4, 0.99, 3.0)[0] == 3  # and at most raw - 1
 

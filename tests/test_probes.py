@@ -1,8 +1,9 @@
 import pytest
 import torch
 
+from backbone import measure_flops
 from bench.data import load_corpus
-from bench.probes import ProbeConfig, features, fit_linear_probe, majority_accuracy, probe_attention, run_probes
+from bench.probes import ProbeConfig, features, fit_linear_probe, majority_accuracy, run_probes
 from bench.train import TrainConfig, build_run_objective
 
 CONFIG = ProbeConfig(train_windows=24, test_windows=8, iterations=20, finetune_steps=3, finetune_batch=4)
@@ -36,12 +37,12 @@ def test_majority_chance():
 
 
 def test_span_is_probed_with_a_prefix_over_the_whole_window(corpus):
-    assert probe_attention(objective_for("span", corpus), 16) == {"attention": "prefix", "prefix_len": 16}
-    assert probe_attention(objective_for("ar", corpus), 16) == {"attention": "causal"}
-    assert probe_attention(objective_for("electra", corpus), 16) == {"attention": "bidirectional"}
+    assert objective_for("span", corpus).probe_attention(16) == {"attention": "prefix", "prefix_len": 16}
+    assert objective_for("ar", corpus).probe_attention(16) == {"attention": "causal"}
+    assert objective_for("electra", corpus).probe_attention(16) == {"attention": "bidirectional"}
     backbone = objective_for("span", corpus).backbone
     tokens = corpus.windows("heldout")[:3]
-    torch.testing.assert_close(features(backbone, tokens, probe_attention(objective_for("span", corpus), 16)),
+    torch.testing.assert_close(features(backbone, tokens, objective_for("span", corpus).probe_attention(16)),
                                features(backbone, tokens, {"attention": "bidirectional"}))
 
 
@@ -58,4 +59,5 @@ def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, co
     assert all(torch.equal(a, b) for a, b in zip(before, objective.parameters()))  # fine-tuning used a copy
     for key in ("tagging_frozen", "tagging_finetuned", "component", "tagging_chance", "component_chance"):
         assert 0.0 <= first[key] <= 1.0
-    assert first["probe_flops"] > objective.backbone.flops(32, 16, 0).forward
+    # every matrix product the probes execute, as FlopCounterMode measures it, equals what they report
+    assert measure_flops(lambda: run_probes(objective, corpus, CONFIG)) == first["probe_flops"]

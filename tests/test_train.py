@@ -6,7 +6,9 @@ import torch
 from bench.data import load_corpus
 from bench.files import read_jsonl
 from bench.probes import ProbeConfig
-from bench.train import TrainConfig, build_run_objective, eval_grid, learning_rate, make_fabric, train_run
+from bench.train import (TrainConfig, build_run_objective, corruption_generator, eval_grid, learning_rate,
+                         make_fabric, train_run)
+from objectives import IGNORE
 
 SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
@@ -74,7 +76,13 @@ def test_bernoulli_runs_count_what_they_executed(corpus, fabric, tmp_path):
     c = config()
     result = train_run(fabric, "mlm:rule=bernoulli", 0, corpus, c, tmp_path, progress=False)
     assert c.budget_flops <= result["flops"]
-    assert result["supervised_positions"] != result["steps"] * BATCH * round(0.15 * SEQ_LEN)
+    # recount: corrupt each step's windows afresh from (seed, step) and count the chosen positions
+    objective, windows = build_run_objective("mlm:rule=bernoulli", c, corpus), corpus.windows("train")
+    chosen = [int((objective.corrupt(windows[(torch.arange(BATCH) + step * BATCH) % len(windows)],
+                                     corruption_generator(0, step)).targets != IGNORE).sum())
+              for step in range(result["steps"])]
+    assert result["supervised_positions"] == sum(chosen)
+    assert len(set(chosen)) > 1  # Bernoulli: the count varies from step to step
 
 
 def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):

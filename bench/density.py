@@ -1,0 +1,48 @@
+"""Signal density: how many positions per sequence carry a loss, analytically and measured, and the training FLOPs
+behind them. The library half of `bench.positions`; `bench.compare` puts the same rows in its report.
+
+Every objective describes its own parts (MLM's [MASK] / random / kept split, ELECTRA's discriminator + generator,
+span corruption's noise and spans): nothing here knows one objective from another.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from backbone import Backbone, BackboneConfig
+from objectives import Objective, Vocab, build_objective
+
+
+def build_on_meta(spec: str, config: BackboneConfig, vocab: Vocab) -> Objective:
+    """The objective on the meta device: FLOPs and counts need the shapes, not the weights, so even `base` is free."""
+    with torch.device("meta"):
+        return build_objective(spec, Backbone(config), vocab)
+
+
+def position_row(objective: Objective, seq_len: int, samples: int = 256, seed: int = 0) -> dict:
+    """One row of the signal-density table: the analytic supervised positions per sequence, the count measured by
+    running corrupt() on `samples` random windows, the objective's own parts, and the training FLOPs."""
+    objective.check_seq_len(seq_len)
+    generator = torch.Generator().manual_seed(seed)
+    vocab = objective.vocab
+    tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (samples, seq_len), generator=generator)
+    corrupted = objective.corrupt(tokens, generator)
+    supervised = objective.expected_supervised_positions(seq_len)
+    flops = objective.expected_flops_per_sequence(seq_len)
+    return {
+        "objective": objective.spec(),
+        "attention": objective.attention,
+        "supervised_positions": supervised,
+        "measured_positions": objective.counted_positions(corrupted) / samples,
+        "ratio_to_ar": supervised / (seq_len - 1),
+        "incremental_generation": objective.can_generate,
+        "flops_per_sequence": flops,
+        "flops_per_supervised_position": flops / supervised,
+        **objective.describe(seq_len),
+        **objective.measure_parts(corrupted),
+    }
+
+
+def analytic_count(row: dict) -> str:
+    """The analytic supervised positions of a row, marked when they are only an upper bound (whole-word masking)."""
+    return ("≤ " if row.get("upper_bound") else "") + f"{row['supervised_positions']:g}"
