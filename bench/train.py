@@ -8,7 +8,7 @@ Everything that makes runs comparable lives here:
   run of an objective, so curves line up across seeds and objectives;
 - each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, counters; the data
   position is the step) is checkpointed with it, so an interrupted run resumes exactly. There is no RNG state to
-  carry: the masks of a step come from a generator seeded by (seed, step), and the global RNG (ELECTRA's sampling,
+  carry: the masks of a step come from a generator seeded by derive_seed(seed, step) (bench.seeds), and the global RNG (ELECTRA's sampling,
   dropout) is reseeded from (seed, step, rank) before every step, so each process of a multi-device run draws its
   own noise and a resumed run draws the same noise as an uninterrupted one, whatever the number of devices.
 """
@@ -124,7 +124,7 @@ def run_name(spec: str, seed: int) -> str:
 
 def corruption_generator(seed: int, step: int) -> torch.Generator:
     # A pure function of (seed, step): the masks of step s are the same whether or not the run was resumed.
-    return torch.Generator().manual_seed(seed * 2 ** 32 + step)
+    return torch.Generator().manual_seed(derive_seed(seed, step))
 
 
 def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int) -> Corrupted:
