@@ -47,9 +47,11 @@ class BackboneConfig:
         return self.d_model // self.n_head
 
 
-# tiny: unit tests; small: CPU comparisons (~4 layers x 256, like ELECTRA-Small's width); base: BERT-base, for GPUs.
+# tiny: unit tests; mini: the default comparison on the embedded language (2 CPU cores); small: CPU comparisons on
+# text (~4 layers x 256, like ELECTRA-Small's width); base: BERT-base, for GPUs.
 PRESETS: dict[str, dict] = {
     "tiny": dict(n_layer=2, n_head=2, d_model=32),
+    "mini": dict(n_layer=2, n_head=2, d_model=64),
     "small": dict(n_layer=4, n_head=4, d_model=256),
     "base": dict(n_layer=12, n_head=12, d_model=768),
 }

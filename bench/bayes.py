@@ -50,6 +50,17 @@ def loss_floors(objective: Objective, batches: list[Corrupted], corpus: Corpus) 
             for floor in objective.bayes_floors()}
 
 
+def unigram_losses(objective: Objective, batches: list[Corrupted], corpus: Corpus) -> dict[str, float]:
+    """{metric: the loss of the best context-free predictor} on the same positions as each floor: the start of the
+    learnable range that runs from it down to the floor."""
+    if not objective.bayes_floors():
+        return {}
+    log_p = synthetic.unigram(corpus.language, corpus.seq_len).log()
+    targets = torch.cat([batch.targets[batch.targets != IGNORE] for batch in batches]) - corpus.vocab.first_ordinary
+    loss = -log_p[targets].mean().item()
+    return {floor.metric: loss for floor in objective.bayes_floors()}
+
+
 def ceilings(corpus: Corpus, windows: slice) -> dict[str, float]:
     words = corpus.heldout.with_format("torch")[windows]["tokens"] - corpus.vocab.first_ordinary
     return asdict(synthetic.bayes_ceilings(corpus.language, words))

@@ -19,7 +19,7 @@ import torch
 from lightning_fabric import Fabric
 
 from backbone import ConfigError, resolve_model
-from bench.bayes import ceilings, loss_floors
+from bench.bayes import ceilings, loss_floors, unigram_losses
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.data import Corpus, TextOptions, load_corpus
 from bench.density import build_on_meta, position_row
@@ -27,12 +27,19 @@ from bench.files import read_json, write_json
 from bench.probes import ProbeConfig
 from bench.report import write_report
 from bench.results import build_results
+from bench.sweep import learning_rates, parse_rate, sweep
 from bench.train import (TrainConfig, TrainingDiverged, check_batch_split, check_memory, eval_batches,
                          finished_result, launch_processes, make_fabric, run_name, train_run)
 from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
-DEFAULT_BUDGET = 5e12
+# The default setup: every objective learns its own task and the yardsticks discriminate, in about 5 minutes for
+# 3 objectives x 3 seeds on 2 CPU cores (README: "The default comparison").
+DEFAULT_BUDGET = 4e11
+DEFAULT_MODEL = "mini"
+DEFAULT_SEQ_LEN = 64
+DEFAULT_SEEDS = 3
+DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
 
 
@@ -52,15 +59,25 @@ def build_parser() -> Parser:
         help="comma-separated objective specs: mlm, ar, electra, span, each with options as NAME:KEY=VALUE,... "
              f"(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0); the first is the baseline of the Welch tests "
              f"(default {DEFAULT_OBJECTIVES})")
-    add("--seeds", type=int, default=1, help="runs per objective, seeds 0..N-1; 2 or more give confidence "
-                                             "intervals and Welch tests (default 1)")
+    add("--seeds", type=int, default=DEFAULT_SEEDS, help="runs per objective, seeds 0..N-1; 2 or more give "
+                                                         f"confidence intervals and tests (default {DEFAULT_SEEDS})")
     add("--budget", type=float, default=DEFAULT_BUDGET,
         help=f"training FLOPs per run, forward + backward, as counted by the suite (default {DEFAULT_BUDGET:g})")
-    add("--model", default="small", help=MODEL_HELP + " (default small)")
-    add("--seq-len", type=int, default=128, help="window length T in tokens (default 128)")
+    add("--model", default=DEFAULT_MODEL, help=MODEL_HELP + f" (default {DEFAULT_MODEL})")
+    add("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"window length T in tokens (default {DEFAULT_SEQ_LEN})")
     add("--batch-size", type=int, default=32, help="global batch size in windows, the same for every objective "
                                                    "(default 32)")
-    add("--lr", type=float, default=1e-3, help="peak AdamW learning rate (default 1e-3)")
+    add("--lr", default=DEFAULT_LR, help="peak AdamW learning rate: one number for every objective, then optional "
+                                         "per-objective peaks as SPEC=LR, matched on the spec as written, then on its "
+                                         f"name; one rate for all favours whichever objective it suits (default "
+                                         f"{DEFAULT_LR})")
+    add("--lr-sweep", default=None, help="comma-separated peak rates, e.g. 3e-4,1e-3,3e-3: first train every "
+                                         "objective (seed 0) at each rate on --sweep-fraction of the budget, pick "
+                                         "per objective the rate with the lowest own held-out loss, then run the "
+                                         "comparison with those rates; sweep FLOPs are reported apart, never taken "
+                                         "from the budget (default: no sweep, use --lr)")
+    add("--sweep-fraction", type=float, default=0.25, help="share of the budget each sweep run trains for "
+                                                           "(default 0.25)")
     add("--eval-points", type=int, default=6, help="log-spaced FLOP checkpoints for held-out evaluation, the "
                                                    "last at the budget (default 6)")
     add("--data", default="synthetic",
@@ -91,8 +108,9 @@ def build_parser() -> Parser:
              "processor has bf16 units, see the README), 16-mixed (GPU only), bf16-true, 64-true (default 32-true)")
     add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
                                                  "classification, fine-tuning) that run on each final model")
-    add("--probe-every-eval", action="store_true", help="also fit the frozen probes at every FLOP checkpoint, for "
-                                                        "probe-accuracy-against-compute curves")
+    add("--no-probe-curves", action="store_true", help="fit the frozen probes only at the budget, not at every FLOP "
+                                                       "checkpoint; faster, but without the curves the compute "
+                                                       "multipliers are read from")
     add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
                                                "compilation of tens of seconds per run, so it pays only for long "
                                                "runs (README: Speed)")
@@ -110,8 +128,10 @@ def check_args(args) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     if not args.budget > 0 or args.budget == float("inf"):
         raise ConfigError(f"--budget must be a positive number of FLOPs, got {args.budget:g}")
-    if not args.lr > 0:
-        raise ConfigError(f"--lr must be > 0, got {args.lr:g}")
+    if args.lr_sweep is not None:
+        [parse_rate(rate, "--lr-sweep") for rate in args.lr_sweep.split(",")]
+    if not 0 < args.sweep_fraction <= 1:
+        raise ConfigError(f"--sweep-fraction must be in (0, 1], got {args.sweep_fraction:g}")
     if args.num_proc is not None and args.num_proc < 1:
         raise ConfigError(f"--num-proc must be >= 1, got {args.num_proc}")
     if any(word in args.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):
@@ -152,6 +172,7 @@ class Plan:
     probe: ProbeConfig | None
     out: Path
     settings: dict  # what config.json records; --resume must match it
+    learning_rates: dict[str, float]  # peak rate per spec (replaced by the sweep's choice with --lr-sweep)
 
 
 def plan(args, fabric: Fabric) -> Plan:
@@ -165,8 +186,9 @@ def plan(args, fabric: Fabric) -> Plan:
     for spec in specs:
         check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, args.seq_len), provisional),
                      args.batch_size // fabric.world_size, args.seq_len, args.precision, fabric.device)
-    config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size, lr=args.lr,
-                         eval_points=args.eval_points, probe_every_eval=args.probe_every_eval, compile=args.compile)
+    rates = learning_rates(args.lr, specs, strict=args.lr != DEFAULT_LR)
+    config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size,
+                         eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile)
     text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
     corpus = load_corpus(args.data, args.seq_len, text)
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
@@ -183,9 +205,10 @@ def plan(args, fabric: Fabric) -> Plan:
     shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **asdict(config), "model_shape": shape_fields}
+                **asdict(config), "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
+                "sweep_fraction": args.sweep_fraction}
     check_resume(out, settings, args.resume)
-    return Plan(specs, config, corpus, objectives, probe, out, settings)
+    return Plan(specs, config, corpus, objectives, probe, out, settings, rates)
 
 
 def check_resume(out: Path, settings: dict, resume: bool) -> None:
@@ -212,7 +235,8 @@ def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: boo
             result = finished_result(run_dir) if resume else None
             if result is None:
                 try:
-                    result = train_run(fabric, spec, seed, plan_.corpus, plan_.config, run_dir, plan_.probe,
+                    config = replace(plan_.config, lr=plan_.learning_rates[spec])
+                    result = train_run(fabric, spec, seed, plan_.corpus, config, run_dir, plan_.probe,
                                        progress=progress)
                 except TrainingDiverged as error:
                     print(f"warning: {error}", file=sys.stderr)
@@ -231,20 +255,30 @@ def bayes_references(plan_: Plan) -> dict | None:
     if corpus.language is None:
         return None
     test = slice(probe.train_windows, probe.train_windows + probe.test_windows) if probe else slice(None)
-    return {"floors": {spec: loss_floors(objective, eval_batches(objective, corpus, plan_.config), corpus)
+    batches = {spec: eval_batches(objective, corpus, plan_.config) for spec, objective in zip(plan_.specs,
+                                                                                             plan_.objectives)}
+    return {"floors": {spec: loss_floors(objective, batches[spec], corpus)
                        for spec, objective in zip(plan_.specs, plan_.objectives)},
+            "unigram": {spec: unigram_losses(objective, batches[spec], corpus)
+                        for spec, objective in zip(plan_.specs, plan_.objectives)},
             "ceilings": ceilings(corpus, test)}
 
 
-def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], fabric: Fabric) -> dict:
+def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], fabric: Fabric,
+                   bayes: dict | None) -> dict:
     corpus, config, shape = plan_.corpus, plan_.config, plan_.settings["model_shape"]
-    parameters = f"{runs[0]['backbone_parameters']:,} backbone parameters" if runs else "no finished run"
+    parameters = "no finished run"
+    if runs:
+        tokens = sum(r["tokens"] for r in runs) / len(runs)
+        parameters = (f"{runs[0]['backbone_parameters']:,} backbone parameters; {tokens / runs[0]['backbone_parameters']:.2f}"
+                      " training tokens per parameter")
     setup = {
         "command": "python -m bench.compare " + shlex.join(sys.argv[1:] if argv is None else argv),
         "objectives": ", ".join(plan_.specs), "seeds": args.seeds, "budget (FLOPs)": f"{args.budget:.3g}",
         "model": f"{args.model}: n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}, "
                  f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}",
-        "sequence length": args.seq_len, "global batch": args.batch_size, "peak learning rate": args.lr,
+        "sequence length": args.seq_len, "global batch": args.batch_size, "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
+        + (" (chosen by --lr-sweep)" if args.lr_sweep else ""),
         "data": f"{corpus.name}: {corpus.description}",
         "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "
                      f"{len(corpus.heldout):,} held-out windows (first {min(config.eval_windows, len(corpus.heldout))}"
@@ -257,6 +291,16 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
         "git revision": git_revision(),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
+    if bayes:
+        setup["learnable range"] = "; ".join(
+            f"{spec} {metric}: unigram {bayes['unigram'][spec][metric]:.3f} → Bayes floor {floor:.3f} nats"
+            for spec, floors in bayes["floors"].items() for metric, floor in floors.items())
+    probed = next((r["probes"] for r in runs if r.get("probes")), None)
+    if probed:
+        setup["trivial baselines"] = (f"probes by majority class: tagging {probed['tagging_chance']:.3f}, component "
+                                      f"{probed['component_chance']:.3f}; losses: the unigram loss (above); ELECTRA's "
+                                      "discriminator: \"all original\" (its accuracy and label entropy are in "
+                                      "section 4)")
     if plan_.probe is not None:
         probe = plan_.probe
         setup["probes"] = (f"linear probes fitted on {probe.train_windows} held-out windows, scored on the next "
@@ -287,11 +331,16 @@ def main(argv: list[str] | None = None) -> None:
             write_json(plan_.out / "config.json", plan_.settings)
         except OSError as error:
             raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
+    lr_sweep = None
+    if args.lr_sweep is not None:
+        lr_sweep = sweep(fabric, plan_.specs, [parse_rate(r, "--lr-sweep") for r in args.lr_sweep.split(",")],
+                         plan_.corpus, plan_.config, args.sweep_fraction, plan_.out, progress=not args.quiet)
+        plan_.learning_rates = {spec: item["chosen"] for spec, item in lr_sweep.items()}
     runs, diverged = run_all(fabric, plan_, args.seeds, args.resume, progress=not args.quiet)
     if not fabric.is_global_zero:
         return
-    results = build_results(describe_setup(args, argv, plan_, runs, fabric), positions, runs, args.budget,
-                            args.seq_len, bayes, diverged)
+    results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
+                            args.seq_len, bayes, diverged, lr_sweep)
     print(f"report: {write_report(plan_.out, results)}")
     if diverged:
         sys.exit(3)

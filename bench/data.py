@@ -51,10 +51,13 @@ class TextOptions:
 @dataclass(frozen=True)
 class SyntheticOptions:
     components: int = 4  # mixture components ("genres")
-    states: int = 16  # hidden states per component
-    words: int = 512  # word types (ordinary tokens)
-    successors: int = 4  # non-zero transitions per state
-    zipf: float = 1.1  # emission Zipf exponent
+    states: int = 16  # hidden states, shared by the components
+    words: int = 128  # word types (ordinary tokens)
+    successors: int = 2  # non-zero transitions per state in each sparse transition table
+    zipf: float = 3.0  # emission Zipf exponent
+    support: int = 6  # words each state can emit
+    genre: float = 0.05  # share of each transition row that is the component's own
+    leak: float = 0.01  # share of each transition and emission row spread uniformly
     seed: int = 0  # seed of the language and of its samples (not of the runs)
     train: int = 8192  # training windows
     heldout: int = 512  # held-out windows: the first 128 for evaluation, all for the probes
@@ -135,7 +138,8 @@ def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
     # held-out samples use another seed, so they are never training windows
     train, heldout = split(options.train, 2 * options.seed), split(options.heldout, 2 * options.seed + 1)
     description = (f"embedded HMM mixture: {options.components} components x {options.states} states, "
-                   f"{options.words} words, {options.successors} successors per state, Zipf {options.zipf}")
+                   f"{options.words} words, {options.support} per state (Zipf {options.zipf}), {options.successors} "
+                   f"successors per state, genre {options.genre}, leak {options.leak}")
     return Corpus("synthetic" + (":" + option_text if option_text else ""), description, vocab, seq_len, train,
                   heldout, language)
 

@@ -19,6 +19,7 @@ from tabulate import tabulate  # noqa: E402
 
 from bench.density import analytic_count  # noqa: E402
 from bench.files import write_atomic, write_json  # noqa: E402
+from bench.results import YARDSTICKS, yardstick_value  # noqa: E402
 
 
 def table(rows: list[list], headers: list[str]) -> str:
@@ -36,6 +37,39 @@ def fmt(summary: dict | None, digits: int = 3) -> str:
 
 def fmt_p(value: float | None) -> str:
     return "" if value is None else f"{value:.3g}"
+
+
+def verdict_section(results: dict) -> str:
+    """The answer first: per yardstick who leads, by how much, how sure; then how much compute each objective is
+    worth in the baseline's terms, beside its signal density."""
+    v = results["verdict"]
+    if v is None:
+        return ("## Verdict\n\nNo cross-objective yardstick ran (probes need the embedded language and are off "
+                "with `--no-probes`), and own losses of different objectives cannot be compared: no verdict.")
+    text = ["## Verdict\n"]
+    if results["seeds"] < 2:
+        text.append("One seed per objective: the rankings below are point estimates and no claim can be made; run "
+                    "with `--seeds 3` or more.\n")
+    for y in v["yardsticks"]:
+        rows = [[row["rank"], row["objective"], fmt({"mean": row["mean"], "ci95": row["ci95"]}),
+                 fmt_p(row["p_vs_baseline"]), fmt_p(row["p_holm"])] for row in y["rows"]]
+        text.append(f"**{y['label'].capitalize()}** (`{y['yardstick']}`). {y['sentence']}\n\n"
+                    + table(rows, ["rank", "objective", "mean ± 95 % CI", "Welch p", "Holm p"]) + "\n")
+    if v["multipliers"]:
+        names = [y["yardstick"] for y in v["yardsticks"] if any(m["yardstick"] == y["yardstick"]
+                                                                 for m in v["multipliers"])]
+        labels = [y["label"] for y in v["yardsticks"] if y["yardstick"] in names]
+        rows = [[spec] + [next((m["text"] for m in v["multipliers"] if m["objective"] == spec
+                                and m["yardstick"] == name), "") for name in names]
+                + [f"{v['signal_density_ratio'].get(spec, float('nan')):.2f}×"]
+                for spec in dict.fromkeys(m["objective"] for m in v["multipliers"])]
+        text.append(f"**Compute multiplier against `{v['baseline']}`**: the factor of compute `{v['baseline']}` needs "
+                    "to reach each objective's value at the budget, read off its curve over the FLOP checkpoints "
+                    "(linear in log-FLOPs), with a bootstrap 95 % CI over seeds; \"> 1×\" means it did not get there "
+                    "within the run. Beside it, the ratio of supervised positions per sequence: what the multiplier "
+                    "would be if every supervised position were worth the same.\n\n"
+                    + table(rows, ["objective", *labels, "signal density ratio"]))
+    return "\n".join(text)
 
 
 def setup_section(setup: dict) -> str:
@@ -69,6 +103,21 @@ def compute_section(results: dict) -> str:
                            "tokens", "supervised positions", "total FLOPs", "wall s", "tokens / s"]))
 
 
+def sweep_section(results: dict) -> str:
+    sweep = results.get("lr_sweep")
+    if not sweep:
+        return ""
+    rates = list(next(iter(sweep.values()))["losses"])
+    rows = [[spec] + ["diverged" if item["losses"][r] is None else f"{item['losses'][r]:.4f}" for r in rates]
+            + [f"{item['chosen']:g}", f"{item['flops']:.3g}"] for spec, item in sweep.items()]
+    first = next(iter(sweep.values()))
+    return ("\n\n### Learning-rate sweep\n\nEach objective trained with seed 0 at each peak rate for "
+            f"{first['budget']:.3g} FLOPs ({first['budget'] / results['budget_flops']:.0%} of the budget, the schedule "
+            "compressed to it); own held-out loss at its end, and the rate chosen (the lowest loss). Sweep FLOPs "
+            "are spent on top of the comparison's budget, never taken from it.\n\n"
+            + table(rows, ["objective", *rates, "chosen", "sweep FLOPs"]))
+
+
 def diverged_section(results: dict) -> str:
     if not results["diverged"]:
         return ""
@@ -93,7 +142,8 @@ def loss_table(results: dict) -> str:
 
 
 def floor_table(results: dict) -> str:
-    rows = [[o["objective"], metric, fmt(item["value"], 4), f"{item['floor']:.4f}", fmt(item["excess"], 4)]
+    rows = [[o["objective"], metric, "" if item.get("unigram") is None else f"{item['unigram']:.4f}",
+             fmt(item["value"], 4), f"{item['floor']:.4f}", fmt(item["excess"], 4), fmt(item.get("closed"), 2)]
             for o in results["objectives"] for metric, item in o["floors"].items()]
     if not rows:
         return ""
@@ -103,8 +153,30 @@ def floor_table(results: dict) -> str:
             "a lower bound rather than always reachable). Only the excess is comparable across objectives, and only "
             "in kind: each floor belongs to its own task. An objective without a floor here (span corruption, "
             "span masking) has a corruption the per-position model cannot express; ELECTRA's floor is its "
-            "generator's, since its discriminator's best loss depends on the generator.\n\n"
-            + table(rows, ["objective", "metric", "held-out", "Bayes floor", "excess"]))
+            "generator's, since its discriminator's best loss depends on the generator. The unigram loss is "
+            "the best loss without context; \"closed\" is the share of the learnable range, unigram → floor, "
+            "that the model has covered.\n\n"
+            + table(rows, ["objective", "metric", "unigram", "held-out", "Bayes floor", "excess", "closed"])
+            + discriminator_text(results))
+
+
+def discriminator_text(results: dict) -> str:
+    """ELECTRA's discriminator against its trivial answer, "everything is original"."""
+    lines = []
+    for o in results["objectives"]:
+        m = o["metrics"]
+        if "discriminator_auc" not in m:
+            continue
+        generator = o["floors"].get("generator_loss", {})
+        lines.append(f"`{o['objective']}`: discriminator ROC AUC (replaced against original) "
+                     f"{fmt(m['discriminator_auc'])} (0.5 is chance); loss {fmt(m['discriminator_loss'])} against "
+                     f"{fmt(m['label_entropy'])}, the entropy of its labels (the loss of always answering the "
+                     f"replaced fraction {fmt(m['replaced_fraction'])}); accuracy {fmt(m['discriminator_accuracy'])} "
+                     f"against {fmt(m['trivial_accuracy'])} for \"all original\". Its generator reached "
+                     f"{fmt(m.get('generator_accuracy'))} accuracy"
+                     + (f" and closed {fmt(generator['closed'], 2)} of its learnable range" if generator.get("closed")
+                        else "") + ": the better the generator, the harder the discriminator's task.")
+    return ("\n\n" + "\n\n".join(lines)) if lines else ""
 
 
 def probe_table(results: dict) -> str:
@@ -137,11 +209,15 @@ def curve_frame(runs: list[dict]) -> pd.DataFrame:
 
 
 def plot_loss(runs: list[dict], path: Path) -> None:
+    """One panel per objective: their losses measure different tasks and do not share a scale."""
     frame = curve_frame(runs)
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    sns.lineplot(frame, x="checkpoint", y="loss", hue="objective", marker="o", errorbar=("ci", 95), ax=axes)
-    axes.set(xscale="log", yscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective, log)",
-             title="Held-out loss against compute (band: 95 % CI over seeds)")
+    specs = list(dict.fromkeys(frame["objective"]))
+    figure, axes = plt.subplots(1, len(specs), figsize=(3.6 * len(specs), 3.6), squeeze=False)
+    for spec, ax in zip(specs, axes[0]):
+        sns.lineplot(frame[frame["objective"] == spec], x="checkpoint", y="loss", marker="o", errorbar=("ci", 95),
+                     ax=ax)
+        ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective)", title=spec)
+    figure.suptitle("Each objective's own held-out loss against compute (band: 95 % CI over seeds)")
     save_figure(figure, path)
 
 
@@ -160,18 +236,23 @@ def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
     return True
 
 
-def plot_probes(runs: list[dict], path: Path) -> bool:
-    rows = [{"objective": r["objective"], "seed": r["seed"], "checkpoint": point["checkpoint"], "probe": probe,
-             "accuracy": point[key]}
-            for r in runs for point in r["curve"]
-            for key, probe in (("tagging_frozen", "tagging"), ("component", "component")) if key in point]
+def plot_yardsticks(results: dict, path: Path) -> bool:
+    """One panel per cross-objective yardstick with a curve over FLOPs: what the compute multipliers are read from."""
+    ceilings = (results["bayes"] or {}).get("ceilings", {})
+    rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": label,
+             "value": yardstick_value(point, key, share, ceilings)}
+            for r in results["runs"] for point in r["curve"]
+            for name, key, share, label in YARDSTICKS if point.get(key) is not None]
     if not rows:
         return False
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="accuracy", hue="objective", style="probe", marker="o",
-                 errorbar=("ci", 95), ax=axes)
-    axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="probe accuracy (frozen features)",
-             title="Probe accuracy against compute")
+    frame = pd.DataFrame(rows).dropna()
+    labels = list(dict.fromkeys(frame["yardstick"]))
+    figure, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4), squeeze=False)
+    for label, ax in zip(labels, axes[0]):
+        sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
+                     errorbar=("ci", 95), ax=ax)
+        ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
+    figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds)")
     save_figure(figure, path)
     return True
 
@@ -206,8 +287,8 @@ def write_plots(results: dict, out: Path) -> list[str]:
     plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
     if plot_excess(runs, (results["bayes"] or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
         plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
-    if plot_probes(runs, out / "probes_vs_flops.png"):
-        plots.append("![probe accuracy against FLOPs](probes_vs_flops.png)")
+    if plot_yardsticks(results, out / "yardsticks_vs_flops.png"):
+        plots.insert(0, "![yardsticks against FLOPs](yardsticks_vs_flops.png)")
     return plots + ["![signal density](signal_density.png)"]
 
 
@@ -216,9 +297,10 @@ def render(results: dict, plots: list[str]) -> str:
     sections = [
         f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
         "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
+        verdict_section(results),
         setup_section(results["setup"]),
         density_section(results),
-        compute_section(results) + diverged_section(results),
+        compute_section(results) + sweep_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results),
         "## 5. Plots\n\n" + "\n\n".join(plots),
     ]

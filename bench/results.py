@@ -11,6 +11,7 @@ import math
 from collections import defaultdict
 
 from bench.stats import summarize, welch_p_value
+from bench.verdict import compute_multiplier, signal_density_ratio, yardstick_verdict
 
 COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
 PROBE_KEYS = ("tagging_frozen", "tagging_finetuned", "component", "tagging_chance", "component_chance", "probe_flops",
@@ -49,9 +50,10 @@ def compute_summary(runs: list[dict]) -> dict[str, float]:
             "flops_per_supervised": mean["flops"] / mean["supervised_positions"]}
 
 
-def loss_summary(runs: list[dict], baseline_runs: list[dict], floors: dict[str, float]) -> dict:
-    """Own held-out loss (with Welch's test against the baseline), the other metrics, and the distance of each
-    metric that has a Bayes floor to it."""
+def loss_summary(runs: list[dict], baseline_runs: list[dict], floors: dict[str, float],
+                 unigram: dict[str, float]) -> dict:
+    """Own held-out loss (with Welch's test against the baseline), the other metrics, and for each metric that has a
+    Bayes floor: the distance to it, and the share of the learnable range (unigram loss → floor) closed."""
     finals = [final_metrics(r) for r in runs]
     column = lambda key, fs=finals: [f[key] for f in fs if key in f]  # noqa: E731
     baseline_losses = column("loss", [final_metrics(r) for r in baseline_runs])
@@ -62,8 +64,12 @@ def loss_summary(runs: list[dict], baseline_runs: list[dict], floors: dict[str, 
                            if key not in floors},
                "floors": {}}
     for metric, floor in floors.items():
-        summary["floors"][metric] = {"floor": floor, "value": stat(column(metric)),
-                                     "excess": stat([v - floor for v in column(metric)])}
+        start = unigram.get(metric)
+        summary["floors"][metric] = {
+            "floor": floor, "unigram": start, "value": stat(column(metric)),
+            "excess": stat([v - floor for v in column(metric)]),
+            "closed": None if start is None or start <= floor else stat([(start - v) / (start - floor)
+                                                                        for v in column(metric)])}
     return summary
 
 
@@ -85,18 +91,65 @@ def probe_summary(runs: list[dict], baseline_runs: list[dict], ceilings: dict) -
     return summary
 
 
+# The cross-objective yardsticks: (key in results.json, the probe result it reads, divided by the objective's own
+# tagging ceiling?, its label in sentences). Raw losses of different objectives are never one.
+YARDSTICKS = (("tagging_frozen_share", "tagging_frozen", True, "frozen tagging (share of its ceiling)"),
+              ("tagging_finetuned_share", "tagging_finetuned", True, "fine-tuned tagging (share of its ceiling)"),
+              ("component", "component", False, "component classification (frozen)"))
+
+
+def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> float | None:
+    value = probes.get(key)
+    if value is None or not share:
+        return value
+    ceiling = ceilings.get(f"{probes.get('tagging_ceiling', 'smoothing')}_accuracy")
+    return None if not ceiling else value / ceiling
+
+
+def verdict(grouped: dict[str, list[dict]], ceilings: dict, positions: list[dict], budget: float) -> dict:
+    """Per yardstick: the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
+    objective against the baseline: the compute multiplier on each yardstick with a curve over FLOPs (how much
+    compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
+    baseline = next(iter(grouped))
+    density = {row["objective"]: row["supervised_positions"] for row in positions}
+    yardsticks, multipliers = [], []
+    for name, key, share, label in YARDSTICKS:
+        values = {spec: [v for r in runs if r.get("probes")
+                         for v in [yardstick_value(r["probes"], key, share, ceilings)] if v is not None]
+                  for spec, runs in grouped.items()}
+        if not all(values.values()):
+            continue
+        yardsticks.append({**yardstick_verdict(name, values, baseline, label=label), "label": label})
+        curves = {spec: [[(p["checkpoint"], yardstick_value(p, key, share, ceilings)) for p in r["curve"]
+                          if p.get(key) is not None] for r in runs] for spec, runs in grouped.items()}
+        if not all(curve for curve in curves[baseline]):
+            continue  # no curve over FLOPs (fine-tuning runs only at the budget)
+        for spec in list(grouped)[1:]:
+            multipliers.append({"objective": spec, "yardstick": name, **compute_multiplier(curves[baseline],
+                                                                                        values[spec], budget)})
+    density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
+                      if spec in density and baseline in density}
+    return {"baseline": baseline, "yardsticks": yardsticks, "multipliers": multipliers,
+            "signal_density_ratio": density_ratios}
+
+
 def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_flops: float, seq_len: int,
-                  bayes: dict | None = None, diverged: list[dict] | None = None) -> dict:
+                  bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None) -> dict:
     """Everything the report states, as plain JSON-ready data."""
     grouped = by_objective(runs)
     baseline = next(iter(grouped)) if grouped else None
     floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings", {})
+    unigram = (bayes or {}).get("unigram", {})
     objectives = []
     for spec, spec_runs in grouped.items():
         baseline_runs = grouped[baseline]
         objectives.append({"objective": spec, "seeds": len(spec_runs), "compute": compute_summary(spec_runs),
-                           **loss_summary(spec_runs, baseline_runs, floors.get(spec, {})),
+                           **loss_summary(spec_runs, baseline_runs, floors.get(spec, {}), unigram.get(spec, {})),
                            "probes": probe_summary(spec_runs, baseline_runs, ceilings)})
+    has_probes = any(r.get("probes") for r in runs)
     return {"budget_flops": budget_flops, "seq_len": seq_len, "baseline": baseline,
-            "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup, "positions": positions,
-            "bayes": bayes, "objectives": objectives, "diverged": diverged or [], "runs": runs}
+            "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup,
+            "verdict": verdict(grouped, ceilings, positions, budget_flops) if has_probes else None,
+            "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
+            "diverged": diverged or [],
+            "runs": runs}

@@ -25,22 +25,34 @@ F64 = torch.float64
 
 @dataclass(frozen=True)
 class LanguageConfig:
-    components: int = 4  # K
-    states: int = 16  # S per component
-    words: int = 512  # V
-    successors: int = 4  # nonzero out-transitions per state (sparse transitions)
-    zipf: float = 1.1  # emission Zipf exponent
+    components: int = 4  # K ("genres")
+    states: int = 16  # S, shared by every component
+    words: int = 128  # V
+    successors: int = 2  # nonzero out-transitions per state in each sparse transition table
+    zipf: float = 3.0  # emission Zipf exponent, over a state's `support` words
+    support: int = 6  # words a state can emit (a sparse subset of the V words; `words` gives dense emissions)
+    genre: float = 0.05  # share of each transition row that is the component's own; the rest is shared by all
+    leak: float = 0.01  # share of each transition and emission row spread uniformly over all states / words
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("components", "states", "words", "successors"):
+        for name in ("components", "states", "words", "successors", "support"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"LanguageConfig.{name} must be an integer >= 1, got {value!r}")
         if self.successors > self.states:
             raise ValueError(f"LanguageConfig.successors ({self.successors}) must be <= states ({self.states})")
+        if self.support > self.words:
+            raise ValueError(f"LanguageConfig.support ({self.support}) must be <= words ({self.words})")
         if not self.zipf > 0:  # written this way so NaN is rejected too
             raise ValueError(f"LanguageConfig.zipf must be > 0, got {self.zipf!r}")
+        if not 0 <= self.genre <= 1:
+            raise ValueError(f"LanguageConfig.genre must be in [0, 1], got {self.genre!r}")
+        # leak > 0 keeps every state path and every word possible in every component: exact inference divides by
+        # likelihoods (the scaled recursions by p(x_t | ...), the masked-token floor by the emission evidence), and
+        # an impossible sequence or kept word would make that 0 / 0.
+        if not 0 < self.leak <= 1:
+            raise ValueError(f"LanguageConfig.leak must be in (0, 1], got {self.leak!r}")
 
 
 # eq=False: dataclass equality would compare tensors elementwise and fail on `bool(...)`.
@@ -50,37 +62,53 @@ class Language:
 
     prior: Tensor  # (K,)      component probabilities
     initial: Tensor  # (K, S)    initial state distribution per component
-    transition: Tensor  # (K, S, S) rows sum to 1, `successors` nonzeros per row
-    emission: Tensor  # (K, S, V) rows sum to 1, Zipf-like over a per-state permutation of the words
+    transition: Tensor  # (K, S, S) rows sum to 1
+    emission: Tensor  # (K, S, V) rows sum to 1, Zipf-like over a per-state subset of the words
 
 
 def make_language(config: LanguageConfig) -> Language:
-    """Draw a language; deterministic in `config.seed`."""
-    K, S, V = config.components, config.states, config.words
+    """Draw a language; deterministic in `config.seed`.
+
+    The components ("genres") share one set of S states and one emission table; they differ only in how the states
+    follow each other. So a word never names its genre: the genre must be inferred from the order of the states, over
+    the window, and a hidden state's tag (component, state) needs that inference too. Each state emits a Zipf
+    distribution over a sparse subset of `support` words (a word is shared by about S·support/V states), so many
+    words are impossible in a given context: replaced tokens can be detected, and context pins words down.
+    Each transition row is (1 − leak) · [(1 − genre) · shared + genre · own] + leak · uniform, where `shared` and
+    each component's `own` table have `successors` nonzeros per row: `genre` sets how distinguishable the genres
+    are. Emission rows get the same leak (uniform over the V words), so every word sequence is possible under every
+    component, if improbable (exact inference needs that)."""
+    K, S, V, m = config.components, config.states, config.words, config.support
     g = torch.Generator().manual_seed(config.seed)
 
     def gamma1(*shape: int) -> Tensor:
         # Gamma(1) = Exponential(1) draws; normalised they are Dirichlet(1) weights. The floor keeps a drawn weight
-        # strictly positive (u == 0 has probability 2^-53), so a row has exactly `successors` nonzeros.
+        # strictly positive (u == 0 has probability 2^-53).
         u = torch.rand(*shape, generator=g, dtype=F64)
         return (-torch.log1p(-u)).clamp_min(1e-12)
+
+    def sparse_rows(tables: int) -> Tensor:
+        # Each state picks `successors` distinct successors (first columns of a random permutation).
+        successors = torch.rand(tables, S, S, generator=g).argsort(-1)[..., : config.successors]
+        weights = gamma1(tables, S, config.successors)
+        return torch.zeros(tables, S, S, dtype=F64).scatter_(-1, successors, weights / weights.sum(-1, keepdim=True))
 
     # A uniform prior: every genre is equally common, so the component-accuracy ceiling measures how
     # distinguishable the genres are, not how unbalanced they happen to be.
     prior = torch.full((K,), 1.0 / K, dtype=F64)
     initial = gamma1(K, S)
     initial = initial / initial.sum(-1, keepdim=True)
-    # Sparse transitions: each state picks `successors` distinct successors (first columns of a random permutation).
-    # Every row is a proper distribution, so a chain never dies; it need not be ergodic (a state may be unreachable).
-    successors = torch.rand(K, S, S, generator=g).argsort(-1)[..., : config.successors]
-    weights = gamma1(K, S, config.successors)
-    transition = torch.zeros(K, S, S, dtype=F64).scatter_(-1, successors, weights / weights.sum(-1, keepdim=True))
-    # Zipf-like emissions: rank r gets probability ∝ (r + 1)^-zipf, over a random word permutation per state, so
-    # states share a vocabulary but differ in which words are frequent.
-    zipf = torch.arange(1, V + 1, dtype=F64) ** -config.zipf
-    ranked = torch.rand(K, S, V, generator=g).argsort(-1)  # ranked[k, s, r] = the word of rank r
-    emission = torch.zeros(K, S, V, dtype=F64).scatter_(-1, ranked, (zipf / zipf.sum()).expand(K, S, V))
-    return Language(prior=prior, initial=initial, transition=transition, emission=emission)
+    shared, own = sparse_rows(1), sparse_rows(K)
+    transition = (1 - config.leak) * ((1 - config.genre) * shared + config.genre * own) + config.leak / S
+    transition = transition / transition.sum(-1, keepdim=True)
+    # Sparse Zipf emissions: rank r < support gets probability ∝ (r + 1)^-zipf, over a random subset of the words per
+    # state; one table for every component.
+    zipf = torch.arange(1, m + 1, dtype=F64) ** -config.zipf
+    ranked = torch.rand(S, V, generator=g).argsort(-1)[:, :m]  # ranked[s, r] = the word of rank r
+    emission = torch.zeros(S, V, dtype=F64).scatter_(-1, ranked, (zipf / zipf.sum()).expand(S, m))
+    emission = (1 - config.leak) * emission + config.leak / V
+    return Language(prior=prior, initial=initial, transition=transition,
+                    emission=emission.expand(K, S, V).contiguous())
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,6 +213,18 @@ def log_likelihood(language: Language, words: Tensor) -> Tensor:
     """(N,): log p(x[0..L-1]) under the mixture."""
     _, log_z = _forward(language, _emission_evidence(language, words))
     return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
+
+
+def unigram(language: Language, length: int) -> Tensor:
+    """(V,) the marginal word distribution over the positions of a window of `length` words: the best prediction that
+    ignores all context, whose loss (the "unigram loss") is where a model starts from. Exact: the state marginals
+    are propagated through each component's transitions."""
+    state = language.initial  # (K, S) p(s_t | component)
+    total = torch.zeros(language.emission.shape[-1], dtype=F64)
+    for _ in range(length):
+        total += torch.einsum("k,ks,ksv->v", language.prior, state, language.emission)
+        state = torch.einsum("ks,kst->kt", state, language.transition)
+    return total / length
 
 
 def next_token_nll(language: Language, words: Tensor) -> Tensor:

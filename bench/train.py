@@ -163,11 +163,13 @@ def eval_batches(objective: Objective, corpus: Corpus, config: TrainConfig) -> l
 
 
 @torch.no_grad()
-def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted]) -> dict[str, float]:
-    """The objective's own loss and metrics, averaged over supervised positions; every rank computes the same."""
+def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], objective: Objective) -> dict[str, float]:
+    """The objective's own loss and metrics, averaged over supervised positions, and its pooled metrics; every rank
+    computes the same."""
     was_training = module.training
     module.eval()
     totals: dict[str, float] = {}
+    outputs = []
     weight = 0  # supervised positions; a batch without any carries no loss and is skipped
     devices = [fabric.device] if fabric.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
@@ -177,25 +179,27 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted]) 
                 output = module(batch.to(fabric.device))
             if output.supervised_positions == 0:
                 continue
+            outputs.append(output)
             for key, value in {"loss": output.loss.item(), **output.metrics}.items():
                 totals[key] = totals.get(key, 0.0) + value * output.supervised_positions
             weight += output.supervised_positions
     module.train(was_training)
     if weight == 0:
         return {"loss": float("nan")}
-    return {key: value / weight for key, value in totals.items()}
+    return {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
 
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite: not a configuration mistake, so not a ConfigError. Carries what the report
     states about the run (the step, the last finite loss)."""
 
-    def __init__(self, spec: str, seed: int, step: int, loss: float, last_finite_loss: float | None) -> None:
+    def __init__(self, spec: str, seed: int, step: int, loss: float, last_finite_loss: float | None,
+                 flops: int = 0) -> None:
         last = "none" if last_finite_loss is None else f"{last_finite_loss:.4g}"
         super().__init__(f"{spec} seed {seed} diverged: the loss became {loss} at step {step} (last finite loss "
                          f"{last}); try a lower --lr")
         self.record = {"objective": spec, "seed": seed, "diverged": True, "step": step,
-                       "last_finite_loss": last_finite_loss}
+                       "last_finite_loss": last_finite_loss, "flops": flops}
 
 
 @dataclass
@@ -290,7 +294,7 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
         counters["next_eval"] += 1
     row = {"checkpoint": grid[counters["next_eval"] - 1], "step": counters["step"], "flops": counters["flops"],
            "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
-           **evaluate(fabric, run.module, heldout)}
+           **evaluate(fabric, run.module, heldout, run.objective)}
     if probe is not None and run.config.probe_every_eval:
         row.update(run_probes(run.objective, corpus, probe, finetune=False))
     counters["wall_seconds"] = time.perf_counter() - started
@@ -319,7 +323,8 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
         counters["train_seconds"] += time.perf_counter() - tick
         if not math.isfinite(loss):
             bar.close()
-            raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"])
+            raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
+                                   counters["flops"] + objective.flops(batch))
         counters.update(step=step + 1, flops=counters["flops"] + objective.flops(batch), last_finite_loss=loss,
                         tokens=counters["tokens"] + batch.inputs.numel(),
                         supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
@@ -339,7 +344,8 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
     """The finished run's record: counters, throughput, sizes, the analytic counts and the curve."""
     counters, objective, batch_size = run.counters, run.objective, run.config.batch_size
     return {
-        "objective": run.spec, "seed": run.seed, "attention": objective.attention, "steps": counters["step"],
+        "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
+        "steps": counters["step"],
         "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "supervised_per_sequence": counters["supervised_positions"] / (counters["step"] * batch_size),
         "flops_per_step": counters["flops"] / counters["step"],

@@ -216,6 +216,11 @@ class Objective(nn.Module):
         """The measured counterpart of describe()'s counts, per sequence of this corrupted batch."""
         return {}
 
+    def pooled_metrics(self, outputs: list[Output]) -> dict[str, float]:
+        """Held-out metrics that are not means over batches (a ROC AUC), computed from the evaluation outputs'
+        tensors together."""
+        return {}
+
     def bayes_floors(self) -> list[FloorSpec]:
         """The Bayes floors that bound this objective's held-out metrics; none when its corruption is not one the
         floors can express (coupled positions, packed spans)."""

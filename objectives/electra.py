@@ -9,10 +9,12 @@ token (and learned position) embeddings; its transformer weights are its own. Ev
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
+from scipy.stats import rankdata
 from torch import Tensor, nn
 
 from backbone import Backbone, ConfigError, Flops, Transformer
@@ -38,6 +40,14 @@ class ElectraOptions(Options):
             raise ConfigError(f"electra disc_weight must be >= 0, got {self.disc_weight}")
         if self.rule not in RULES:
             raise ConfigError(f"electra rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+
+
+def roc_auc(scores: torch.Tensor, positive: torch.Tensor) -> float:
+    """P(score of a random positive > score of a random negative), ties counting one half (Mann–Whitney U)."""
+    ranks = torch.from_numpy(rankdata(scores.cpu().numpy()))  # average ranks for ties
+    positives = int(positive.sum())
+    negatives = positive.numel() - positives
+    return ((ranks[positive.cpu()].sum().item() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
 class Electra(Objective):
@@ -82,6 +92,20 @@ class Electra(Objective):
         return {"discriminator_positions": seq_len, "generator_positions": generator,
                 "parts": f"discriminator {seq_len} + generator {generator:g}"}
 
+    def pooled_metrics(self, outputs: list[Output]) -> dict[str, float]:
+        """Whether the discriminator has left its trivial answer: accuracy at a 0.5 threshold cannot show it (near a
+        good generator even the best discriminator rarely crosses 0.5), the ROC AUC of replaced against original
+        can. Beside it the trivial baselines: "all original" has accuracy 1 − replaced and loss H(replaced)."""
+        logits = torch.cat([o.tensors["discriminator_logits"].flatten() for o in outputs]).double()
+        labels = torch.cat([o.tensors["discriminator_labels"].flatten() for o in outputs]).bool()
+        replaced = labels.double().mean().item()
+        metrics = {"trivial_accuracy": max(replaced, 1 - replaced),
+                   "label_entropy": 0.0 if replaced in (0.0, 1.0) else
+                   -(replaced * math.log(replaced) + (1 - replaced) * math.log(1 - replaced))}
+        if 0 < int(labels.sum()) < labels.numel():
+            metrics["discriminator_auc"] = roc_auc(logits, labels)
+        return metrics
+
     def bayes_floors(self) -> list[FloorSpec]:
         # the generator's masked-token loss; the discriminator's best loss depends on the generator, so it has none
         return [FloorSpec("generator_loss", "masked_token", keep=1 - self.options.mask, mask=self.options.mask)]
@@ -115,7 +139,8 @@ class Electra(Objective):
             "replaced_fraction": labels.mean().item(),
         }
         return Output(loss, int(labels.numel() + rows.numel()), metrics,
-                      {"discriminator_inputs": fake, "discriminator_labels": labels})
+                      {"discriminator_inputs": fake, "discriminator_labels": labels,
+                       "discriminator_logits": discriminator_logits.detach()})
 
     def _flops(self, batch_size: int, seq_len: int, generator_rows: float) -> float:
         c, g = self.backbone.config, self.generator_config

@@ -9,7 +9,7 @@ from bench.cli import run
 from bench.compare import build_parser, main
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet"]
+        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1"]
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
 
 
@@ -193,3 +193,76 @@ def test_out_must_be_a_writable_folder(tmp_path, capsys):
     with pytest.raises(SystemExit):
         run(main, [*TINY, "--out", str(tmp_path / "file")])
     assert "is a file" in capsys.readouterr().err
+
+
+def test_verdict_and_multipliers_are_in_results_and_report(comparison):
+    results = json.loads((comparison / "results.json").read_text())
+    verdict = results["verdict"]
+    assert verdict["baseline"] == "mlm"
+    names = [y["yardstick"] for y in verdict["yardsticks"]]
+    assert names == ["tagging_frozen_share", "tagging_finetuned_share", "component"]
+    for yardstick in verdict["yardsticks"]:
+        assert sorted(row["objective"] for row in yardstick["rows"]) == ["ar", "electra", "mlm", "span"]
+        assert yardstick["sentence"].endswith(".")
+    # the fine-tuning probe runs only at the budget: multipliers come from the curves of the frozen yardsticks
+    assert {(m["objective"], m["yardstick"]) for m in verdict["multipliers"]} == {
+        (spec, name) for spec in ("ar", "electra", "span") for name in ("tagging_frozen_share", "component")}
+    positions = {row["objective"]: row["supervised_positions"] for row in results["positions"]}
+    assert verdict["signal_density_ratio"]["ar"] == pytest.approx(positions["ar"] / positions["mlm"])
+    report = (comparison / "report.md").read_text()
+    assert report.index("## Verdict") < report.index("## 1. Setup") and "Compute multiplier" in report
+    assert "yardsticks_vs_flops.png" in report
+
+
+def test_unigram_loss_and_discriminator_baselines_are_reported(comparison):
+    results = json.loads((comparison / "results.json").read_text())
+    by_name = {o["objective"]: o for o in results["objectives"]}
+    for spec, metric in (("mlm", "loss"), ("ar", "loss"), ("electra", "generator_loss")):
+        item = by_name[spec]["floors"][metric]
+        assert item["unigram"] > item["floor"]
+        closed = (item["unigram"] - item["value"]["mean"]) / (item["unigram"] - item["floor"])
+        assert item["closed"]["mean"] == pytest.approx(closed)
+    electra = by_name["electra"]["metrics"]
+    assert 0 <= electra["discriminator_auc"]["mean"] <= 1
+    replaced = electra["replaced_fraction"]["mean"]
+    assert electra["trivial_accuracy"]["mean"] == pytest.approx(1 - replaced)
+    assert "ROC AUC" in (comparison / "report.md").read_text()
+
+
+def test_a_learning_rate_sweep_leaves_the_comparison_as_it_would_be(tmp_path):
+    swept, fixed = tmp_path / "swept", tmp_path / "fixed"
+    main([*TINY, "--objectives", "mlm,ar", "--seeds", "1", "--no-probes", "--lr-sweep", "1e-3,1e-2",
+          "--sweep-fraction", "0.5", "--out", str(swept)])
+    results = json.loads((swept / "results.json").read_text())
+    sweep = results["lr_sweep"]
+    for spec in ("mlm", "ar"):
+        losses = {rate: loss for rate, loss in sweep[spec]["losses"].items() if loss is not None}
+        assert f"{sweep[spec]['chosen']:g}" == min(losses, key=losses.get)
+        assert 1.5e8 <= sweep[spec]["flops"] / 2 < 3e8  # two sweep runs of half the budget each
+    assert (swept / "sweep").is_dir() and len(list((swept / "sweep").iterdir())) == 4
+    chosen = ",".join(f"{spec}={sweep[spec]['chosen']:g}" for spec in ("mlm", "ar"))
+    main([*TINY, "--objectives", "mlm,ar", "--seeds", "1", "--no-probes", "--lr", chosen, "--out", str(fixed)])
+    again = json.loads((fixed / "results.json").read_text())
+    assert numbers(again) == numbers(results)  # same budget, same accounting, same training
+    for run in results["runs"]:
+        assert 3e8 <= run["flops"] < 3e8 + run["flops_per_step"]
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("1e-3", {"mlm": 1e-3, "ar": 1e-3, "mlm:rate=0.4": 1e-3}),
+    ("1e-3,mlm=2e-3", {"mlm": 2e-3, "ar": 1e-3, "mlm:rate=0.4": 2e-3}),
+    ("1e-3,mlm=2e-3,mlm:rate=0.4=5e-3", {"mlm": 2e-3, "ar": 1e-3, "mlm:rate=0.4": 5e-3}),
+    ("mlm=2e-3,ar=1e-4", {"mlm": 2e-3, "ar": 1e-4, "mlm:rate=0.4": 2e-3}),
+])
+def test_per_objective_learning_rates(text, expected):
+    from bench.sweep import learning_rates
+    assert learning_rates(text, ["mlm", "ar", "mlm:rate=0.4"]) == expected
+
+
+@pytest.mark.parametrize("text, message", [("x", "not a number"), ("-1", "positive"), ("1e-3,2e-3", "more than one"),
+                                           ("1e-3,bert=1", "not among"), ("ar=1e-3", "no rate for")])
+def test_bad_learning_rates_are_one_line(text, message):
+    from backbone import ConfigError
+    from bench.sweep import learning_rates
+    with pytest.raises(ConfigError, match=message):
+        learning_rates(text, ["mlm", "ar"])

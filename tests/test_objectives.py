@@ -273,3 +273,12 @@ def test_objective_lists_keep_options_together():
         ["mlm", "ar", "mlm:rate=0.4,mask=1.0,random=0,keep=0", "electra"]
     with pytest.raises(ConfigError, match="no objectives"):
         parse_objective_list(" , ")
+
+
+def test_roc_auc_equals_the_pairwise_count():
+    from objectives.electra import roc_auc
+    generator = torch.Generator().manual_seed(3)
+    scores = torch.randint(0, 5, (60,), generator=generator).double()  # many ties
+    positive = torch.rand(60, generator=generator) < 0.3
+    pairs = [(1.0 if p > n else 0.5 if p == n else 0.0) for p in scores[positive] for n in scores[~positive]]
+    assert roc_auc(scores, positive) == pytest.approx(sum(pairs) / len(pairs))

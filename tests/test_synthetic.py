@@ -23,7 +23,7 @@ from bench.synthetic import (
     state_posteriors,
 )
 
-TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, seed=3)
+TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
 L = 5
 
 
@@ -197,22 +197,34 @@ def test_long_sequences_stay_finite_and_consistent():
 
 
 # ----------------------------------------------------------------------------------------------- language & sampler
-@pytest.mark.parametrize("config", [LanguageConfig(), TINY, LanguageConfig(states=5, successors=5, seed=4)])
+@pytest.mark.parametrize("config", [LanguageConfig(), TINY, LanguageConfig(states=5, successors=5, seed=4),
+                                    LanguageConfig(words=16, support=16, genre=1.0, seed=5)])
 def test_language_structure(config):
     language = make_language(config)
-    K, S, V = config.components, config.states, config.words
+    K, S, V, m = config.components, config.states, config.words, config.support
     assert language.prior.shape == (K,) and language.initial.shape == (K, S)
     assert language.transition.shape == (K, S, S) and language.emission.shape == (K, S, V)
     assert all(x.dtype == torch.float64 for x in (language.prior, language.initial, language.transition,
                                                    language.emission))
     for rows in (language.prior, language.initial, language.transition, language.emission):
         assert torch.allclose(rows.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-12)
-    assert ((language.transition > 0).sum(-1) == config.successors).all()
-    zipf = torch.arange(1, V + 1, dtype=torch.float64) ** -config.zipf
+    # Every transition and word keeps the leak's share, so no sequence is impossible under any component.
+    assert (language.transition >= config.leak / S * (1 - 1e-12)).all()
+    assert (language.emission >= config.leak / V * (1 - 1e-12)).all()
+    # Above the leak: at most `successors` entries from the shared table and `successors` from the component's own.
+    above = (language.transition > config.leak / S * (1 + 1e-9)).sum(-1)
+    assert (above >= config.successors).all() and (above <= 2 * config.successors).all()
+    # One emission table for every component: Zipf over `support` words per state, the leak elsewhere.
+    assert torch.equal(language.emission, language.emission[:1].expand(K, S, V))
+    zipf = torch.arange(1, m + 1, dtype=torch.float64) ** -config.zipf
+    expected = torch.full((V,), config.leak / V, dtype=torch.float64)
+    expected[:m] += (1 - config.leak) * zipf / zipf.sum()
     sorted_rows = language.emission.sort(-1, descending=True).values
-    assert torch.allclose(sorted_rows, (zipf / zipf.sum()).expand(K, S, V), atol=1e-15)
-    # Each state ranks the words differently (a shared permutation would make the states indistinguishable).
-    assert len({tuple(row) for row in language.emission.reshape(K * S, V).tolist()}) > 1
+    assert torch.allclose(sorted_rows, expected.expand(K, S, V), atol=1e-15)
+    # Each state emits differently (shared supports would make the states indistinguishable).
+    assert len({tuple(row) for row in language.emission[0].tolist()}) > 1
+    # The components differ in their transitions only (unless genre = 0).
+    assert not torch.equal(language.transition[0], language.transition[1])
 
 
 def test_make_language_is_deterministic_in_seed():
@@ -293,7 +305,22 @@ def test_properties_on_sampled_data():
 
 @pytest.mark.parametrize("field, value", [("components", 0), ("states", 0), ("words", -1), ("successors", 0),
                                           ("successors", 17), ("zipf", 0.0), ("zipf", float("nan")),
-                                          ("states", 2.5)])
+                                          ("states", 2.5), ("support", 0), ("support", 129), ("genre", 1.5),
+                                          ("genre", float("nan")), ("leak", 0.0), ("leak", 1.5)])
 def test_bad_config_raises(field, value):
     with pytest.raises(ValueError, match=field):
         LanguageConfig(**{field: value})
+
+
+def test_unigram_is_the_marginal_over_window_positions_by_enumeration():
+    import itertools
+    from bench.synthetic import LanguageConfig, log_likelihood, make_language, unigram
+    language = make_language(LanguageConfig(components=2, states=3, words=4, successors=2, support=2, seed=5))
+    length = 3
+    sequences = torch.tensor(list(itertools.product(range(4), repeat=length)))
+    probability = log_likelihood(language, sequences).exp()
+    assert probability.sum().item() == pytest.approx(1.0)
+    marginal = torch.zeros(4, dtype=torch.float64)
+    for t in range(length):
+        marginal.index_add_(0, sequences[:, t], probability)
+    torch.testing.assert_close(unigram(language, length), marginal / length)

@@ -1,0 +1,207 @@
+import json
+import math
+
+import numpy as np
+import pytest
+
+from bench.verdict import (compute_multiplier, format_multiplier, holm, interpolate_flops, signal_density_ratio,
+                           yardstick_verdict)
+
+BUDGET = 1e12
+CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1% of the budget to the budget, log-spaced like the runs'
+
+
+def log_linear(higher_is_better: bool, offset: float = 0.0):
+    """Exactly linear in log-FLOPs, so linear-in-log interpolation is exact: accuracy-like rises, loss-like falls."""
+    d = 0.05 if higher_is_better else -0.3
+    return lambda flops: 1.0 + offset + d * np.log(flops / CHECKPOINTS[0])
+
+
+def curve_of(value, checkpoints=CHECKPOINTS) -> list[tuple[float, float]]:
+    return [(float(f), float(value(f))) for f in checkpoints]
+
+
+def dumps(result: dict) -> str:
+    if "sentence" in result:  # one plain sentence
+        assert result["sentence"].endswith(".") and ". " not in result["sentence"]
+    return json.dumps(result, allow_nan=False)
+
+
+# --- Holm ----------------------------------------------------------------------------------------------------------
+
+def test_holm_hand_computed():
+    # sorted 0.01, 0.03, 0.04 → 3·0.01 = 0.03, 2·0.03 = 0.06, max(0.06, 1·0.04) = 0.06
+    assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+
+
+def test_holm_none_is_not_a_comparison_and_cap_at_one():
+    adjusted = holm([None, 0.01, float("nan"), 0.04, 0.03])
+    assert adjusted[0] is None and adjusted[2] is None
+    assert adjusted[1:2] + adjusted[3:] == pytest.approx([0.03, 0.06, 0.06])  # m = 3, not 5
+    assert holm([0.5, 0.6]) == [1.0, 1.0]
+    assert holm([]) == [] and holm([None]) == [None]
+
+
+# --- interpolation and the multiplier ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+@pytest.mark.parametrize("k", [0.3, 0.5, 0.037])
+def test_multiplier_exact_on_log_linear_curves(higher_is_better, k):
+    value = log_linear(higher_is_better)
+    target = float(value(k * BUDGET))
+    assert interpolate_flops(curve_of(value), target, higher_is_better) == ("=", pytest.approx(k * BUDGET, rel=1e-9))
+    # seeds offset symmetrically average back to the same mean curve and the same target
+    curves = [curve_of(log_linear(higher_is_better, e)) for e in (-0.02, 0.0, 0.02)]
+    result = compute_multiplier(curves, [target - 0.01, target + 0.01], BUDGET, higher_is_better, resamples=200)
+    assert result["kind"] == "=" and result["multiplier"] == pytest.approx(k, rel=1e-9)
+    assert result["ci_low"] < k < result["ci_high"]
+    assert result["text"] == format_multiplier(result)
+    dumps(result)
+
+
+def test_multiplier_power_law_within_tolerance():
+    # loss = a·F^-b is convex in log F, so linear-in-log interpolation is only approximately right between points
+    checkpoints = BUDGET * np.logspace(-3, 0, 13)
+    value = lambda flops: 4.0 * (flops / 1e9) ** -0.1  # noqa: E731
+    for k in (0.3, 0.5):
+        result = compute_multiplier([curve_of(value, checkpoints)], [float(value(k * BUDGET))], BUDGET,
+                                    higher_is_better=False)
+        assert result["kind"] == "=" and result["multiplier"] == pytest.approx(k, rel=0.02)
+
+
+@pytest.mark.parametrize("higher_is_better", [True, False])
+def test_curves_that_never_meet_give_bounds(higher_is_better):
+    value = log_linear(higher_is_better)
+    better = 1 if higher_is_better else -1
+    beyond, before = float(value(10 * BUDGET)), float(value(0.001 * BUDGET))
+    assert interpolate_flops(curve_of(value), beyond, higher_is_better) == (">", pytest.approx(CHECKPOINTS[-1]))
+    assert interpolate_flops(curve_of(value), before, higher_is_better) == ("<", pytest.approx(CHECKPOINTS[0]))
+    # exactly the first checkpoint's value is an exact answer, not a bound
+    assert interpolate_flops(curve_of(value), float(value(CHECKPOINTS[0])), higher_is_better)[0] == "="
+
+    curves = [curve_of(log_linear(higher_is_better, e)) for e in (-0.001, 0.001)]
+    over = compute_multiplier(curves, [beyond, beyond + better * 0.01], BUDGET, higher_is_better, resamples=100)
+    assert over["kind"] == ">" and over["multiplier"] == pytest.approx(1.0)
+    assert over["text"] == "> 1× (not reached within the run)"
+    under = compute_multiplier(curves, [before, before - better * 0.01], BUDGET, higher_is_better, resamples=100)
+    assert under["kind"] == "<" and under["multiplier"] == pytest.approx(0.01)
+    assert under["text"].startswith("< 0.01×")
+    dumps(over), dumps(under)
+
+
+def test_non_monotone_curve_uses_first_crossing():
+    flops = [1e9, 1e10, 1e11, 1e12]
+    accuracy = [0.1, 0.5, 0.3, 0.7]  # reaches 0.4 between 1e9 and 1e10, again between 1e11 and 1e12
+    kind, at = interpolate_flops(list(zip(flops, accuracy)), 0.4, higher_is_better=True)
+    assert kind == "=" and math.log10(at) == pytest.approx(9.75)
+
+
+def test_baseline_seeds_must_share_checkpoints():
+    value = log_linear(True)
+    shifted = curve_of(value, CHECKPOINTS * 1.1)
+    with pytest.raises(ValueError, match="share"):
+        compute_multiplier([curve_of(value), shifted], [1.0, 1.1], BUDGET)
+    with pytest.raises(ValueError, match="increasing"):
+        interpolate_flops([(2.0, 0.1), (1.0, 0.2)], 0.15, True)
+
+
+def test_one_seed_per_side_has_no_ci():
+    value = log_linear(False)
+    result = compute_multiplier([curve_of(value)], [float(value(0.5 * BUDGET))], BUDGET, higher_is_better=False)
+    assert result["multiplier"] == pytest.approx(0.5)
+    assert result["ci_low"] is None and result["ci_high"] is None
+    assert result["text"] == "0.5× (one seed: no CI)"
+    dumps(result)
+
+
+def test_ci_is_open_ended_when_resamples_do_not_reach():
+    # the target sits just inside the run: about half the resamples never reach it within the run
+    value = log_linear(True)
+    rng = np.random.default_rng(1)
+    curves = [curve_of(log_linear(True, e)) for e in rng.normal(0, 0.01, 6)]
+    target = float(value(0.95 * BUDGET))
+    result = compute_multiplier(curves, list(target + rng.normal(0, 0.01, 6)), BUDGET, resamples=500)
+    assert result["ci_high"] is None and result["ci_high_kind"] == ">"
+    assert result["ci_low"] is not None and result["ci_low_kind"] == "="
+    assert result["text"].endswith(" to > 1)")
+    dumps(result)
+
+
+def test_bootstrap_ci_covers_the_true_multiplier():
+    """Seeds scatter around a known mean curve and a known target: the 95% CI should hold the true multiplier about
+    95% of the time (percentile bootstraps run a little short with few seeds)."""
+    rng = np.random.default_rng(0)
+    true_k, n_seeds, sigma = 0.3, 16, 0.01
+    value = log_linear(True)
+    target = float(value(true_k * BUDGET))
+    covered = 0
+    for rep in range(200):
+        curves = [curve_of(log_linear(True, e)) for e in rng.normal(0, sigma, n_seeds)]
+        finals = list(target + rng.normal(0, sigma, n_seeds))
+        result = compute_multiplier(curves, finals, BUDGET, resamples=200, seed=rep)
+        assert result["ci_low"] is not None and result["ci_high"] is not None
+        covered += result["ci_low"] <= true_k <= result["ci_high"]
+    assert 0.85 <= covered / 200 <= 0.99
+
+
+def test_signal_density_ratio():
+    assert signal_density_ratio(63.0, 9.45) == pytest.approx(63 / 9.45)
+    with pytest.raises(ValueError):
+        signal_density_ratio(1.0, 0.0)
+
+
+# --- yardstick verdicts --------------------------------------------------------------------------------------------
+
+def test_one_seed_makes_no_claim():
+    result = yardstick_verdict("loss", {"mlm": [3.2], "ar": [3.0], "electra": [3.1]}, "mlm", higher_is_better=False)
+    assert [r["objective"] for r in result["rows"]] == ["ar", "electra", "mlm"]
+    assert result["leader"] == "ar" and not result["separated"]
+    assert "no claim can be made" in result["sentence"] and "ar is ahead on this one seed" in result["sentence"]
+    assert all(r["ci95"] is None and r["p_vs_baseline"] is None and r["p_holm"] is None for r in result["rows"])
+    dumps(result)
+    mixed = yardstick_verdict("loss", {"mlm": [3.2], "ar": [3.0, 3.1]}, "mlm", higher_is_better=False)
+    assert mixed["sentence"].startswith("With one seed for mlm no claim can be made on loss: ar is ahead")
+    dumps(mixed)
+
+
+def test_tie_is_not_significant():
+    values = {"mlm": [0.50, 0.60, 0.55], "ar": [0.56, 0.51, 0.61]}
+    result = yardstick_verdict("tagging", values, "mlm", label="tagging accuracy")
+    assert result["leader"] == "ar"
+    assert "cannot be told apart" in result["sentence"] and "not significant" in result["sentence"]
+    assert "tagging accuracy" in result["sentence"] and not result["separated"]
+    dumps(result)
+
+
+def test_clear_win_is_significant_after_holm():
+    values = {"mlm": [3.50, 3.52, 3.51], "ar": [3.00, 3.02, 3.01], "electra": [3.49, 3.53, 3.50]}
+    result = yardstick_verdict("loss", values, "mlm", higher_is_better=False)
+    rows = {r["objective"]: r for r in result["rows"]}
+    assert result["leader"] == "ar" and rows["ar"]["rank"] == 1 and rows["mlm"]["p_vs_baseline"] is None
+    assert rows["ar"]["p_holm"] == pytest.approx(min(1.0, 2 * rows["ar"]["p_vs_baseline"]))  # the smaller of two p
+    assert result["sentence"].startswith("ar leads on loss by 0.5 over the baseline mlm")
+    assert "significant at 0.05 after Holm" in result["sentence"] and "not significant" not in result["sentence"]
+    assert result["separated"]
+    assert rows["ar"]["ci_low"] == pytest.approx(rows["ar"]["mean"] - rows["ar"]["ci95"])
+    dumps(result)
+
+
+def test_baseline_leading_is_compared_with_the_best_challenger():
+    values = {"mlm": [0.90, 0.91, 0.92], "ar": [0.60, 0.61, 0.62], "span": [0.70, 0.71, 0.72]}
+    result = yardstick_verdict("tagging", values, "mlm")
+    assert result["leader"] == "mlm" and [r["rank"] for r in result["rows"]] == [1, 2, 3]
+    assert result["sentence"].startswith("mlm leads on tagging by 0.2 over span")
+    dumps(result)
+
+
+def test_separated_needs_gap_beyond_both_cis():
+    close = yardstick_verdict("x", {"a": [1.0, 1.2, 1.1], "b": [1.15, 1.25, 1.05]}, "a")
+    far = yardstick_verdict("x", {"a": [1.0, 1.2, 1.1], "b": [2.15, 2.25, 2.05]}, "a")
+    assert not close["separated"] and far["separated"]
+
+
+def test_verdict_rejects_bad_input():
+    with pytest.raises(ValueError, match="baseline"):
+        yardstick_verdict("x", {"a": [1.0]}, "b")
+    with pytest.raises(ValueError, match="finite"):
+        yardstick_verdict("x", {"a": [1.0, float("nan")]}, "a")
