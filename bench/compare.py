@@ -85,6 +85,25 @@ def build_parser() -> Parser:
              "states, words, successors, zipf, seed, train, heldout), with Bayes floors and probes; synthetic:text[,...] "
              "writes it out as text with multi-piece words; text:PATH reads a .txt/.jsonl/.json/.parquet file, folder "
              "or glob; hf:NAME[:CONFIG] loads a Hugging Face hub dataset (needs network) (default synthetic)")
+    add_text_flags(add)
+    add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
+    add("--resume", action="store_true", help="continue the comparison in --out: finished runs are kept, an "
+                                              "interrupted run restarts from its last checkpoint")
+    add_hardware_flags(add)
+    add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
+                                                 "classification, fine-tuning) that run on each final model")
+    add("--no-probe-curves", action="store_true", help="fit the frozen probes only at the budget, not at every FLOP "
+                                                       "checkpoint; faster, but without the curves the compute "
+                                                       "multipliers are read from")
+    add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
+                                               "compilation of tens of seconds per run, so it pays only for long "
+                                               "runs (README: Speed)")
+    add("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def add_text_flags(add) -> None:
+    """Flags that matter only for text corpora (text:, hf:)."""
     add("--text-field", default="text", help="text:/hf: corpora: the field of .jsonl/.json/.parquet records that holds "
                                              "the text (default text)")
     add("--vocab-size", type=int, default=8192, help="text:/hf: corpora: the WordPiece vocabulary trained on the "
@@ -92,9 +111,10 @@ def build_parser() -> Parser:
     add("--tokenizer", default=None, help="text:/hf: corpora: a tokenizers JSON file to use instead of training one; "
                                           "it must hold [PAD] [MASK] [BOS] [EOS] [UNK] as ids 0-4")
     add("--num-proc", type=int, default=None, help="processes for tokenizing large corpora (default: one)")
-    add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
-    add("--resume", action="store_true", help="continue the comparison in --out: finished runs are kept, an "
-                                              "interrupted run restarts from its last checkpoint")
+
+
+def add_hardware_flags(add) -> None:
+    """Where and how the runs execute: Fabric's accelerator, devices, nodes, strategy and precision."""
     add("--accelerator", default="auto", help="Fabric accelerator: auto (a GPU when there is one), cpu, cuda, mps "
                                               "or gpu (default auto)")
     add("--devices", default="1", help="Fabric devices per node: a count, a list like 0,1, or auto (default 1)")
@@ -106,16 +126,6 @@ def build_parser() -> Parser:
     add("--precision", default="32-true", choices=PRECISIONS,
         help="Fabric precision: 32-true (fp32), bf16-mixed (bf16 autocast, fp32 weights; faster where the "
              "processor has bf16 units, see the README), 16-mixed (GPU only), bf16-true, 64-true (default 32-true)")
-    add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
-                                                 "classification, fine-tuning) that run on each final model")
-    add("--no-probe-curves", action="store_true", help="fit the frozen probes only at the budget, not at every FLOP "
-                                                       "checkpoint; faster, but without the curves the compute "
-                                                       "multipliers are read from")
-    add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
-                                               "compilation of tens of seconds per run, so it pays only for long "
-                                               "runs (README: Speed)")
-    add("--quiet", action="store_true", help="no progress bars")
-    return parser
 
 
 def parse_args(argv: list[str] | None):
