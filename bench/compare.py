@@ -144,6 +144,9 @@ def check_args(args) -> None:
         raise ConfigError(f"--sweep-fraction must be in (0, 1], got {args.sweep_fraction:g}")
     if args.num_proc is not None and args.num_proc < 1:
         raise ConfigError(f"--num-proc must be >= 1, got {args.num_proc}")
+    on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not torch.cuda.is_available())
+    if on_cpu and args.precision == "16-mixed":  # before Fabric, which would warn and switch to bf16 silently
+        raise ConfigError("--precision 16-mixed needs a GPU; on CPU use bf16-mixed")
     if any(word in args.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):
         raise ConfigError(f"--strategy {args.strategy} is not supported: use auto or ddp (launched by this command, "
                           "torchrun or `fabric run`)")
