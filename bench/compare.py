@@ -57,7 +57,7 @@ def build_parser() -> Parser:
     add = parser.add_argument
     add("--objectives", default=DEFAULT_OBJECTIVES,
         help="comma-separated objective specs: mlm, ar, electra, span, each with options as NAME:KEY=VALUE,... "
-             f"(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0); the first is the baseline of the Welch tests "
+             f"(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0); the first is the baseline of the tests and compute multipliers "
              f"(default {DEFAULT_OBJECTIVES})")
     add("--seeds", type=int, default=DEFAULT_SEEDS, help="runs per objective, seeds 0..N-1; 2 or more give "
                                                          f"confidence intervals and tests (default {DEFAULT_SEEDS})")
@@ -219,6 +219,7 @@ def plan(args, fabric: Fabric) -> Plan:
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
                 **asdict(config), "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
+                "probes": probe is not None,
                 "sweep_fraction": args.sweep_fraction}
     check_resume(out, settings, args.resume)
     return Plan(specs, config, corpus, objectives, probe, out, settings, rates)
@@ -353,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     if not fabric.is_global_zero:
         return
     results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
-                            args.seq_len, bayes, diverged, lr_sweep)
+                            args.seq_len, bayes, diverged, lr_sweep, baseline=plan_.specs[0])
     print(f"report: {write_report(plan_.out, results)}")
     if diverged:
         sys.exit(3)

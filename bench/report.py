@@ -44,8 +44,9 @@ def verdict_section(results: dict) -> str:
     worth in the baseline's terms, beside its signal density."""
     v = results["verdict"]
     if v is None:
-        return ("## Verdict\n\nNo cross-objective yardstick ran (probes need the embedded language and are off "
-                "with `--no-probes`), and own losses of different objectives cannot be compared: no verdict.")
+        return ("## Verdict\n\nNo verdict: no cross-objective yardstick ran (probes need the embedded language and "
+                f"are off with `--no-probes`), or the baseline `{results['baseline']}` has no finished run; own losses "
+                "of different objectives cannot be compared.")
     text = ["## Verdict\n"]
     if results["seeds"] < 2:
         text.append("One seed per objective: the rankings below are point estimates and no claim can be made; run "
@@ -129,16 +130,15 @@ def diverged_section(results: dict) -> str:
 
 
 def loss_table(results: dict) -> str:
-    baseline = results["baseline"]
-    note = ("mean ± half-width of the 95 % t-interval over seeds; p is Welch's two-sided test against "
-            f"`{baseline}`" if results["seeds"] >= 2 else
-            "one seed per objective: run with `--seeds 2` or more for confidence intervals and Welch tests")
-    rows = [[o["objective"], o["seeds"], fmt(o["loss"], 4), fmt_p(o["welch_p_vs_baseline"]),
+    note = ("mean ± half-width of the 95 % t-interval over seeds" if results["seeds"] >= 2 else
+            "one seed per objective: run with `--seeds 2` or more for confidence intervals and tests")
+    rows = [[o["objective"], o["seeds"], fmt(o["loss"], 4),
              "; ".join(f"{key} {fmt(value)}" for key, value in o["metrics"].items())] for o in results["objectives"]]
     return ("## 4. Results at equal compute\n\nEach objective's own held-out loss at the budget (" + note + "). "
             "The losses measure different tasks (a masked-token, a next-token, a replaced-token loss), so they "
             "compare seeds and budgets of one objective, not objectives with each other: the two yardsticks below "
-            "do that.\n\n" + table(rows, ["objective", "seeds", "held-out loss", "Welch p", "other held-out metrics"]))
+            "do that, and only they are tested.\n\n"
+            + table(rows, ["objective", "seeds", "held-out loss", "other held-out metrics"]))
 
 
 def floor_table(results: dict) -> str:
@@ -224,7 +224,8 @@ def plot_loss(runs: list[dict], path: Path) -> None:
 def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
     rows = [{"objective": f"{r['objective']} ({metric})" if metric != "loss" else r["objective"], "seed": r["seed"],
              "checkpoint": point["checkpoint"], "excess": point[metric] - floor}
-            for r in runs for metric, floor in floors.get(r["objective"], {}).items() for point in r["curve"]]
+            for r in runs for metric, floor in floors.get(r["objective"], {}).items() for point in r["curve"]
+            if point.get(metric) is not None]
     if not rows:
         return False
     figure, axes = plt.subplots(figsize=(7, 4.5))
@@ -282,6 +283,8 @@ def save_figure(figure: plt.Figure, path: Path) -> None:
 def write_plots(results: dict, out: Path) -> list[str]:
     """The PNG plots beside report.md; returns their markdown links."""
     runs = results["runs"]
+    if not runs:  # every run diverged: the report is the table that says so
+        return []
     plot_loss(runs, out / "loss_vs_flops.png")
     plot_density(results, out / "signal_density.png")
     plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
@@ -302,7 +305,7 @@ def render(results: dict, plots: list[str]) -> str:
         density_section(results),
         compute_section(results) + sweep_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results),
-        "## 5. Plots\n\n" + "\n\n".join(plots),
+        "## 5. Plots\n\n" + ("\n\n".join(plots) or "No finished run to plot."),
     ]
     return "\n\n".join(sections) + "\n"
 

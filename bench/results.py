@@ -33,7 +33,9 @@ def final_metrics(run: dict) -> dict[str, float]:
 
 
 def stat(values: list[float]) -> dict:
-    """{"mean", "ci95", "n"} over seeds; ci95 is None with a single seed."""
+    """{"mean", "ci95", "n"} over seeds; ci95 is None with a single seed; None without any value."""
+    if not values:
+        return None
     summary = summarize(values)
     return {"mean": summary.mean, "ci95": None if math.isnan(summary.half_width) else summary.half_width,
             "n": summary.n}
@@ -50,16 +52,13 @@ def compute_summary(runs: list[dict]) -> dict[str, float]:
             "flops_per_supervised": mean["flops"] / mean["supervised_positions"]}
 
 
-def loss_summary(runs: list[dict], baseline_runs: list[dict], floors: dict[str, float],
-                 unigram: dict[str, float]) -> dict:
-    """Own held-out loss (with Welch's test against the baseline), the other metrics, and for each metric that has a
-    Bayes floor: the distance to it, and the share of the learnable range (unigram loss → floor) closed."""
+def loss_summary(runs: list[dict], floors: dict[str, float], unigram: dict[str, float]) -> dict:
+    """Own held-out loss, the other metrics, and for each metric that has a Bayes floor: the distance to it, and the
+    share of the learnable range (unigram loss → floor) closed. No test between objectives: their own losses measure
+    different tasks."""
     finals = [final_metrics(r) for r in runs]
     column = lambda key, fs=finals: [f[key] for f in fs if key in f]  # noqa: E731
-    baseline_losses = column("loss", [final_metrics(r) for r in baseline_runs])
-    same = runs is baseline_runs
-    summary = {"loss": stat(column("loss")), "welch_p_vs_baseline": None if same else p_value(column("loss"),
-                                                                                              baseline_losses),
+    summary = {"loss": stat(column("loss")),
                "metrics": {key: stat(column(key)) for key in sorted({k for f in finals for k in f} - {"loss"})
                            if key not in floors},
                "floors": {}}
@@ -110,7 +109,7 @@ def verdict(grouped: dict[str, list[dict]], ceilings: dict, positions: list[dict
     """Per yardstick: the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
     objective against the baseline: the compute multiplier on each yardstick with a curve over FLOPs (how much
     compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
-    baseline = next(iter(grouped))
+    baseline = next(iter(grouped))  # build_results only asks when the baseline has runs; they come first
     density = {row["objective"]: row["supervised_positions"] for row in positions}
     yardsticks, multipliers = [], []
     for name, key, share, label in YARDSTICKS:
@@ -134,22 +133,25 @@ def verdict(grouped: dict[str, list[dict]], ceilings: dict, positions: list[dict
 
 
 def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_flops: float, seq_len: int,
-                  bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None) -> dict:
-    """Everything the report states, as plain JSON-ready data."""
+                  bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None,
+                  baseline: str | None = None) -> dict:
+    """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
+    its runs diverged, nothing is tested against it (rather than silently against another one)."""
     grouped = by_objective(runs)
-    baseline = next(iter(grouped)) if grouped else None
+    baseline = baseline or next(iter(grouped), None)
     floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings", {})
     unigram = (bayes or {}).get("unigram", {})
     objectives = []
     for spec, spec_runs in grouped.items():
-        baseline_runs = grouped[baseline]
+        baseline_runs = grouped.get(baseline, [])
         objectives.append({"objective": spec, "seeds": len(spec_runs), "compute": compute_summary(spec_runs),
-                           **loss_summary(spec_runs, baseline_runs, floors.get(spec, {}), unigram.get(spec, {})),
+                           **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
                            "probes": probe_summary(spec_runs, baseline_runs, ceilings)})
     has_probes = any(r.get("probes") for r in runs)
     return {"budget_flops": budget_flops, "seq_len": seq_len, "baseline": baseline,
             "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup,
-            "verdict": verdict(grouped, ceilings, positions, budget_flops) if has_probes else None,
+            "verdict": verdict(grouped, ceilings, positions, budget_flops) if has_probes and baseline in grouped
+            else None,
             "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
             "diverged": diverged or [],
             "runs": runs}

@@ -256,11 +256,12 @@ def restore(fabric: Fabric, run: Run) -> None:
     run.counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
     run.counters.setdefault("last_finite_loss", None)
     fabric.strategy.precision.load_state_dict(state["precision"])
-    kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]
     if fabric.is_global_zero:
+        kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]
         run.curve_path.unlink(missing_ok=True)
         for row in kept:
             append_jsonl(run.curve_path, row)
+    fabric.barrier()
 
 
 def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> float:
@@ -295,12 +296,23 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
     row = {"checkpoint": grid[counters["next_eval"] - 1], "step": counters["step"], "flops": counters["flops"],
            "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
            **evaluate(fabric, run.module, heldout, run.objective)}
+    if not math.isfinite(row["loss"]):  # the last update broke the weights: not a finished run
+        raise TrainingDiverged(run.spec, run.seed, counters["step"], row["loss"], counters["last_finite_loss"],
+                               counters["flops"])
     if probe is not None and run.config.probe_every_eval:
         row.update(run_probes(run.objective, corpus, probe, finetune=False))
     counters["wall_seconds"] = time.perf_counter() - started
     if fabric.is_global_zero:
         append_jsonl(run.curve_path, row)
     save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
+
+
+def all_finite(fabric: Fabric, value: float) -> bool:
+    finite = math.isfinite(value)
+    if fabric.world_size > 1:
+        flag = fabric.all_reduce(torch.tensor(float(finite), device=fabric.device), reduce_op="min")
+        finite = bool(flag.item() > 0)
+    return finite
 
 
 def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, progress: bool,
@@ -321,7 +333,7 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
         tick = time.perf_counter()
         loss = train_step(fabric, run, batch)
         counters["train_seconds"] += time.perf_counter() - tick
-        if not math.isfinite(loss):
+        if not all_finite(fabric, loss):  # every rank stops together, or the others would wait in a collective
             bar.close()
             raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
                                    counters["flops"] + objective.flops(batch))
@@ -355,7 +367,7 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
         "backbone_parameters": objective.backbone.num_parameters(),
         "expected_supervised_per_sequence": objective.expected_supervised_positions(corpus.seq_len),
         "expected_flops_per_sequence": objective.expected_flops_per_sequence(corpus.seq_len),
-        "curve": read_jsonl(run.curve_path) if fabric.is_global_zero else [],
+        "curve": read_jsonl(run.curve_path),  # complete on every rank: the last checkpoint ended in a barrier
     }
 
 

@@ -124,7 +124,7 @@ def test_json_files_hold_no_nan(comparison):
         for line in ([path.read_text()] if path.suffix == ".json" else path.read_text().splitlines()):
             json.loads(line, parse_constant=reject)
     baseline = json.loads((comparison / "results.json").read_text())["objectives"][0]
-    assert baseline["welch_p_vs_baseline"] is None  # a missing number is null
+    assert baseline["probes"]["tagging_frozen_welch_p_vs_baseline"] is None  # a missing number is null
 
 
 def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
@@ -266,3 +266,16 @@ def test_bad_learning_rates_are_one_line(text, message):
     from bench.sweep import learning_rates
     with pytest.raises(ConfigError, match=message):
         learning_rates(text, ["mlm", "ar"])
+
+
+def test_when_every_run_diverges_the_report_still_says_so(tmp_path, monkeypatch):
+    import bench.train
+    monkeypatch.setattr(bench.train, "train_step", lambda fabric, run, batch: float("nan"))
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])
+    assert exit_info.value.code == 3
+    results = json.loads((out / "results.json").read_text())
+    assert results["runs"] == [] and len(results["diverged"]) == 2 and results["verdict"] is None
+    report = (out / "report.md").read_text()
+    assert "### Diverged runs" in report and "No verdict" in report
