@@ -218,9 +218,9 @@ def plan(args, fabric: Fabric) -> Plan:
     shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **asdict(config), "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
-                "probes": probe is not None,
-                "sweep_fraction": args.sweep_fraction}
+                **{k: v for k, v in asdict(config).items() if k != "lr"},  # each run's rate is in learning_rates
+                "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
+                "sweep_fraction": args.sweep_fraction, "probes": probe is not None}
     check_resume(out, settings, args.resume)
     return Plan(specs, config, corpus, objectives, probe, out, settings, rates)
 
