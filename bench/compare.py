@@ -57,7 +57,8 @@ def build_parser() -> Parser:
     add = parser.add_argument
     add("--objectives", default=DEFAULT_OBJECTIVES,
         help="comma-separated objective specs: mlm, ar, electra, span, each with options as NAME:KEY=VALUE,... "
-             f"(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0); the first is the baseline of the tests and compute multipliers "
+             "(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0); the first is the baseline of the tests and compute "
+             "multipliers "
              f"(default {DEFAULT_OBJECTIVES})")
     add("--seeds", type=int, default=DEFAULT_SEEDS, help="runs per objective, seeds 0..N-1; 2 or more give "
                                                          f"confidence intervals and tests (default {DEFAULT_SEEDS})")
@@ -284,14 +285,15 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
     parameters = "no finished run"
     if runs:
         tokens = sum(r["tokens"] for r in runs) / len(runs)
-        parameters = (f"{runs[0]['backbone_parameters']:,} backbone parameters; {tokens / runs[0]['backbone_parameters']:.2f}"
-                      " training tokens per parameter")
+        backbone = runs[0]["backbone_parameters"]
+        parameters = f"{backbone:,} backbone parameters; {tokens / backbone:.2f} training tokens per parameter"
     setup = {
         "command": "python -m bench.compare " + shlex.join(sys.argv[1:] if argv is None else argv),
         "objectives": ", ".join(plan_.specs), "seeds": args.seeds, "budget (FLOPs)": f"{args.budget:.3g}",
         "model": f"{args.model}: n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}, "
                  f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}",
-        "sequence length": args.seq_len, "global batch": args.batch_size, "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
+        "sequence length": args.seq_len, "global batch": args.batch_size, 
+        "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
         + (" (chosen by --lr-sweep)" if args.lr_sweep else ""),
         "data": f"{corpus.name}: {corpus.description}",
         "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "

@@ -34,7 +34,7 @@ def json_safe(obj: Any) -> Any:
 
 
 def dumps(obj: Any, indent: int | None = None) -> str:
-    """JSON text of `obj`; allow_nan=False so a NaN that slipped past json_safe fails loudly instead of being written."""
+    """JSON text of `obj`; allow_nan=False, so a NaN that slipped past json_safe fails loudly, never written."""
     return json.dumps(json_safe(obj), indent=indent, allow_nan=False)
 
 

@@ -8,9 +8,10 @@ Everything that makes runs comparable lives here:
   run of an objective, so curves line up across seeds and objectives;
 - each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, counters; the data
   position is the step) is checkpointed with it, so an interrupted run resumes exactly. There is no RNG state to
-  carry: the masks of a step come from a generator seeded by derive_seed(seed, step) (bench.seeds), and the global RNG (ELECTRA's sampling,
-  dropout) is reseeded from (seed, step, rank) before every step, so each process of a multi-device run draws its
-  own noise and a resumed run draws the same noise as an uninterrupted one, whatever the number of devices.
+  carry: the masks of a step come from a generator seeded by derive_seed(seed, step) (bench.seeds), and the global
+  RNG (ELECTRA's sampling, dropout) is reseeded from (seed, step, rank) before every step, so each process of a
+  multi-device run draws its own noise and a resumed run draws the same noise as an uninterrupted one, whatever the
+  number of devices.
 """
 
 from __future__ import annotations
@@ -163,7 +164,8 @@ def eval_batches(objective: Objective, corpus: Corpus, config: TrainConfig) -> l
 
 
 @torch.no_grad()
-def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], objective: Objective) -> dict[str, float]:
+def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted],
+             objective: Objective) -> dict[str, float]:
     """The objective's own loss and metrics, averaged over supervised positions, and its pooled metrics; every rank
     computes the same."""
     was_training = module.training

@@ -50,5 +50,6 @@ def parse_objective_list(text: str) -> list[str]:
     return specs
 
 
-__all__ = ["IGNORE", "NUM_SENTINELS", "REGISTRY", "SPECIAL_TOKENS", "FloorSpec", "CausalLM", "Corrupted", "Electra", "MaskedLM", "Objective", "Options", "Output",
-           "SpanCorruption", "Vocab", "build_objective", "parse_objective_list", "parse_options", "parse_spec"]
+__all__ = ["CausalLM", "Corrupted", "Electra", "FloorSpec", "IGNORE", "MaskedLM", "NUM_SENTINELS", "Objective",
+           "Options", "Output", "REGISTRY", "SPECIAL_TOKENS", "SpanCorruption", "Vocab", "build_objective",
+           "parse_objective_list", "parse_options", "parse_spec"]
