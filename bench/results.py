@@ -105,11 +105,11 @@ def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> floa
     return None if not ceiling else value / ceiling
 
 
-def verdict(grouped: dict[str, list[dict]], ceilings: dict, positions: list[dict], budget: float) -> dict:
+def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, positions: list[dict],
+            budget: float) -> dict:
     """Per yardstick: the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
     objective against the baseline: the compute multiplier on each yardstick with a curve over FLOPs (how much
     compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
-    baseline = next(iter(grouped))  # build_results only asks when the baseline has runs; they come first
     density = {row["objective"]: row["supervised_positions"] for row in positions}
     yardsticks, multipliers = [], []
     for name, key, share, label in YARDSTICKS:
@@ -123,7 +123,7 @@ def verdict(grouped: dict[str, list[dict]], ceilings: dict, positions: list[dict
                           if p.get(key) is not None] for r in runs] for spec, runs in grouped.items()}
         if not all(curve for curve in curves[baseline]):
             continue  # no curve over FLOPs (fine-tuning runs only at the budget)
-        for spec in list(grouped)[1:]:
+        for spec in (spec for spec in grouped if spec != baseline):
             multipliers.append({"objective": spec, "yardstick": name, **compute_multiplier(curves[baseline],
                                                                                         values[spec], budget)})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
@@ -150,7 +150,7 @@ def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_f
     has_probes = any(r.get("probes") for r in runs)
     return {"budget_flops": budget_flops, "seq_len": seq_len, "baseline": baseline,
             "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup,
-            "verdict": verdict(grouped, ceilings, positions, budget_flops) if has_probes and baseline in grouped
+            "verdict": verdict(grouped, baseline, ceilings, positions, budget_flops) if has_probes and baseline in grouped
             else None,
             "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
             "diverged": diverged or [],

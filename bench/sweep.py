@@ -29,6 +29,11 @@ def parse_rate(text: str, flag: str) -> float:
     return rate
 
 
+def sweep_rates(text: str) -> list[float]:
+    """"3e-4,1e-3,3e-3" -> the rates --lr-sweep tries."""
+    return [parse_rate(rate, "--lr-sweep") for rate in text.split(",")]
+
+
 def learning_rates(text: str, specs: list[str], strict: bool = True) -> dict[str, float]:
     """"3e-3,electra=6e-3" -> {spec: peak rate} for every spec: SPEC=LR matches the spec as written, else its name;
     the plain number is everyone else's. `strict`: a name that matches no spec is a mistake (a typo), as it is when

@@ -335,11 +335,12 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
         tick = time.perf_counter()
         loss = train_step(fabric, run, batch)
         counters["train_seconds"] += time.perf_counter() - tick
+        step_flops = objective.flops(batch)
         if not all_finite(fabric, loss):  # every rank stops together, or the others would wait in a collective
             bar.close()
             raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
-                                   counters["flops"] + objective.flops(batch))
-        counters.update(step=step + 1, flops=counters["flops"] + objective.flops(batch), last_finite_loss=loss,
+                                   counters["flops"] + step_flops)
+        counters.update(step=step + 1, flops=counters["flops"] + step_flops, last_finite_loss=loss,
                         tokens=counters["tokens"] + batch.inputs.numel(),
                         supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
         bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
@@ -395,7 +396,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
 
 def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:
     temporary = path.with_name(f".{path.name}.tmp")
-    fabric.save(temporary, {**state, "precision": fabric.strategy.precision.state_dict()})
+    fabric.save(temporary, state)
     if fabric.is_global_zero:
         os.replace(temporary, path)  # never a half-written checkpoint under the real name
     fabric.barrier()
