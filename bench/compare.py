@@ -23,11 +23,13 @@ from bench.bayes import ceilings, loss_floors, unigram_losses
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.data import Corpus, TextOptions, load_corpus
 from bench.density import build_on_meta, position_row
-from bench.files import read_json, write_json
+from bench.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
+from bench.files import read_json, write_atomic, write_json
 from bench.probes import ProbeConfig
 from bench.report import write_report
 from bench.results import build_results
 from bench.sweep import learning_rates, sweep, sweep_rates
+from bench.tasks import TaskContext, load_tasks, parse_task_list
 from bench.train import (TrainConfig, TrainingDiverged, check_batch_split, check_memory, eval_batches,
                          finished_result, launch_processes, make_fabric, run_name, train_run)
 from objectives import Objective, Vocab, parse_objective_list
@@ -96,6 +98,13 @@ def build_parser() -> Parser:
     add("--no-probe-curves", action="store_true", help="fit the frozen probes only at the budget, not at every FLOP "
                                                        "checkpoint; faster, but without the curves the compute "
                                                        "multipliers are read from")
+    add("--downstream", default=None,
+        help="labelled tasks to evaluate every final backbone on (frozen probe and fine-tuning; the scores join the "
+             "verdict): comma-separated specs PATH[,text=F,text_pair=F,label=F,dev=SHARE|FILE,test=SHARE|FILE,"
+             "metric=M] for .csv/.tsv/.jsonl/.json/.parquet files or folders, hf:NAME[:CONFIG] (e.g. hf:glue:sst2, "
+             "needs network), conll:PATH for token tagging, synthetic:tagging|component|order|same-source on the "
+             "embedded language (README: Downstream tasks)")
+    add_finetune_flags(add)
     add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
                                                "compilation of tens of seconds per run, so it pays only for long "
                                                "runs (README: Speed)")
@@ -187,6 +196,7 @@ class Plan:
     out: Path
     settings: dict  # what config.json records; --resume must match it
     learning_rates: dict[str, float]  # peak rate per spec (replaced by the sweep's choice with --lr-sweep)
+    downstream: Downstream | None  # labelled tasks, loaded and checked
 
 
 def plan(args, fabric: Fabric) -> Plan:
@@ -211,6 +221,11 @@ def plan(args, fabric: Fabric) -> Plan:
     canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
+    downstream = None
+    if args.downstream is not None:
+        context = TaskContext(args.seq_len, corpus.vocab, corpus.text_tokenizer, corpus.language)
+        downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
+                                finetune_config(args.finetune_steps, args.finetune_lrs))
     out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
@@ -220,8 +235,10 @@ def plan(args, fabric: Fabric) -> Plan:
                 **{k: v for k, v in asdict(config).items() if k != "lr"},  # each run's rate is in learning_rates
                 "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
                 "sweep_fraction": args.sweep_fraction, "probes": probe is not None}
+    if downstream is not None:  # absent otherwise, so folders from before downstream tasks still resume
+        settings["downstream"] = downstream.settings()
     check_resume(out, settings, args.resume)
-    return Plan(specs, config, corpus, objectives, probe, out, settings, rates)
+    return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream)
 
 
 def check_resume(out: Path, settings: dict, resume: bool) -> None:
@@ -250,7 +267,7 @@ def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: boo
                 try:
                     config = replace(plan_.config, lr=plan_.learning_rates[spec])
                     result = train_run(fabric, spec, seed, plan_.corpus, config, run_dir, plan_.probe,
-                                       progress=progress)
+                                       progress=progress, downstream=plan_.downstream)
                 except TrainingDiverged as error:
                     print(f"warning: {error}", file=sys.stderr)
                     if fabric.is_global_zero:
@@ -315,6 +332,8 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
                                       f"{probed['component_chance']:.3f}; losses: the unigram loss (above); ELECTRA's "
                                       "discriminator: \"all original\" (its accuracy and label entropy are in "
                                       "section 4)")
+    if plan_.downstream is not None:
+        setup["downstream"] = describe_recipe(plan_.downstream, runs)
     if plan_.probe is not None:
         probe = plan_.probe
         setup["probes"] = (f"linear probes fitted on {probe.train_windows} held-out windows, scored on the next "
@@ -343,6 +362,8 @@ def main(argv: list[str] | None = None) -> None:
     if fabric.is_global_zero:
         try:
             write_json(plan_.out / "config.json", plan_.settings)
+            if plan_.corpus.text_tokenizer is not None:  # bench.downstream --run tokenizes new tasks with it
+                write_atomic(plan_.out / "tokenizer.json", plan_.corpus.text_tokenizer.to_str())
         except OSError as error:
             raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
     lr_sweep = None
@@ -354,7 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     if not fabric.is_global_zero:
         return
     results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
-                            args.seq_len, bayes, diverged, lr_sweep, baseline=plan_.specs[0])
+                            args.seq_len, bayes, diverged, lr_sweep, baseline=plan_.specs[0],
+                            tasks=plan_.downstream.describe() if plan_.downstream else None)
     print(f"report: {write_report(plan_.out, results)}")
     if diverged:
         sys.exit(3)

@@ -74,6 +74,7 @@ class Corpus:
     language: synthetic.Language | None = None  # the true distribution, when it is known
     tokenizer: str = "none: the words are the tokens"
     documents: dict[str, int] = field(default_factory=dict)  # per split
+    text_tokenizer: Tokenizer | None = None  # what downstream tasks are tokenized with (text corpora)
 
     def windows(self, split: str) -> "Windows":
         """The token windows of a split, in the corpus's fixed order, read from disk on demand."""
@@ -111,7 +112,7 @@ def _synthetic_rows(config: dict, num_sequences: int, length: int, seed: int, fi
                "component": int(sample.components[row])}
 
 
-def _synthetic_language(option_text: str) -> tuple[SyntheticOptions, dict, synthetic.Language]:
+def synthetic_language(option_text: str) -> tuple[SyntheticOptions, dict, synthetic.Language]:
     """Parse and check the synthetic options; (options, the language's config, the language)."""
     options = parse_options("synthetic", option_text, SyntheticOptions)
     for name in ("train", "heldout", "seed"):
@@ -127,7 +128,7 @@ def _synthetic_language(option_text: str) -> tuple[SyntheticOptions, dict, synth
 
 
 def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
-    options, config, language = _synthetic_language(option_text)
+    options, config, language = synthetic_language(option_text)
     vocab = Vocab.for_words(options.words)
 
     def split(num_sequences: int, sample_seed: int) -> datasets.Dataset:
@@ -152,7 +153,7 @@ def load_corpus(spec: str, seq_len: int, text: TextOptions = TextOptions()) -> C
     Vocab.for_tokenizer(text.vocab_size)  # validates --vocab-size before anything is loaded
     # datasets' progress bars help with a big corpus in a terminal; elsewhere they only bury the one-line errors
     quiet = scheme == "synthetic" or not sys.stderr.isatty()
-    with _quiet_datasets() if quiet else contextlib.nullcontext():
+    with quiet_datasets() if quiet else contextlib.nullcontext():
         if scheme == "synthetic" and (rest == "text" or rest.startswith("text,")):
             return synthetic_text_corpus(rest[len("text,"):], seq_len, text)
         if scheme == "synthetic":
@@ -222,7 +223,7 @@ def _load_files(path_text: str, text_field: str) -> datasets.Dataset:
     return _text_column(dataset, text_field, path_text)
 
 
-def _hub_reachable(timeout: float = 3.0) -> bool:
+def hub_reachable(timeout: float = 3.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes") or \
             os.environ.get("HF_DATASETS_OFFLINE", "0").lower() in ("1", "true", "yes"):
         return False
@@ -237,7 +238,7 @@ def _load_hub(name_text: str, text_field: str) -> datasets.Dataset:
     name, _, config = name_text.partition(":")
     if not name:
         raise ConfigError("hf: needs a dataset name, e.g. --data hf:wikitext:wikitext-103-raw-v1")
-    if not _hub_reachable():  # fail at once, never hang on a network that is not there
+    if not hub_reachable():  # fail at once, never hang on a network that is not there
         raise ConfigError(f"hf:{name_text} needs the Hugging Face hub, which cannot be reached from here (offline?); "
                           "download the data elsewhere and use --data text:PATH")
     try:
@@ -330,10 +331,7 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
     heldout = min(HELDOUT_MAX_DOCUMENTS, max(1, round(HELDOUT_SHARE * len(docs))))
     split = docs.train_test_split(test_size=heldout, shuffle=True, seed=SPLIT_SEED)
     tokenizer, tokenizer_text = _tokenizer(split["train"], options, data_path)
-    continuation = torch.zeros(tokenizer.get_vocab_size() + NUM_SENTINELS, dtype=torch.bool)
-    for piece, index in tokenizer.get_vocab().items():
-        continuation[index] = piece.startswith("##")
-    vocab = Vocab.for_tokenizer(tokenizer.get_vocab_size(), continuation)
+    vocab = vocab_for_tokenizer(tokenizer)
     train = _pack(split["train"], tokenizer, seq_len, options.num_proc)
     test = _pack(split["test"], tokenizer, seq_len, options.num_proc)
     if len(train) == 0 or len(test) == 0:
@@ -344,14 +342,22 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
     tokens = (len(train) + len(test)) * seq_len
     description = f"{len(docs):,} documents, {tokens:,} tokens in windows of {seq_len}"
     return Corpus(spec, description, vocab, seq_len, train, test, None, tokenizer_text,
-                  {"train": len(split["train"]), "heldout": len(split["test"])})
+                  {"train": len(split["train"]), "heldout": len(split["test"])}, tokenizer)
+
+
+def vocab_for_tokenizer(tokenizer: Tokenizer) -> Vocab:
+    """The vocabulary of a WordPiece tokenizer: its "##" pieces continue a word (whole-word and span masking)."""
+    continuation = torch.zeros(tokenizer.get_vocab_size() + NUM_SENTINELS, dtype=torch.bool)
+    for piece, index in tokenizer.get_vocab().items():
+        continuation[index] = piece.startswith("##")
+    return Vocab.for_tokenizer(tokenizer.get_vocab_size(), continuation)
 
 
 def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) -> Corpus:
     """The embedded language written out as text, each word spelled with 1-4 syllables so that a small WordPiece
     vocabulary splits many words into pieces: exercises the text path and whole-word masking offline. train + heldout
     sequences of 64 words are written, one per line; the held-out documents are then chosen like any text's (5 %)."""
-    synthetic_options, _, language = _synthetic_language(option_text)
+    synthetic_options, _, language = synthetic_language(option_text)
     syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70, two letters each
     width = 1
     while len(syllables) ** width < synthetic_options.words:
@@ -379,7 +385,7 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     return corpus
 
 
-class _quiet_datasets:
+class quiet_datasets:
     """Hide `datasets`' own progress bars: the embedded corpus takes a second, not a bar, and a bar printed before a
     one-line error would bury it."""
 

@@ -19,7 +19,7 @@ from tabulate import tabulate  # noqa: E402
 
 from bench.density import analytic_count  # noqa: E402
 from bench.files import write_atomic, write_json  # noqa: E402
-from bench.results import YARDSTICKS, yardstick_value  # noqa: E402
+from bench.results import yardsticks  # noqa: E402
 
 
 def table(rows: list[list], headers: list[str]) -> str:
@@ -45,8 +45,8 @@ def verdict_section(results: dict) -> str:
     v = results["verdict"]
     if v is None:
         return ("## Verdict\n\nNo verdict: no cross-objective yardstick ran (probes need the embedded language and "
-                f"are off with `--no-probes`), or the baseline `{results['baseline']}` has no finished run; own losses "
-                "of different objectives cannot be compared.")
+                "are off with `--no-probes`; on any text, name labelled tasks with `--downstream`), or the baseline "
+                f"`{results['baseline']}` has no finished run; own losses of different objectives cannot be compared.")
     text = ["## Verdict\n"]
     if results["seeds"] < 2:
         text.append("One seed per objective: the rankings below are point estimates and no claim can be made; run "
@@ -54,7 +54,7 @@ def verdict_section(results: dict) -> str:
     for y in v["yardsticks"]:
         rows = [[row["rank"], row["objective"], fmt({"mean": row["mean"], "ci95": row["ci95"]}),
                  fmt_p(row["p_vs_baseline"]), fmt_p(row["p_holm"])] for row in y["rows"]]
-        text.append(f"**{y['label'].capitalize()}** (`{y['yardstick']}`). {y['sentence']}\n\n"
+        text.append(f"**{y['label'][:1].upper() + y['label'][1:]}** (`{y['yardstick']}`). {y['sentence']}\n\n"
                     + table(rows, ["rank", "objective", "mean ± 95 % CI", "Welch p", "Holm p"]) + "\n")
     if v["multipliers"]:
         names = [y["yardstick"] for y in v["yardsticks"] if any(m["yardstick"] == y["yardstick"]
@@ -204,6 +204,33 @@ def probe_table(results: dict) -> str:
                            "component", "probe FLOPs"]))
 
 
+def downstream_table(results: dict) -> str:
+    summary = results.get("downstream")
+    if not summary:
+        return ""
+    text = ["\n\n### Downstream tasks\n\nEvery final backbone on every labelled task, with one recipe for all: a "
+            "frozen linear probe on its features, and fine-tuning of the backbone with a head that starts from that "
+            "probe, at each rate of a small grid, the rate chosen on the dev split; only the chosen model is scored "
+            "on the test split. A causal backbone reads left to right and represents a sequence by its last token; "
+            "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % CI over "
+            f"seeds; downstream FLOPs are not charged to the budget. Recipe: {results['setup'].get('downstream', '')}."]
+    for task in summary["tasks"]:
+        about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}"
+                 if "source" in task else "")
+        rows = [[row["objective"], fmt(row["frozen"]), fmt(row["finetuned"]),
+                 ", ".join(f"{fmt(stat)} {key}" for key, stat in row["metrics"].items()) if len(row["metrics"]) > 1
+                 else "", ", ".join(f"{rate} ×{count}" for rate, count in row["rates"].items()),
+                 f"{row['flops']['frozen']:.3g} / {row['flops']['finetune']:.3g}"] for row in task["rows"]]
+        text.append(f"\n**`{task['task']}`** ({about})\n\n"
+                    + table(rows, ["objective", "frozen probe", "fine-tuned", "fine-tuned, each metric",
+                                   "rate chosen on dev (× seeds)", "FLOPs frozen / fine-tune"]))
+    if summary["average"]:
+        rows = [[row["objective"], fmt(row["frozen"]), fmt(row["finetuned"])] for row in summary["average"]]
+        text.append(f"\n**Average over the {len(summary['tasks'])} tasks** (GLUE-style: the mean of each task's "
+                    "score, per seed)\n\n" + table(rows, ["objective", "frozen probe", "fine-tuned"]))
+    return "\n".join(text)
+
+
 def curve_frame(runs: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{"objective": r["objective"], "seed": r["seed"], **point} for r in runs for point in r["curve"]])
 
@@ -240,16 +267,20 @@ def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
 def plot_yardsticks(results: dict, path: Path) -> bool:
     """One panel per cross-objective yardstick with a curve over FLOPs: what the compute multipliers are read from."""
     ceilings = (results["bayes"] or {}).get("ceilings", {})
-    rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": label,
-             "value": yardstick_value(point, key, share, ceilings)}
-            for r in results["runs"] for point in r["curve"]
-            for name, key, share, label in YARDSTICKS if point.get(key) is not None]
+    rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": yardstick.label,
+             "value": value}
+            for yardstick in yardsticks(results["runs"], ceilings) if yardstick.point is not None
+            for r in results["runs"] for point in r["curve"] for value in [yardstick.point(point)] if value is not None]
     if not rows:
         return False
     frame = pd.DataFrame(rows).dropna()
     labels = list(dict.fromkeys(frame["yardstick"]))
-    figure, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4), squeeze=False)
-    for label, ax in zip(labels, axes[0]):
+    columns = min(4, len(labels))
+    rows_ = -(-len(labels) // columns)
+    figure, axes = plt.subplots(rows_, columns, figsize=(5 * columns, 4 * rows_), squeeze=False)
+    for ax in axes.flat[len(labels):]:
+        ax.set_visible(False)
+    for label, ax in zip(labels, axes.flat):
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
                      errorbar=("ci", 95), ax=ax)
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
@@ -304,7 +335,7 @@ def render(results: dict, plots: list[str]) -> str:
         setup_section(results["setup"]),
         density_section(results),
         compute_section(results) + sweep_section(results) + diverged_section(results),
-        loss_table(results) + floor_table(results) + probe_table(results),
+        loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),
         "## 5. Plots\n\n" + ("\n\n".join(plots) or "No finished run to plot."),
     ]
     return "\n\n".join(sections) + "\n"

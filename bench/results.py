@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable
 
 from bench.stats import summarize, welch_p_value
 from bench.verdict import compute_multiplier, signal_density_ratio, yardstick_verdict
@@ -20,6 +22,11 @@ COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "fl
                 "tokens_per_second", "supervised_per_sequence")
 
 
+def curve_key(task_name: str) -> str:
+    """A downstream task's frozen score in a curve row (bench.train writes it at every FLOP checkpoint)."""
+    return f"downstream:{task_name}"
+
+
 def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
     grouped: dict[str, list[dict]] = defaultdict(list)
     for run in runs:
@@ -29,7 +36,8 @@ def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
 
 def final_metrics(run: dict) -> dict[str, float]:
     """The objective's own held-out metrics at the budget (probes are reported on their own)."""
-    return {k: v for k, v in run["curve"][-1].items() if k not in COUNTERS + PROBE_KEYS and v is not None}
+    return {k: v for k, v in run["curve"][-1].items()
+            if k not in COUNTERS + PROBE_KEYS and not k.startswith(curve_key("")) and v is not None}
 
 
 def stat(values: list[float]) -> dict:
@@ -90,11 +98,22 @@ def probe_summary(runs: list[dict], baseline_runs: list[dict], ceilings: dict) -
     return summary
 
 
-# The cross-objective yardsticks: (key in results.json, the probe result it reads, divided by the objective's own
-# tagging ceiling?, its label in sentences). Raw losses of different objectives are never one.
-YARDSTICKS = (("tagging_frozen_share", "tagging_frozen", True, "frozen tagging (share of its ceiling)"),
-              ("tagging_finetuned_share", "tagging_finetuned", True, "fine-tuned tagging (share of its ceiling)"),
-              ("component", "component", False, "component classification (frozen)"))
+# The cross-objective yardsticks on the embedded language: (key in results.json, the probe result it reads, divided
+# by the objective's own tagging ceiling?, its label in sentences). Raw losses of different objectives are never one.
+PROBE_YARDSTICKS = (("tagging_frozen_share", "tagging_frozen", True, "frozen tagging (share of its ceiling)"),
+                    ("tagging_finetuned_share", "tagging_finetuned", True, "fine-tuned tagging (share of its ceiling)"),
+                    ("component", "component", False, "component classification (frozen)"))
+
+
+@dataclass(frozen=True)
+class Yardstick:
+    """A cross-objective measure, higher is better: its value at the budget for a run, and at a curve point (the
+    FLOP checkpoints the compute multipliers are read from) when it has a curve."""
+
+    name: str
+    label: str
+    final: Callable[[dict], float | None]  # run -> value
+    point: Callable[[dict], float | None] | None = None  # curve row -> value
 
 
 def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> float | None:
@@ -105,36 +124,104 @@ def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> floa
     return None if not ceiling else value / ceiling
 
 
+def task_names(runs: list[dict]) -> list[str]:
+    return list(dict.fromkeys(name for run in runs for name in (run.get("downstream") or {})))
+
+
+def downstream_value(run: dict, task: str, mode: str) -> float | None:
+    return ((run.get("downstream") or {}).get(task) or {}).get(mode, {}).get("score")
+
+
+def average(values: list[float | None]) -> float | None:
+    return None if not values or any(v is None for v in values) else sum(values) / len(values)
+
+
+def yardsticks(runs: list[dict], ceilings: dict) -> list[Yardstick]:
+    """The probes' yardsticks, then per downstream task its frozen and fine-tuned score, and their GLUE-style average
+    over tasks when several ran."""
+    found = [Yardstick(name, label, lambda run, k=key, s=share: yardstick_value(run.get("probes") or {}, k, s, ceilings),
+                       lambda point, k=key, s=share: yardstick_value(point, k, s, ceilings))
+             for name, key, share, label in PROBE_YARDSTICKS]
+    tasks = task_names(runs)
+    for mode, reading in (("finetuned", "fine-tuned"), ("frozen", "frozen probe")):
+        point = (lambda row, t=tasks: average([row.get(curve_key(task)) for task in t])) if mode == "frozen" else None
+        if len(tasks) > 1:
+            found.append(Yardstick(f"downstream_average_{mode}", f"downstream average over {len(tasks)} tasks "
+                                   f"({reading})", lambda run, m=mode: average([downstream_value(run, task, m)
+                                                                              for task in tasks]), point))
+        for task in tasks:
+            found.append(Yardstick(f"{task} ({mode})", f"task {task} ({reading})",
+                                   lambda run, t=task, m=mode: downstream_value(run, t, m),
+                                   (lambda row, t=task: row.get(curve_key(t))) if mode == "frozen" else None))
+    return found
+
+
 def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, positions: list[dict],
             budget: float) -> dict:
     """Per yardstick: the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
     objective against the baseline: the compute multiplier on each yardstick with a curve over FLOPs (how much
     compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
     density = {row["objective"]: row["supervised_positions"] for row in positions}
-    yardsticks, multipliers = [], []
-    for name, key, share, label in YARDSTICKS:
-        values = {spec: [v for r in runs if r.get("probes")
-                         for v in [yardstick_value(r["probes"], key, share, ceilings)] if v is not None]
+    found, multipliers = [], []
+    for yardstick in yardsticks([r for runs in grouped.values() for r in runs], ceilings):
+        values = {spec: [v for r in runs for v in [yardstick.final(r)] if v is not None]
                   for spec, runs in grouped.items()}
         if not all(values.values()):
             continue
-        yardsticks.append({**yardstick_verdict(name, values, baseline, label=label), "label": label})
-        curves = {spec: [[(p["checkpoint"], yardstick_value(p, key, share, ceilings)) for p in r["curve"]
-                          if p.get(key) is not None] for r in runs] for spec, runs in grouped.items()}
-        if not all(curve for curve in curves[baseline]):
+        found.append({**yardstick_verdict(yardstick.name, values, baseline, label=yardstick.label),
+                      "label": yardstick.label})
+        if yardstick.point is None:
             continue  # no curve over FLOPs (fine-tuning runs only at the budget)
+        curves = {spec: [[(p["checkpoint"], v) for p in r["curve"] for v in [yardstick.point(p)] if v is not None]
+                         for r in runs] for spec, runs in grouped.items()}
+        if not all(curve for curve in curves[baseline]):
+            continue
         for spec in (spec for spec in grouped if spec != baseline):
-            multipliers.append({"objective": spec, "yardstick": name, **compute_multiplier(curves[baseline],
-                                                                                        values[spec], budget)})
+            multipliers.append({"objective": spec, "yardstick": yardstick.name,
+                                **compute_multiplier(curves[baseline], values[spec], budget)})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
                       if spec in density and baseline in density}
-    return {"baseline": baseline, "yardsticks": yardsticks, "multipliers": multipliers,
+    return {"baseline": baseline, "yardsticks": found, "multipliers": multipliers,
             "signal_density_ratio": density_ratios}
+
+
+def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None) -> dict | None:
+    """Per task: what it is and, per objective, the frozen and fine-tuned test scores over seeds, the rates the dev
+    split chose and the FLOPs spent; and the average over tasks when several ran."""
+    runs = [r for rs in grouped.values() for r in rs]
+    names = task_names(runs)
+    if not names:
+        return None
+    described = {t["task"]: t for t in tasks or []}
+    summary = {"tasks": [], "average": None}
+    for name in names:
+        rows = []
+        for spec, spec_runs in grouped.items():
+            results = [r["downstream"][name] for r in spec_runs if name in (r.get("downstream") or {})]
+            if not results:
+                continue
+            rates = [r["finetuned"]["lr"] for r in results]
+            rows.append({"objective": spec, "pooling": results[0]["pooling"],
+                         "frozen": stat([r["frozen"]["score"] for r in results]),
+                         "finetuned": stat([r["finetuned"]["score"] for r in results]),
+                         "metrics": {key: stat([r["finetuned"][key] for r in results])
+                                     for key in results[0]["finetuned"] if key not in ("score", "lr", "dev")},
+                         "rates": {f"{rate:g}": rates.count(rate) for rate in sorted(set(rates))},
+                         "flops": {key: sum(r["flops"][key] for r in results) / len(results)
+                                   for key in ("frozen", "finetune")}})
+        summary["tasks"].append({**described.get(name, {"task": name}), "rows": rows})
+    if len(names) > 1:
+        summary["average"] = [{"objective": spec,
+                               **{mode: stat([v for r in spec_runs
+                                              for v in [average([downstream_value(r, t, mode) for t in names])]
+                                              if v is not None]) for mode in ("frozen", "finetuned")}}
+                              for spec, spec_runs in grouped.items()]
+    return summary
 
 
 def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_flops: float, seq_len: int,
                   bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None,
-                  baseline: str | None = None) -> dict:
+                  baseline: str | None = None, tasks: list[dict] | None = None) -> dict:
     """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
     its runs diverged, nothing is tested against it (rather than silently against another one)."""
     grouped = by_objective(runs)
@@ -147,11 +234,12 @@ def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_f
         objectives.append({"objective": spec, "seeds": len(spec_runs), "compute": compute_summary(spec_runs),
                            **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
                            "probes": probe_summary(spec_runs, baseline_runs, ceilings)})
-    has_probes = any(r.get("probes") for r in runs)
+    has_probes = any(r.get("probes") or r.get("downstream") for r in runs)
     return {"budget_flops": budget_flops, "seq_len": seq_len, "baseline": baseline,
             "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup,
             "verdict": verdict(grouped, baseline, ceilings, positions, budget_flops) if has_probes and baseline in grouped
             else None,
             "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
+            "downstream": downstream_summary(grouped, tasks),
             "diverged": diverged or [],
             "runs": runs}

@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, Transformer, resolve_model
 from bench.data import Corpus
+from bench.downstream import Downstream
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
 from bench.probes import ProbeConfig, run_probes
 from bench.seeds import derive_seed
@@ -290,7 +291,7 @@ def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> float:
 
 
 def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: list[Corrupted], grid: list[float],
-                          probe: ProbeConfig | None, started: float) -> None:
+                          probe: ProbeConfig | None, started: float, downstream: Downstream | None = None) -> None:
     """Evaluate at the FLOP checkpoint just passed, append the row to curve.jsonl and checkpoint the state."""
     counters = run.counters
     while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
@@ -301,8 +302,11 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
     if not math.isfinite(row["loss"]):  # the last update broke the weights: not a finished run
         raise TrainingDiverged(run.spec, run.seed, counters["step"], row["loss"], counters["last_finite_loss"],
                                counters["flops"])
-    if probe is not None and run.config.probe_every_eval:
-        row.update(run_probes(run.objective, corpus, probe, finetune=False))
+    if run.config.probe_every_eval:
+        if probe is not None:
+            row.update(run_probes(run.objective, corpus, probe, finetune=False))
+        if downstream is not None:
+            row.update(downstream.curve_point(run.objective))
     counters["wall_seconds"] = time.perf_counter() - started
     if fabric.is_global_zero:
         append_jsonl(run.curve_path, row)
@@ -318,7 +322,7 @@ def all_finite(fabric: Fabric, value: float) -> bool:
 
 
 def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, progress: bool,
-        stop_after_steps: int | None) -> bool:
+        stop_after_steps: int | None, downstream: Downstream | None = None) -> bool:
     """Train until the accounted FLOPs reach the budget, evaluating at every checkpoint of the grid. Returns False
     when stopped early by `stop_after_steps` (which simulates an interruption)."""
     config, counters, objective = run.config, run.counters, run.objective
@@ -346,7 +350,7 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
         bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
         bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
         if counters["flops"] >= grid[counters["next_eval"]]:
-            checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started)
+            checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started, downstream)
         if stop_after_steps is not None and counters["step"] >= stop_after_steps:
             bar.close()
             return False
@@ -376,18 +380,24 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
 
 def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
               probe: ProbeConfig | None = None, progress: bool = True,
-              stop_after_steps: int | None = None) -> dict | None:
+              stop_after_steps: int | None = None, downstream: Downstream | None = None) -> dict | None:
     """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
     run_dir. Resumes from run_dir's checkpoint when there is one. With `probe`, probes the final backbone (and, with
-    config.probe_every_eval, the frozen backbone at every checkpoint). Returns the result, or None when stopped early
-    by `stop_after_steps`. Raises TrainingDiverged when the loss stops being finite."""
+    config.probe_every_eval, the frozen backbone at every checkpoint); with `downstream`, the same for its tasks.
+    Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
+    being finite."""
     run = setup_run(fabric, spec, seed, corpus, config, run_dir)
     restore(fabric, run)
-    if not fit(fabric, run, corpus, probe, progress, stop_after_steps):
+    if not fit(fabric, run, corpus, probe, progress, stop_after_steps, downstream):
         return None
     result, tick = run_result(fabric, run, corpus), time.perf_counter()
     if probe is not None:
         result.update(probes=run_probes(run.objective, corpus, probe), probe_seconds=time.perf_counter() - tick)
+    if downstream is not None:
+        tick = time.perf_counter()
+        result.update(downstream=downstream.evaluate(run.objective, progress and fabric.is_global_zero,
+                                                     desc=f"{run_name(spec, seed)} downstream"),
+                      downstream_seconds=time.perf_counter() - tick)
     if fabric.is_global_zero:
         write_json(run_dir / "result.json", result)
     fabric.barrier()

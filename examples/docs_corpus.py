@@ -1,0 +1,114 @@
+"""Real English text that nobody here wrote, from this machine's own documentation, as a pretraining corpus and a
+labelled task (README: Downstream tasks).
+
+    python examples/docs_corpus.py --out docs-data
+    python -m bench.compare --data text:docs-data/corpus.jsonl --downstream docs-data/library.jsonl ...
+
+- corpus.jsonl: the Python language reference topics (pydoc_data), the long descriptions (README files) of every
+  installed distribution and the docstrings of other installed libraries (matplotlib, scikit-learn, datasets, ...),
+  one paragraph per record;
+- library.jsonl: the opening paragraph of the docstrings of public functions and classes of four installed libraries
+  (numpy, scipy, pandas, torch), labelled by the library it came from. None of it is in the corpus.
+What you get depends on what is installed: the files say how many passages each source gave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import inspect
+import json
+import pkgutil
+import random
+import re
+import warnings
+from pathlib import Path
+
+LIBRARIES = ("numpy", "scipy", "pandas", "torch")
+CORPUS_LIBRARIES = ("matplotlib", "sklearn", "datasets", "seaborn", "lightning_fabric", "pyarrow", "PIL")
+PER_LIBRARY = 600
+
+
+def paragraphs(text: str, min_words: int = 8) -> list[str]:
+    """Prose paragraphs: blank-line separated, whitespace collapsed, code and tables left out."""
+    found = []
+    for block in re.split(r"\n\s*\n", text):
+        lines = [line for line in block.splitlines() if not line.lstrip().startswith((">>>", "...", "|", "+-", "=="))]
+        paragraph = " ".join(" ".join(lines).split())
+        if len(paragraph.split()) >= min_words and sum(c.isalpha() for c in paragraph) > 0.6 * len(paragraph):
+            found.append(paragraph)
+    return found
+
+
+def corpus_paragraphs() -> list[str]:
+    import pydoc_data.topics
+
+    texts = list(pydoc_data.topics.topics.values())
+    for distribution in importlib.metadata.distributions():
+        description = distribution.metadata.get_payload() or distribution.metadata.get("Description") or ""
+        texts.append(description)
+    for library in CORPUS_LIBRARIES:
+        texts.extend(docstrings(library))
+    return [p for text in texts for p in paragraphs(text)]
+
+
+def docstrings(library: str) -> list[str]:
+    """The docstrings of the public functions and classes the library's modules define, once each."""
+    try:
+        package = importlib.import_module(library)
+    except ImportError:
+        return []
+    modules = pkgutil.walk_packages(package.__path__, library + ".", onerror=lambda name: None)
+    names = [package.__name__] + [m.name for m in modules if not any(part.startswith("_") or part in ("tests", "testing")
+                                                                     for part in m.name.split("."))]
+    seen, passages = set(), []
+    for name in names:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                module = importlib.import_module(name)
+        except Exception:  # optional dependencies, platform-specific modules
+            continue
+        for attribute, value in vars(module).items():
+            if attribute.startswith("_") or not (inspect.isfunction(value) or inspect.isclass(value)):
+                continue
+            if not getattr(value, "__module__", "").startswith(library):
+                continue
+            text = inspect.getdoc(value)
+            if text and text not in seen:
+                seen.add(text)
+                passages.append(text)
+    return passages
+
+
+def library_passages(library: str, limit: int, seed: int = 0) -> list[str]:
+    """The opening prose paragraph of each docstring of the library, shuffled, at most `limit`."""
+    openings = list(dict.fromkeys(p[0] for p in map(paragraphs, docstrings(library)) if p))
+    random.Random(seed).shuffle(openings)
+    return openings[:limit]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for corpus.jsonl and library.jsonl")
+    parser.add_argument("--per-library", type=int, default=PER_LIBRARY, help=f"passages per library (default "
+                                                                             f"{PER_LIBRARY})")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    task = [{"text": text, "label": library} for library in LIBRARIES
+            for text in library_passages(library, args.per_library)]
+    held = {row["text"] for row in task}
+    corpus = [text for text in corpus_paragraphs() if text not in held]
+    with open(args.out / "corpus.jsonl", "w") as handle:
+        handle.writelines(json.dumps({"text": text}) + "\n" for text in corpus)
+    random.Random(0).shuffle(task)
+    with open(args.out / "library.jsonl", "w") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in task)
+    counts = {library: sum(row["label"] == library for row in task) for library in LIBRARIES}
+    print(f"{args.out / 'corpus.jsonl'}: {len(corpus)} paragraphs, {sum(len(t.split()) for t in corpus):,} words")
+    print(f"{args.out / 'library.jsonl'}: " + ", ".join(f"{library} {count}" for library, count in counts.items()))
+
+
+if __name__ == "__main__":
+    main()

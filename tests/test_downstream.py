@@ -1,0 +1,348 @@
+import json
+import random
+
+import datasets
+import pytest
+import torch
+
+from backbone import Backbone, ConfigError, measure_flops, resolve_model
+from bench import tasks as tasks_module
+from bench.cli import run
+from bench.compare import main as compare_main
+from bench.data import synthetic_language, train_tokenizer, vocab_for_tokenizer
+from bench.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, main as downstream_main,
+                              scores)
+from bench.probes import ProbeConfig, fit_linear_probe
+from bench.tasks import Split, Task, TaskContext, load_task, parse_task_list
+from objectives import IGNORE, Vocab, build_objective
+
+TOPICS = {"sea": "wave ship salt harbour tide sail fish shore anchor deep".split(),
+          "farm": "cow field barn wheat tractor hay goat plough seed fence".split(),
+          "city": "street tram tower office traffic bridge shop crowd lamp square".split()}
+COMMON = "the a and of to in with near over under".split()
+
+
+def sentence(topic: str, rng: random.Random) -> str:
+    words = [rng.choice(TOPICS[topic]) if rng.random() < 0.5 else rng.choice(COMMON) for _ in range(rng.randint(5, 12))]
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def text_files(tmp_path_factory):
+    """A small two-file world: a pretraining corpus and a labelled topic task, both made here."""
+    folder = tmp_path_factory.mktemp("text")
+    rng = random.Random(0)
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(sentence(rng.choice(list(TOPICS)), rng) for _ in range(600)) + "\n")
+    rows = [{"text": sentence(topic, rng), "label": topic} for topic in TOPICS for _ in range(40)]
+    rng.shuffle(rows)
+    task = folder / "topics.jsonl"
+    task.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def text_context(text_files):
+    tokenizer = train_tokenizer((line for line in (text_files / "corpus.txt").read_text().splitlines()), 120)
+    return TaskContext(24, vocab_for_tokenizer(tokenizer), tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="module")
+def synthetic_context():
+    options, _, language = synthetic_language("words=32,states=4,components=2")
+    return TaskContext(16, Vocab.for_words(options.words), language=language)
+
+
+def tiny_objective(spec: str, context: TaskContext, seed: int = 0):
+    torch.manual_seed(seed)
+    backbone = Backbone(resolve_model("tiny", context.vocab.size, max_seq_len=context.seq_len))
+    return build_objective(spec, backbone, context.vocab)
+
+
+# --- metrics: the library's values on cases worked out by hand -------------------------------------------------------
+
+def classification_task(metrics: tuple[str, ...], classes: int = 2) -> Task:
+    empty = Split(torch.zeros(0, 4, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0))
+    return Task("toy", "sequence", metrics, [str(i) for i in range(classes)], empty, empty, empty, "hand-made")
+
+
+def test_metrics_on_cases_with_known_answers():
+    truth = torch.tensor([0, 1, 1, 0])
+    split = Split(torch.zeros(4, 4, dtype=torch.long), torch.full((4,), 4), truth)
+    predicted = torch.tensor([0, 1, 0, 0])
+    # TP 1, TN 2, FP 0, FN 1: precision 1, recall 1/2; MCC = (1·2 − 0·1) / sqrt(1 · 2 · 2 · 3)
+    values = scores(classification_task(("accuracy", "f1", "mcc")), predicted, split)
+    assert values["accuracy"] == pytest.approx(0.75)
+    assert values["f1"] == pytest.approx(2 / 3)
+    assert values["mcc"] == pytest.approx(2 / 12 ** 0.5)
+    assert values["score"] == pytest.approx((0.75 + 2 / 3 + 2 / 12 ** 0.5) / 3)  # GLUE averages a task's metrics
+    # macro F1 over 3 classes: class 0 F1 1, class 1 F1 2/3 (P 1, R 1/2), class 2 F1 0 (never predicted nor true)
+    three = Split(torch.zeros(3, 4, dtype=torch.long), torch.full((3,), 4), torch.tensor([0, 1, 1]))
+    macro = scores(classification_task(("macro_f1",), classes=3), torch.tensor([0, 1, 0]), three)
+    assert macro["macro_f1"] == pytest.approx((2 / 3 + 2 / 3 + 0) / 3)
+
+
+def test_span_f1_counts_whole_entities():
+    names = ["B-LOC", "B-PER", "I-PER", "O"]
+    labels = torch.full((2, 6), IGNORE)
+    labels[0, :4] = torch.tensor([1, 2, 3, 0])  # PER span, O, LOC
+    labels[1, :2] = torch.tensor([1, 3])  # PER, O
+    split = Split(torch.zeros(2, 6, dtype=torch.long), torch.tensor([5, 3]), labels)
+    task = Task("ner", "token", ("span_f1", "accuracy"), names, split, split, split, "hand-made")
+    # predicted: the first PER span right, the LOC missed, the second PER cut to B only (still one right entity)
+    predicted = torch.tensor([1, 2, 3, 3, 1, 3])
+    values = scores(task, predicted, split)
+    # true entities 3 (PER, LOC, PER), predicted 2, both right: P = 1, R = 2/3, F1 = 0.8
+    assert values["span_f1"] == pytest.approx(0.8)
+    assert values["accuracy"] == pytest.approx(5 / 6)
+
+
+def test_frozen_probe_reaches_one_on_separable_features_and_chance_on_shuffled_labels():
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(2, (400,), generator=generator)
+    features = torch.randn(400, 8, generator=generator) + 4 * labels[:, None].float()
+    accuracy, _, _ = fit_linear_probe(features[:300], labels[:300], features[300:], labels[300:], 2, ProbeConfig())
+    assert accuracy == 1.0
+    shuffled = labels[:300][torch.randperm(300, generator=generator)]
+    accuracies = [fit_linear_probe(features[:300], shuffled.roll(k), features[300:], labels[300:], 2,
+                                   ProbeConfig())[0] for k in range(5)]
+    assert 0.35 < sum(accuracies) / len(accuracies) < 0.65  # 2 balanced classes: 0.5 expected
+
+
+# --- tasks ----------------------------------------------------------------------------------------------------------
+
+def test_task_lists_split_like_objective_lists():
+    assert parse_task_list("a.csv,label=y,text=t, hf:glue:sst2,conll:ner/") == ["a.csv,label=y,text=t", "hf:glue:sst2",
+                                                                              "conll:ner/"]
+
+
+def test_file_task_draws_fixed_splits_and_tokenizes_with_eos(text_files, text_context):
+    task = load_task(str(text_files / "topics.jsonl"), text_context)
+    again = load_task(str(text_files / "topics.jsonl"), text_context)
+    # test: 20 % of 120 = 24; dev: 10 % of the other 96, rounded = 10; train: the other 86
+    assert (len(task.train), len(task.dev), len(task.test)) == (86, 10, 24)
+    assert torch.equal(task.test.tokens, again.test.tokens)  # a fixed seed
+    assert task.label_names == ["city", "farm", "sea"] and task.metrics == ("accuracy",)
+    for split in (task.train, task.test):
+        last = split.tokens[torch.arange(len(split)), split.lengths - 1]
+        assert (last == Vocab.EOS).all()
+        beyond = torch.arange(split.tokens.shape[1])[None, :] >= split.lengths[:, None]
+        assert (split.tokens[beyond] == Vocab.PAD).all()
+
+
+def test_pair_task_is_a_eos_b_eos_truncating_the_longer_side(tmp_path, text_context):
+    rows = [{"premise": "wave " * 40, "hypothesis": "cow field", "label": i % 2} for i in range(20)]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task = load_task(f"{path},text=premise,text_pair=hypothesis", text_context)
+    tokens, length = task.train.tokens[0], task.train.lengths[0]
+    assert task.pair and length == text_context.seq_len
+    eos = (tokens == Vocab.EOS).nonzero().flatten().tolist()
+    second = text_context.tokenizer.encode("cow field", add_special_tokens=False).ids
+    assert eos == [text_context.seq_len - len(second) - 2, text_context.seq_len - 1]
+    assert tokens[eos[0] + 1:eos[1]].tolist() == second  # the short side kept whole
+
+
+@pytest.fixture
+def recorded_samples(monkeypatch):
+    """The windows the embedded tasks draw, by number of windows."""
+    drawn = {}
+    real_sample = tasks_module.synthetic.sample
+
+    def recording(language, count, length, seed):
+        drawn[count] = real_sample(language, count, length, seed)
+        return drawn[count]
+
+    monkeypatch.setattr(tasks_module.synthetic, "sample", recording)
+    return drawn
+
+
+def test_order_negatives_are_exact_swaps_of_sampled_windows(synthetic_context, recorded_samples):
+    order = load_task("synthetic:order,size=32", synthetic_context)
+    windows = recorded_samples[32].words + synthetic_context.vocab.first_ordinary
+    half = synthetic_context.seq_len // 2
+    assert 0 < order.train.labels.sum() < 32
+    for row, window, label in zip(order.train.tokens, windows, order.train.labels):
+        expected = window if label == 1 else torch.cat([window[half:], window[:half]])
+        assert torch.equal(row, expected)
+
+
+def test_same_source_negatives_take_the_second_half_of_another_window(synthetic_context, recorded_samples):
+    same = load_task("synthetic:same-source,size=32", synthetic_context)
+    windows = recorded_samples[32].words + synthetic_context.vocab.first_ordinary
+    half = synthetic_context.seq_len // 2
+    assert 0 < same.train.labels.sum() < 32
+    for i, (row, label) in enumerate(zip(same.train.tokens, same.train.labels)):
+        assert torch.equal(row[:half], windows[i, :half])
+        sources = [j for j in range(32) if torch.equal(windows[j, half:], row[half:])]
+        assert sources == [i] if label == 1 else (sources and i not in sources)
+
+
+def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_context):
+    folder = tmp_path / "ner"
+    folder.mkdir()
+    block = "-DOCSTART- O\n\nwave B-SEA\nharbour I-SEA\nnear O\ncow B-FARM\n\nthe O\ntractor B-FARM\n\n"
+    for name in ("train.txt", "dev.txt", "test.txt"):
+        (folder / name).write_text(block * 3)
+    task = load_task(f"conll:{folder}", text_context)
+    assert task.level == "token" and task.metrics == ("span_f1",) and len(task.train) == 6
+    words = ["wave", "harbour", "near", "cow"]
+    encoding = text_context.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
+    first_pieces = [encoding.word_ids.index(w) for w in range(len(words))]
+    labels = task.train.labels[0]
+    assert (labels != IGNORE).nonzero().flatten().tolist() == first_pieces
+    assert [task.label_names[i] for i in labels[labels != IGNORE]] == ["B-SEA", "I-SEA", "O", "B-FARM"]
+
+
+def test_hub_tasks_load_through_datasets(tmp_path, monkeypatch, text_context):
+    """A local folder laid out like the hub's nyu-mll/glue stands in for it: the same `datasets` loading code."""
+    root = tmp_path / "glue"
+    rng = random.Random(1)
+    features = datasets.Features({"sentence1": datasets.Value("string"), "sentence2": datasets.Value("string"),
+                                  "label": datasets.ClassLabel(names=["not_equivalent", "equivalent"])})
+    for split, count in (("train", 60), ("validation", 20), ("test", 10)):
+        rows = {"sentence1": [sentence("sea", rng) for _ in range(count)],
+                "sentence2": [sentence("farm", rng) for _ in range(count)],
+                "label": [-1 if split == "test" else i % 2 for i in range(count)]}
+        (root / "mrpc").mkdir(parents=True, exist_ok=True)
+        datasets.Dataset.from_dict(rows, features=features).to_parquet(str(root / "mrpc" / f"{split}-0.parquet"))
+    (root / "README.md").write_text("---\nconfigs:\n- config_name: mrpc\n  data_files:\n"
+                                    + "".join(f"  - split: {s}\n    path: mrpc/{s}-*\n"
+                                              for s in ("train", "validation", "test")) + "---\n")
+    monkeypatch.setitem(tasks_module.HUB_REPOS, "glue", str(root))
+    task = load_task("hf:glue:mrpc", text_context)
+    assert task.pair and task.metrics == ("f1", "accuracy")
+    assert task.label_names == ["not_equivalent", "equivalent"]  # the dataset's order: "equivalent" (1) is positive
+    assert len(task.test) == 20  # GLUE's hidden test labels: the validation split is the test split
+    assert len(task.train) + len(task.dev) == 60
+    with pytest.raises(ConfigError, match="not supported"):
+        load_task("hf:glue:stsb", text_context)
+
+
+@pytest.mark.parametrize("rows, options, message", [
+    ([{"text": "wave", "y": 1}, {"text": "cow", "y": 0}] * 10, "", "no 'label' field.*label=FIELD"),
+    ([{"text": "wave", "label": 1}] * 20, "", "at least 2 classes"),
+    ([{"text": "", "label": i % 2} for i in range(20)], "", "every training text .* is empty"),
+])
+def test_bad_tasks_are_one_line_errors_naming_the_file(tmp_path, text_context, rows, options, message):
+    path = tmp_path / "task.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(ConfigError, match=message) as error:
+        load_task(f"{path}{options}", text_context)
+    assert str(path) in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_test_label_unseen_in_training_and_a_mislabelled_file_are_refused(tmp_path, text_context):
+    train, test = tmp_path / "train.csv", tmp_path / "held.csv"
+    train.write_text("text,label\n" + "".join(f"wave {i},{i % 2}\n" for i in range(20)))
+    test.write_text("text,label\nwave,0\ncow,7\n")
+    with pytest.raises(ConfigError, match="label '7', which never appears in training"):
+        load_task(f"{train},test={test}", text_context)
+    fake = tmp_path / "fake.parquet"
+    fake.write_text("this is not parquet\n")
+    with pytest.raises(ConfigError, match="fake.parquet.*could not read it as parquet"):
+        load_task(str(fake), text_context)
+
+
+def test_text_tasks_on_the_embedded_language_say_what_to_use(synthetic_context):
+    with pytest.raises(ConfigError, match="synthetic:tagging"):
+        load_task("some.csv", synthetic_context)
+
+
+# --- reading and fine-tuning ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec", ["mlm", "ar", "span"])
+def test_padding_never_reaches_the_real_tokens(spec, text_context):
+    objective = tiny_objective(spec, text_context)
+    causal = objective.probe_attention(24)["attention"] == "causal"
+    example = torch.randint(5, 100, (1, 10))
+    long, short = torch.zeros(1, 24, dtype=torch.long), torch.zeros(1, 12, dtype=torch.long)
+    long[:, :10], short[:, :10] = example, example
+    hidden_long = hidden_states(objective.backbone, causal, Split(long, torch.tensor([10]), torch.zeros(1)))
+    hidden_short = hidden_states(objective.backbone, causal, Split(short, torch.tensor([10]), torch.zeros(1)))
+    assert torch.allclose(hidden_long[:, :10], hidden_short[:, :10], atol=1e-5)
+
+
+def test_the_rate_is_chosen_on_dev_and_test_never_influences_it(text_files, text_context):
+    task = load_task(str(text_files / "topics.jsonl"), text_context)
+    objective = tiny_objective("mlm", text_context)
+    config = FinetuneConfig(steps=4, batch=8, lrs=(1e-4, 3e-3), probe=ProbeConfig(iterations=5))
+    _, _, head = frozen_probe(objective, task, config)
+    result, _ = finetune(objective, task, head, config)
+    # scramble the test split completely: the dev scores and the chosen rate must not move
+    generator = torch.Generator().manual_seed(3)
+    scrambled = Task(task.name, task.level, task.metrics, task.label_names, task.train, task.dev,
+                     Split(torch.randint(5, 100, task.test.tokens.shape, generator=generator), task.test.lengths,
+                           torch.randint(3, (len(task.test),), generator=generator)), task.source)
+    again, _ = finetune(objective, scrambled, head, config)
+    assert again["dev"] == result["dev"] and again["lr"] == result["lr"]
+    assert result["lr"] == max(config.lrs, key=lambda lr: (result["dev"][f"{lr:g}"], -config.lrs.index(lr)))
+
+
+@pytest.mark.parametrize("spec, level", [("mlm", "sequence"), ("ar", "sequence"), ("mlm", "token")])
+def test_finetuning_flops_equal_flop_counter_mode(spec, level, text_files, text_context, synthetic_context):
+    context = synthetic_context if level == "token" else text_context
+    task = load_task("synthetic:tagging,size=16" if level == "token" else str(text_files / "topics.jsonl"), context)
+    objective = tiny_objective(spec, context)
+    config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=2))
+    _, _, head = frozen_probe(objective, task, config)
+    causal = objective.probe_attention(context.seq_len)["attention"] == "causal"
+    model = Classifier(objective.backbone, head, causal, level)
+    batch = task.train.rows(slice(0, 4))
+    measured_step = measure_flops(lambda: model.loss(batch).backward())
+    measured_dev = measure_flops(lambda: model.predict(task.dev))
+    measured_test = measure_flops(lambda: model.predict(task.test))
+    _, flops = finetune(objective, task, head, config)
+    # standardisation, pooling, layer norms and the loss are elementwise: FlopCounterMode counts matrix products only
+    assert flops == measured_step + measured_dev + measured_test
+
+
+def test_frozen_probe_beats_chance_on_a_topic_task_after_a_little_pretraining(text_files, text_context):
+    task = load_task(str(text_files / "topics.jsonl"), text_context)
+    objective = tiny_objective("mlm", text_context)
+    frozen, flops, _ = frozen_probe(objective, task, FinetuneConfig())
+    # even random features separate three topics with disjoint content words: a probe that could not would be broken
+    assert frozen["score"] > 0.6 and flops > 0
+
+
+# --- bench.compare --downstream, then bench.downstream --run ------------------------------------------------------------
+
+def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tmp_path):
+    out = tmp_path / "cmp"
+    task = f"{text_files / 'topics.jsonl'}"
+    compare_main(["--objectives", "mlm,ar", "--seeds", "2", "--model", "tiny", "--seq-len", "24", "--batch-size", "8",
+                  "--budget", "2e8", "--eval-points", "2", "--data", f"text:{text_files / 'corpus.txt'}",
+                  "--vocab-size", "120", "--quiet", "--downstream", task, "--finetune-steps", "3",
+                  "--finetune-lrs", "1e-4,1e-3", "--out", str(out)])
+    written = json.loads((out / "results.json").read_text())
+    report = (out / "report.md").read_text()
+    assert "### Downstream tasks" in report and f"task {task} (fine-tuned)" in report
+    names = [y["yardstick"] for y in written["verdict"]["yardsticks"]]
+    assert names == [f"{task} (finetuned)", f"{task} (frozen)"]
+    # the frozen score has a curve over the FLOP checkpoints, so it gets a compute multiplier
+    assert [m["yardstick"] for m in written["verdict"]["multipliers"]] == [f"{task} (frozen)"]
+    assert (out / "tokenizer.json").is_file()
+    before = [run["downstream"] for run in written["runs"]]
+    for run in written["runs"]:
+        assert run["curve"][-1][f"downstream:{task}"] == run["downstream"][task]["frozen"]["score"]
+    (out / "results.json").write_text(json.dumps({**written, "runs": [{k: v for k, v in r.items() if k != "downstream"}
+                                                                     for r in written["runs"]]}))
+    downstream_main(["--run", str(out), "--quiet"])
+    rewritten = json.loads((out / "results.json").read_text())
+    assert [run["downstream"] for run in rewritten["runs"]] == before
+    assert rewritten["verdict"]["yardsticks"] == written["verdict"]["yardsticks"]
+
+
+def test_bad_downstream_input_exits_2_and_writes_nothing(tmp_path, capsys, text_files):
+    out = tmp_path / "never"
+    bad = tmp_path / "one-class.csv"
+    bad.write_text("text,label\n" + "wave,1\n" * 20)
+    with pytest.raises(SystemExit) as exit_info:
+        run(compare_main, ["--model", "tiny", "--seq-len", "24", "--data", f"text:{text_files / 'corpus.txt'}",
+                           "--vocab-size", "120", "--quiet", "--downstream", str(bad), "--out", str(out)])
+    assert exit_info.value.code == 2 and not out.exists()
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "one-class.csv" in error and "at least 2 classes" in error
+    with pytest.raises(SystemExit) as exit_info:
+        run(downstream_main, ["--run", str(tmp_path / "nothing-here")])
+    assert exit_info.value.code == 2
