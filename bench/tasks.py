@@ -25,7 +25,7 @@ mistake is a ConfigError naming the file and the fix, raised before anything is 
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import datasets
@@ -255,11 +255,10 @@ def hub_task(spec: str, name_text: str, options: TaskOptions, context: TaskConte
         loaded = datasets.load_dataset(repo, config or None)
     except Exception as error:  # not found, no such config, a broken download: one line, the hub's own words
         raise ConfigError(f"{spec}: {str(error).splitlines()[0][:200]}") from None
-    defaults = TaskOptions()
-    if glue:
+    if glue:  # GLUE's own field names, unless the user named others
         text, pair, metrics, test_split = glue
-        options = TaskOptions(**{**options.__dict__, "text": text if options.text == defaults.text else options.text,
-                                 "text_pair": options.text_pair or (pair or "")})
+        options = replace(options, text=text if options.text == TaskOptions.text else options.text,
+                          text_pair=options.text_pair or (pair or ""))
         tables = {"train": loaded["train"], "test": loaded[test_split]}
     else:
         metrics = ("accuracy",)
