@@ -358,9 +358,10 @@ def restore(fabric: Fabric, run: Run) -> None:
 def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> Tensor:
     """One optimizer step on this process's share of the global batch, in micro-batches of config.micro_batch windows
     whose gradients add up to the share's. Returns this process's part of the global batch's loss (the processes'
-    parts sum to it) as a tensor on the device: nothing in the step waits for the device; fit reads it once."""
-    world, rank, step, objective, config = fabric.world_size, fabric.global_rank, run.counters["step"], run.objective, \
-        run.config
+    parts sum to it) as a tensor on the device: nothing in the step reads a value back from the device (fit reads
+    this one, once). The batch's copies to the device are still plain blocking copies."""
+    world, rank, step = fabric.world_size, fabric.global_rank, run.counters["step"]
+    objective, config = run.objective, run.config
     per_rank = config.batch_size // world
     size = config.micro_batch or per_rank
     for group in run.optimizer.param_groups:
