@@ -16,6 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from backbone.config import BackboneConfig
 from backbone.flops import Flops, transformer_flops
@@ -94,11 +95,16 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    """The stack of blocks and the final norm, on hidden states. ELECTRA's generator is a narrower one of these."""
+    """The stack of blocks and the final norm, on hidden states. ELECTRA's generator is a narrower one of these.
+
+    With `activation_checkpointing` set, a training forward keeps only each block's input and recomputes the block's
+    inside during the backward pass: memory for one more forward. The RNG state is replayed, so dropout draws the same
+    masks both times and the gradients are those of the plain forward."""
 
     def __init__(self, config: BackboneConfig) -> None:
         super().__init__()
         self.config = config
+        self.activation_checkpointing = False  # a run setting, not part of the shape: set by the trainer
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.norm = nn.LayerNorm(config.d_model, eps=config.norm_eps)
         if config.positions == "rope":
@@ -126,8 +132,12 @@ class Transformer(nn.Module):
         rope = None
         if self.config.positions == "rope":
             rope = (self.rope_cos[past_len:past_len + seq_len], self.rope_sin[past_len:past_len + seq_len])
+        recompute = self.activation_checkpointing and torch.is_grad_enabled()
         for layer, block in enumerate(self.blocks):
-            x = block(x, mask, is_causal, rope, kv_cache, layer)
+            if recompute:
+                x = checkpoint(block, x, mask, is_causal, rope, kv_cache, layer, use_reentrant=False)
+            else:
+                x = block(x, mask, is_causal, rope, kv_cache, layer)
         if kv_cache is not None:
             kv_cache.advance(seq_len)
         return self.norm(x)
@@ -136,13 +146,16 @@ class Transformer(nn.Module):
         c = self.config
         return transformer_flops(batch_size, seq_len, c.d_model, c.d_ff, c.n_layer)
 
-    def activation_values(self, batch_size: int, seq_len: int) -> int:
+    def activation_values(self, batch_size: int, seq_len: int, checkpointing: bool = False) -> int:
         """About how many values a training step keeps for the backward pass: per block and token, ten of width d
         (the input, two norm outputs, q, k, v, the attention output, the projections' inputs, the residual) and the
         MLP's two of width d_ff. Fused attention keeps no T × T scores; a prefix mask is T × T booleans (T²/4
-        values of 4 bytes)."""
+        values of 4 bytes). With activation checkpointing only each block's input (width d) is kept, plus one
+        block's inside while it is recomputed in the backward pass."""
         c = self.config
-        return batch_size * seq_len * c.n_layer * (10 * c.d_model + 2 * c.d_ff) + seq_len * seq_len // 4
+        per_block = 10 * c.d_model + 2 * c.d_ff
+        per_token = c.n_layer * c.d_model + per_block if checkpointing else c.n_layer * per_block
+        return batch_size * seq_len * per_token + seq_len * seq_len // 4
 
 
 class Backbone(nn.Module):

@@ -30,8 +30,9 @@ from bench.report import write_report
 from bench.results import build_results
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
-from bench.train import (TrainConfig, TrainingDiverged, check_batch_split, check_memory, eval_batches,
-                         finished_result, launch_processes, make_fabric, run_name, train_run)
+from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, check_batch_split, check_config, check_memory,
+                         eval_batches, finished_result, launch_processes, make_fabric, run_name, tf32_matmuls,
+                         train_run)
 from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -42,7 +43,10 @@ DEFAULT_MODEL = "mini"
 DEFAULT_SEQ_LEN = 64
 DEFAULT_SEEDS = 3
 DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
-PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "bf16-true", "64-true")
+# TrainConfig fields that change how a step runs but not what it computes: recorded in config.json, free to change
+# on --resume (another machine may need a smaller micro-batch)
+EXECUTION = ("micro_batch", "activation_checkpointing", "checkpoint_every")
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
 
 
 DESCRIPTION = ("Compare pretraining objectives at equal compute: train every objective (and seed) on the same windows "
@@ -51,7 +55,9 @@ DESCRIPTION = ("Compare pretraining objectives at equal compute: train every obj
                "run is on disk at once: rerun with --resume to continue an interrupted comparison.")
 EXIT_CODES = ("exit status: 0 the report was written; 2 a mistake in the input (one line on stderr, nothing written); "
               "3 the report was written but at least one run diverged (its loss became NaN or infinite; the report "
-              "lists it)")
+              f"lists it); {EXIT_STOPPED} stopped by SIGTERM or SIGUSR1 (e.g. a scheduler's warning before the end of "
+              "a job): the running run's state was saved at the end of its current step, rerun the same command with "
+              "--resume to continue exactly where it stopped")
 
 
 def build_parser() -> Parser:
@@ -124,7 +130,9 @@ def add_text_flags(add) -> None:
 
 
 def add_hardware_flags(add) -> None:
-    """Where and how the runs execute: Fabric's accelerator, devices, nodes, strategy and precision."""
+    """Where and how the runs execute: Fabric's accelerator, devices, nodes, strategy and precision, and how a step
+    fits in memory and how often a long run saves its state; none of them changes what a run computes except the
+    precision."""
     add("--accelerator", default="auto", help="Fabric accelerator: auto (a GPU when there is one), cpu, cuda, mps "
                                               "or gpu (default auto)")
     add("--devices", default="1", help="Fabric devices per node: a count, a list like 0,1, or auto (default 1)")
@@ -134,8 +142,22 @@ def add_hardware_flags(add) -> None:
                                            "launched by this command, several nodes by torchrun or `fabric run` "
                                            "(default auto)")
     add("--precision", default="32-true", choices=PRECISIONS,
-        help="Fabric precision: 32-true (fp32), bf16-mixed (bf16 autocast, fp32 weights; faster where the "
-             "processor has bf16 units, see the README), 16-mixed (GPU only), bf16-true, 64-true (default 32-true)")
+        help="Fabric precision: 32-true (fp32; on CUDA the matmuls run in TF32, recorded as tf32 in config.json), "
+             "bf16-mixed (bf16 autocast, fp32 weights; faster where the processor has bf16 units, see the README), "
+             "16-mixed (GPU only), 64-true. There is no bf16-true: bf16 weights round away AdamW's small late "
+             "updates, and how many depends on each objective's update sizes, which would bias the comparison "
+             "(default 32-true)")
+    add("--micro-batch", type=int, default=None,
+        help="windows per forward/backward on each process; the gradients of a step's micro-batches add up to the "
+             "whole batch's, so counts, FLOPs and results do not change, only the memory a step needs; it must "
+             "divide --batch-size / processes (default: a process's whole share at once)")
+    add("--activation-checkpointing", action="store_true",
+        help="keep only each transformer block's input and recompute the rest in the backward pass: less "
+             "activation memory for about a third more compute per step; the FLOPs counted stay the model's, so "
+             "results do not change")
+    add("--checkpoint-every", type=float, default=None, metavar="MINUTES",
+        help="also save the running run's state between evaluations once this many minutes have passed since the "
+             "last save, so a killed job loses at most that much (default: save at the evaluations only)")
 
 
 def parse_args(argv: list[str] | None):
@@ -201,16 +223,20 @@ class Plan:
 
 def plan(args, fabric: Fabric) -> Plan:
     specs = parse_objective_list(args.objectives)
-    check_batch_split(args.batch_size, fabric.world_size)  # once, before processes are launched
+    check_batch_split(args.batch_size, fabric.world_size, args.micro_batch)  # once, before processes are launched
     # Before any data is made: a shape that cannot fit would otherwise spend minutes building windows, then swap.
     # The tokenizer's vocabulary stands in for the corpus's; it changes only the embedding's few megabytes.
     provisional = Vocab.for_tokenizer(args.vocab_size)
     for spec in specs:
         check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, args.seq_len), provisional),
-                     args.batch_size // fabric.world_size, args.seq_len, args.precision, fabric.device)
+                     args.micro_batch or args.batch_size // fabric.world_size, args.seq_len, args.precision,
+                     fabric.device, args.activation_checkpointing)
     rates = learning_rates(args.lr, specs, strict=args.lr != DEFAULT_LR)
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size,
-                         eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile)
+                         eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile,
+                         micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
+                         checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision))
+    check_config(config, fabric.world_size)
     text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
     corpus = load_corpus(args.data, args.seq_len, text)
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
@@ -232,12 +258,15 @@ def plan(args, fabric: Fabric) -> Plan:
     shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
     settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **{k: v for k, v in asdict(config).items() if k != "lr"},  # each run's rate is in learning_rates
+                **{k: v for k, v in asdict(config).items() if k not in ("lr", "tf32", *EXECUTION)},
                 "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
                 "sweep_fraction": args.sweep_fraction, "probes": probe is not None}
+    if config.tf32:  # absent on CPU, so folders from before TF32 was recorded still resume
+        settings["tf32"] = True
     if downstream is not None:  # absent otherwise, so folders from before downstream tasks still resume
         settings["downstream"] = downstream.settings()
     check_resume(out, settings, args.resume)
+    settings["execution"] = {k: getattr(config, k) for k in EXECUTION}
     return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream)
 
 
@@ -247,6 +276,7 @@ def check_resume(out: Path, settings: dict, resume: bool) -> None:
     if not resume:
         raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose another --out")
     saved = read_json(out / "config.json")
+    saved.pop("execution", None)  # how the steps ran may change between sessions; what they compute may not
     if saved != settings:
         changed = ", ".join(k for k in settings if saved.get(k) != settings[k])
         raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")

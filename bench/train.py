@@ -11,7 +11,14 @@ Everything that makes runs comparable lives here:
   carry: the masks of a step come from a generator seeded by derive_seed(seed, step) (bench.seeds), and the global
   RNG (ELECTRA's sampling, dropout) is reseeded from (seed, step, rank) before every step, so each process of a
   multi-device run draws its own noise and a resumed run draws the same noise as an uninterrupted one, whatever the
-  number of devices.
+  number of devices;
+- how a step is executed does not change what it computes: micro-batches (--micro-batch) accumulate to the gradient of
+  the whole batch, activation checkpointing recomputes the same values, and the FLOPs counted are the model's.
+
+Long runs: the state is also saved every `checkpoint_every` minutes, and SIGTERM or SIGUSR1 (a scheduler's warning
+before it ends a job) saves it at the end of the current step and exits with EXIT_STOPPED; rerunning resumes exactly.
+A training step reads one number from the device, the global loss (with the stop and save requests of every process
+beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal.
 """
 
 from __future__ import annotations
@@ -19,9 +26,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import signal
+import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from lightning_fabric import Fabric
@@ -34,9 +46,11 @@ from bench.downstream import Downstream
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
 from bench.probes import ProbeConfig, run_probes
 from bench.seeds import derive_seed
-from objectives import Corrupted, Objective, build_objective
+from objectives import Corrupted, Objective, Output, build_objective
 
 EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
+EXIT_STOPPED = 4  # exit status after a stop signal: the state is saved, rerun with --resume to continue
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
 
 
 @dataclass(frozen=True)
@@ -54,6 +68,13 @@ class TrainConfig:
     eval_windows: int = 128
     probe_every_eval: bool = False  # also fit the frozen probes at every FLOP checkpoint
     compile: bool = False  # torch.compile every transformer stack (the backbone's, ELECTRA's generator)
+    micro_batch: int | None = None  # windows per forward/backward on each process; None: its whole share at once
+    # Recompute each block's activations in the backward pass instead of keeping them. The FLOPs counted stay the
+    # model's (one forward, one backward): the recomputation is a memory-for-time trade of the hardware setup, like
+    # micro-batching, and charging it would let the setup decide how many steps an objective gets for its budget.
+    activation_checkpointing: bool = False
+    checkpoint_every: float | None = None  # minutes: also save the state between evaluations once this much has passed
+    tf32: bool = False  # fp32 matmuls in TensorFloat-32 (CUDA under 32-true; see tf32_matmuls)
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
@@ -81,10 +102,12 @@ def device_memory_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(objective: Objective, batch_per_rank: int, seq_len: int, precision: str, device: torch.device) -> None:
+def check_memory(objective: Objective, windows: int, seq_len: int, precision: str, device: torch.device,
+                 checkpointing: bool = False) -> None:
     """Refuse, before anything runs, a step whose activations, weights and optimizer state cannot fit the device:
-    an out-of-memory shape would otherwise swap or hang for minutes. The objective may be on the meta device."""
-    activations = sum(stack.activation_values(batch_per_rank, seq_len) for stack in objective.modules()
+    an out-of-memory shape would otherwise swap or hang for minutes. `windows`: those in one forward (the micro-batch,
+    or a process's whole share of the batch). The objective may be on the meta device."""
+    activations = sum(stack.activation_values(windows, seq_len, checkpointing) for stack in objective.modules()
                       if isinstance(stack, Transformer))
     bytes_per_value = 8 if precision.startswith("64") else 2 if "16" in precision else 4
     parameters = sum(p.numel() for p in objective.parameters())
@@ -92,14 +115,44 @@ def check_memory(objective: Objective, batch_per_rank: int, seq_len: int, precis
     available = device_memory_bytes(device)
     if needed > available:
         raise ConfigError(f"{objective.spec()}: one training step needs about {needed / 2 ** 30:,.1f} GiB "
-                          f"({activations:.3g} activation values at batch {batch_per_rank} per process, T = "
-                          f"{seq_len}) but the {device.type} has {available / 2 ** 30:,.1f} GiB; lower --batch-size, "
-                          "--seq-len or --model")
+                          f"({activations:.3g} activation values at {windows} windows per forward, T = "
+                          f"{seq_len}) but the {device.type} has {available / 2 ** 30:,.1f} GiB; lower --micro-batch, "
+                          "--seq-len or --model, or add --activation-checkpointing")
 
 
-def check_batch_split(batch_size: int, world_size: int) -> None:
+def check_batch_split(batch_size: int, world_size: int, micro_batch: int | None = None) -> None:
     if batch_size % world_size:
         raise ConfigError(f"--batch-size {batch_size} does not split evenly over {world_size} processes")
+    per_process = batch_size // world_size
+    if micro_batch is not None and (micro_batch < 1 or per_process % micro_batch):
+        raise ConfigError(f"--micro-batch {micro_batch} does not divide the {per_process} windows each process gets "
+                          f"(--batch-size {batch_size} over {world_size} processes)")
+
+
+def check_config(config: TrainConfig, world_size: int) -> None:
+    """The mistakes a TrainConfig can hold that no flag parser sees, as one-line ConfigErrors."""
+    check_batch_split(config.batch_size, world_size, config.micro_batch)
+    if config.checkpoint_every is not None and not 0 < config.checkpoint_every < math.inf:
+        raise ConfigError(f"--checkpoint-every must be a positive number of minutes, got {config.checkpoint_every:g}")
+
+
+def tf32_matmuls(device: torch.device, precision: str) -> bool:
+    """Whether fp32 matmuls run in TensorFloat-32: on CUDA under 32-true, where its units are several times faster
+    than fp32's, with fp32's range and sums and a 10-bit mantissa in the products. The mixed precisions already
+    multiply in 16 bits, and 64-true asks for float64."""
+    return device.type == "cuda" and precision == "32-true"
+
+
+def configure_matmuls(device: torch.device, tf32: bool) -> None:
+    if device.type == "cuda":  # a process-wide switch; CPU matmuls are left as torch sets them
+        torch.set_float32_matmul_precision("high" if tf32 else "highest")
+
+
+def make_optimizer(module: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW; on CUDA its fused kernel (one launch for all parameters, and no host reads of the step counts). On
+    CPU the default implementation, whose numbers every CPU result so far was made with."""
+    return torch.optim.AdamW(optimizer_groups(module, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6,
+                             fused=True if device.type == "cuda" else None)
 
 
 def eval_grid(config: TrainConfig) -> list[float]:
@@ -168,7 +221,7 @@ def eval_batches(objective: Objective, corpus: Corpus, config: TrainConfig) -> l
 def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted],
              objective: Objective) -> dict[str, float]:
     """The objective's own loss and metrics, averaged over supervised positions, and its pooled metrics; every rank
-    computes the same."""
+    computes the same. Unlike a training step, this reads every batch's numbers from the device."""
     was_training = module.training
     module.eval()
     totals: dict[str, float] = {}
@@ -183,13 +236,49 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted],
             if output.supervised_positions == 0:
                 continue
             outputs.append(output)
-            for key, value in {"loss": output.loss.item(), **output.metrics}.items():
-                totals[key] = totals.get(key, 0.0) + value * output.supervised_positions
+            for key, value in {"loss": output.loss, **output.metrics}.items():
+                totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
             weight += output.supervised_positions
     module.train(was_training)
     if weight == 0:
         return {"loss": float("nan")}
     return {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
+
+
+class RunStopped(SystemExit):
+    """A stop signal arrived: the state was saved at the end of a step and the process should exit. A SystemExit,
+    so the command exits with EXIT_STOPPED (rank 0; the other ranks with 0, as they do after a finished comparison)
+    unless a caller catches it."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(code)
+        self.message = message
+
+
+class StopRequest:
+    """The signal handler: it only records the signal; the loop acts on it once the step's state is whole."""
+
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.signal_name = signal.Signals(signum).name
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """SIGTERM and SIGUSR1 ask for a save and a clean exit while training; the previous handlers come back after.
+    Python delivers signals to the main thread only, so elsewhere (a notebook's worker thread) nothing changes."""
+    request = StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = {number: signal.signal(number, request) for number in STOP_SIGNALS}
+    try:
+        yield request
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 class TrainingDiverged(RuntimeError):
@@ -234,15 +323,15 @@ class Run:
 
 def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path) -> Run:
     """Seed, build the objective, compile it if asked, and hand it to Fabric with its optimizer."""
-    check_batch_split(config.batch_size, fabric.world_size)
+    check_config(config, fabric.world_size)
+    configure_matmuls(fabric.device, config.tf32)
     fabric.seed_everything(seed, verbose=False)
     objective = build_run_objective(spec, config, corpus)
-    if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
-        for stack in [m for m in objective.modules() if isinstance(m, Transformer)]:
+    for stack in [m for m in objective.modules() if isinstance(m, Transformer)]:
+        stack.activation_checkpointing = config.activation_checkpointing
+        if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
             stack.compile()
-    optimizer = torch.optim.AdamW(optimizer_groups(objective, config.weight_decay), lr=config.lr,
-                                  betas=(0.9, 0.98), eps=1e-6)
-    module, optimizer = fabric.setup(objective, optimizer)
+    module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
                 "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None}
     return Run(spec, seed, config, objective, module, optimizer, counters, run_dir)
@@ -267,27 +356,61 @@ def restore(fabric: Fabric, run: Run) -> None:
     fabric.barrier()
 
 
-def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> float:
-    """One optimizer step on this process's share of the global batch; returns the local loss."""
-    world, step, objective = fabric.world_size, run.counters["step"], run.objective
-    per_rank = run.config.batch_size // world
-    local_batch = batch.rows(slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank))
+def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> Tensor:
+    """One optimizer step on this process's share of the global batch, in micro-batches of config.micro_batch windows
+    whose gradients add up to the share's. Returns this process's part of the global batch's loss (the processes'
+    parts sum to it) as a tensor on the device: nothing in the step reads a value back from the device (fit reads
+    this one, once). The batch's copies to the device are still plain blocking copies."""
+    world, rank, step = fabric.world_size, fabric.global_rank, run.counters["step"]
+    objective, config = run.objective, run.config
+    per_rank = config.batch_size // world
+    size = config.micro_batch or per_rank
     for group in run.optimizer.param_groups:
-        group["lr"] = learning_rate(run.counters["flops"] / run.config.budget_flops, run.config)
-    torch.manual_seed(derive_seed(run.seed, step, fabric.global_rank))  # see the module docstring
-    with fabric.autocast():
-        output = run.module(local_batch.to(fabric.device))
-    loss_to_reduce = output.loss
-    if world > 1 and objective.token_mean_loss:
-        # DDP averages the processes' gradients; when their supervised counts differ (Bernoulli, whole-word),
-        # weight each process's mean by its share so the result is the mean over the global batch's positions
-        loss_to_reduce = output.loss * (output.supervised_positions * world / objective.counted_positions(batch))
+        group["lr"] = learning_rate(run.counters["flops"] / config.budget_flops, config)
+    torch.manual_seed(derive_seed(run.seed, step, rank))  # see the module docstring
+    totals = objective.loss_counts(batch)  # over the global batch, on the host
     run.optimizer.zero_grad(set_to_none=True)
-    fabric.backward(loss_to_reduce)
-    if run.config.grad_clip > 0:
-        fabric.clip_gradients(run.module, run.optimizer, max_norm=run.config.grad_clip)
+    parts = []
+    for start in range(rank * per_rank, (rank + 1) * per_rank, size):
+        micro = batch.rows(slice(start, start + size))
+        # DDP all-reduces the gradients in the backward of the last micro-batch only; before it they accumulate
+        with fabric.no_backward_sync(run.module, enabled=start + size < (rank + 1) * per_rank):
+            with fabric.autocast():
+                output = run.module(micro.to(fabric.device))
+            loss = share_of_loss(objective, output, micro, totals, world, whole=size == config.batch_size)
+            fabric.backward(loss)
+        parts.append(loss.detach())
+    if config.grad_clip > 0:
+        # a non-finite norm is not an error here: fit's check stops every process together, with one line
+        fabric.clip_gradients(run.module, run.optimizer, max_norm=config.grad_clip, error_if_nonfinite=False)
     run.optimizer.step()
-    return output.loss.item()
+    return (parts[0] if len(parts) == 1 else torch.stack(parts).sum()) / world
+
+
+def share_of_loss(objective: Objective, output: Output, micro: Corrupted, totals: dict[str, int], world: int,
+                  whole: bool) -> Tensor:
+    """The loss to back-propagate for one micro-batch, so that the gradients summed over micro-batches and averaged
+    over processes (DDP) are the gradient of the global batch's loss. Each mean in the loss is weighed by this
+    micro-batch's share of the positions it averages over in the global batch, times the number of processes DDP
+    divides by: Bernoulli or whole-word batches, whose rows hold different numbers of masked positions, weigh every
+    position as the whole batch does. `whole`: the micro-batch is the global batch, and its loss is used as it is."""
+    if whole:
+        return output.loss
+    counts, terms = objective.loss_counts(micro), output.loss_terms()
+    return sum(term * (counts[name] * world / totals[name] if totals[name] else 0.0)
+               for name, term in terms.items())
+
+
+def agree(fabric: Fabric, loss_part: Tensor, stop: bool, save: bool) -> tuple[float, bool, bool]:
+    """(the global batch's loss, whether any process was asked to stop, whether any wants to save), the same on every
+    process: the processes' loss parts are summed (a NaN or inf on one reaches all) and their requests or-ed, in one
+    all-reduce, then read with one transfer to the host, the step's only synchronisation. Agreeing is what lets every
+    process stop at the same step; one that stopped alone would leave the others waiting in a collective."""
+    if fabric.world_size == 1:
+        return loss_part.item(), stop, save
+    flags = torch.tensor([float(stop), float(save)], dtype=loss_part.dtype, device=loss_part.device)
+    total, stops, saves = fabric.all_reduce(torch.cat([loss_part.reshape(1), flags]), reduce_op="sum").tolist()
+    return total, stops > 0, saves > 0
 
 
 def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: list[Corrupted], grid: list[float],
@@ -313,18 +436,11 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
     save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
 
 
-def all_finite(fabric: Fabric, value: float) -> bool:
-    finite = math.isfinite(value)
-    if fabric.world_size > 1:
-        flag = fabric.all_reduce(torch.tensor(float(finite), device=fabric.device), reduce_op="min")
-        finite = bool(flag.item() > 0)
-    return finite
-
-
 def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, progress: bool,
         stop_after_steps: int | None, downstream: Downstream | None = None) -> bool:
     """Train until the accounted FLOPs reach the budget, evaluating at every checkpoint of the grid. Returns False
-    when stopped early by `stop_after_steps` (which simulates an interruption)."""
+    when stopped early by `stop_after_steps` (which simulates an interruption). Raises RunStopped after saving the
+    state when SIGTERM or SIGUSR1 arrives, TrainingDiverged when the loss stops being finite."""
     config, counters, objective = run.config, run.counters, run.objective
     windows, heldout, grid = corpus.windows("train"), eval_batches(objective, corpus, config), eval_grid(config)
     bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
@@ -332,31 +448,54 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
     bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
     started = time.perf_counter() - counters["wall_seconds"]
+    last_save = time.monotonic()
     run.module.train()
-    while counters["flops"] < config.budget_flops:
-        step = counters["step"]
-        batch = training_batch(objective, windows, run.seed, step, config.batch_size)  # the global batch
-        tick = time.perf_counter()
-        loss = train_step(fabric, run, batch)
-        counters["train_seconds"] += time.perf_counter() - tick
-        step_flops = objective.flops(batch)
-        if not all_finite(fabric, loss):  # every rank stops together, or the others would wait in a collective
-            bar.close()
-            raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
-                                   counters["flops"] + step_flops)
-        counters.update(step=step + 1, flops=counters["flops"] + step_flops, last_finite_loss=loss,
-                        tokens=counters["tokens"] + batch.inputs.numel(),
-                        supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
-        bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
-        bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
-        if counters["flops"] >= grid[counters["next_eval"]]:
-            checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started, downstream)
-        if stop_after_steps is not None and counters["step"] >= stop_after_steps:
-            bar.close()
-            return False
+    with stop_on_signals() as request:
+        while counters["flops"] < config.budget_flops:
+            step = counters["step"]
+            batch = training_batch(objective, windows, run.seed, step, config.batch_size)  # the global batch
+            tick = time.perf_counter()
+            loss_part = train_step(fabric, run, batch)
+            save_due = config.checkpoint_every is not None and \
+                time.monotonic() - last_save >= 60 * config.checkpoint_every
+            loss, stop, save = agree(fabric, loss_part, request.signal_name is not None, save_due)
+            counters["train_seconds"] += time.perf_counter() - tick
+            step_flops = objective.flops(batch)
+            if not math.isfinite(loss):  # every rank sees the same loss, so every rank stops here
+                bar.close()
+                raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
+                                       counters["flops"] + step_flops)
+            counters.update(step=step + 1, flops=counters["flops"] + step_flops, last_finite_loss=loss,
+                            tokens=counters["tokens"] + batch.inputs.numel(),
+                            supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
+            bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
+            bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
+            if counters["flops"] >= grid[counters["next_eval"]]:
+                checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started, downstream)
+                last_save = time.monotonic()
+            elif stop or save:
+                counters["wall_seconds"] = time.perf_counter() - started
+                save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
+                last_save = time.monotonic()
+            if stop:
+                bar.close()
+                raise stopped(fabric, run, request.signal_name)
+            if stop_after_steps is not None and counters["step"] >= stop_after_steps:
+                bar.close()
+                return False
     bar.close()
     counters["wall_seconds"] = time.perf_counter() - started
     return True
+
+
+def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
+    """Say (once, on rank 0) that the state is saved and how to go on; the exception ends the command."""
+    message = (f"stopped by {signal_name or 'a signal to another process'} after step {run.counters['step']} of "
+               f"{run.spec} seed {run.seed}: the state is saved in {run.checkpoint_path}; run the same command with "
+               "--resume to continue")
+    if fabric.is_global_zero:
+        print(message, file=sys.stderr, flush=True)
+    return RunStopped(message, EXIT_STOPPED if fabric.is_global_zero else 0)
 
 
 def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:

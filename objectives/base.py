@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from itertools import accumulate
 from typing import TypeVar
 
 import torch
@@ -84,7 +85,12 @@ class Vocab:
 
 @dataclass
 class Corrupted:
-    """A corrupted batch: what the model sees and what it must predict, position by position."""
+    """A corrupted batch: what the model sees and what it must predict, position by position.
+
+    `supervised` lists the positions that carry a loss as flat (row-major) indices, and `row_offsets` where each row's
+    share of them starts. Both are found once, on the host, when the batch is made (corrupt() runs on the CPU): a
+    training step that looked them up on the device (`nonzero`, a count) would have to wait for the device to answer
+    before it could launch the rest of its work."""
 
     inputs: Tensor  # (batch, T) token ids fed to the backbone
     targets: Tensor  # (batch, T) the token the output at each position must predict, IGNORE where unsupervised
@@ -92,31 +98,66 @@ class Corrupted:
     original: Tensor  # (batch, T_raw) the uncorrupted tokens the batch was made from
     prefix_len: int | None = None  # bidirectional prefix, for "prefix" attention
     info: dict[str, Tensor] = field(default_factory=dict)  # per-objective extras (e.g. the MLM rewrite kind)
+    supervised: Tensor | None = None  # (supervised positions,) flat indices; found from `targets` when not given
+    row_offsets: tuple[int, ...] = ()  # row r's indices are supervised[row_offsets[r]:row_offsets[r + 1]]
+
+    def __post_init__(self) -> None:
+        if self.supervised is None:
+            self.supervised = supervised_rows(self.targets)
+            self.row_offsets = tuple(accumulate((self.targets != IGNORE).sum(1).tolist(), initial=0))
+
+    @property
+    def num_supervised(self) -> int:
+        """Positions that carry a loss, known without looking at the device."""
+        return self.row_offsets[-1]
 
     @staticmethod
     def concat(batches: list["Corrupted"]) -> "Corrupted":
         """Stack batches of one objective (same attention and prefix) into one."""
         first = batches[0]
         cat = lambda name: torch.cat([getattr(b, name) for b in batches])  # noqa: E731
+        seq_len, rows, offsets, shifted = first.targets.shape[1], 0, [0], []
+        for b in batches:
+            shifted.append(b.supervised + rows * seq_len)
+            base = offsets[-1]
+            offsets.extend(base + offset for offset in b.row_offsets[1:])
+            rows += len(b.targets)
         return Corrupted(cat("inputs"), cat("targets"), first.attention, cat("original"), first.prefix_len,
-                         {k: torch.cat([b.info[k] for b in batches]) for k in first.info})
+                         {k: torch.cat([b.info[k] for b in batches]) for k in first.info}, torch.cat(shifted),
+                         tuple(offsets))
 
     def rows(self, index: slice) -> "Corrupted":
-        """The sequences `index` of the batch (a process's share of a global batch)."""
+        """The sequences `index` (a contiguous slice) of the batch: a process's share of a global batch, a
+        micro-batch. Slicing only: no lookup that would wait for the device."""
+        start, stop, stride = index.indices(len(self.targets))
+        if stride != 1:
+            raise ValueError("Corrupted.rows takes a contiguous slice")
+        low, high = self.row_offsets[start], self.row_offsets[stop]
+        supervised = self.supervised[low:high] - start * self.targets.shape[1]
         return Corrupted(self.inputs[index], self.targets[index], self.attention, self.original[index],
-                         self.prefix_len, {k: v[index] for k, v in self.info.items()})
+                         self.prefix_len, {k: v[index] for k, v in self.info.items()}, supervised,
+                         tuple(offset - low for offset in self.row_offsets[start:stop + 1]))
 
     def to(self, device: torch.device | str) -> "Corrupted":
         return Corrupted(self.inputs.to(device), self.targets.to(device), self.attention, self.original.to(device),
-                         self.prefix_len, {k: v.to(device) for k, v in self.info.items()})
+                         self.prefix_len, {k: v.to(device) for k, v in self.info.items()},
+                         self.supervised.to(device), self.row_offsets)
 
 
 @dataclass
 class Output:
     loss: Tensor  # scalar, what the optimiser minimises
     supervised_positions: int  # positions that carried a loss in this batch
-    metrics: dict[str, float]  # per-objective diagnostics (accuracy, discriminator accuracy, ...)
+    # per-objective diagnostics (accuracy, discriminator accuracy, ...): 0-d tensors (or floats), read only when
+    # evaluating, so a training step need not wait for the device to compute them
+    metrics: dict[str, Tensor | float]
     tensors: dict[str, Tensor] = field(default_factory=dict)  # detached intermediates worth inspecting
+    # The loss as a sum of means, by the names Objective.loss_counts gives their counts under; None: one mean
+    # (the loss itself, under "loss"). Gradient accumulation and DDP weigh each mean by its own counts.
+    terms: dict[str, Tensor] | None = None
+
+    def loss_terms(self) -> dict[str, Tensor]:
+        return self.terms if self.terms is not None else {"loss": self.loss}
 
 
 @dataclass(frozen=True)
@@ -162,7 +203,6 @@ class Objective(nn.Module):
     attention: str = "bidirectional"  # the mode the backbone runs in; also the natural mode for probing features
     can_generate: bool = False  # whether incremental (KV-cached) generation is possible
     static_copies: int = 0  # > 0: each window has this many fixed corruptions, used in turn (BERT's dupe_factor)
-    token_mean_loss: bool = True  # the loss is a mean over the supervised positions (ELECTRA's is not)
     # A probe reading this backbone's features sees what its attention lets it see: the whole window ("smoothing",
     # the Bayes ceiling from the whole sequence) or only the left context ("filtering").
     tagging_ceiling: str = "smoothing"
@@ -192,7 +232,14 @@ class Objective(nn.Module):
 
     def counted_positions(self, batch: Corrupted) -> int:
         """Loss-bearing positions of a corrupted batch, counted without the model (forward reports the same)."""
-        return int((batch.targets != IGNORE).sum())
+        return batch.num_supervised
+
+    def loss_counts(self, batch: Corrupted) -> dict[str, int]:
+        """How many positions each mean in the loss (Output.loss_terms) averages over in this batch, counted on the
+        host. A step split over processes or micro-batches weighs each part's mean by its share of these counts in
+        the whole batch, so the accumulated gradient is the whole batch's. Default: the loss is one mean over the
+        supervised positions."""
+        return {"loss": self.counted_positions(batch)}
 
     # --- the model half ---
     def forward(self, batch: Corrupted) -> Output:
@@ -249,30 +296,31 @@ def supervised_rows(targets: Tensor) -> Tensor:
     return (targets.reshape(-1) != IGNORE).nonzero().squeeze(1)
 
 
-def token_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, float]]:
-    """Mean cross-entropy over the given rows, with accuracy. Zero rows give a zero loss, not NaN."""
+def token_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, Tensor | float]]:
+    """Mean cross-entropy over the given rows, with accuracy (a tensor). Zero rows give a zero loss, not NaN."""
     if targets.numel() == 0:
         return logits.sum() * 0.0, {"accuracy": float("nan")}
     loss = F.cross_entropy(logits.float(), targets)
-    accuracy = (logits.argmax(-1) == targets).float().mean().item()
-    return loss, {"accuracy": accuracy}
+    return loss, {"accuracy": (logits.argmax(-1) == targets).float().mean()}
 
 
 def lm_forward(backbone: Backbone, batch: Corrupted) -> Output:
     """Run the backbone and project only the supervised rows: the shared forward of mlm, ar and span. The projection
     and the cross-entropy are fused (backbone.fused_loss): the full logits never exist at once."""
     hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
-    rows = supervised_rows(batch.targets)
+    rows = batch.supervised
     if rows.numel() == 0:
         return Output(hidden.sum() * 0.0, 0, {"accuracy": float("nan")})
     loss, correct = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows),
                                          backbone.token_embedding.weight, batch.targets.reshape(-1).index_select(0, rows))
-    return Output(loss, int(rows.numel()), {"accuracy": correct.item() / rows.numel()})
+    # a tensor, divided in float64 where the device has it: the number a host-side count / rows would give
+    exact = torch.float32 if correct.device.type == "mps" else torch.float64
+    return Output(loss, rows.numel(), {"accuracy": correct.to(exact) / rows.numel()})
 
 
 def lm_flops(backbone: Backbone, batch: Corrupted) -> int:
     batch_size, seq_len = batch.inputs.shape
-    return backbone.flops(batch_size, seq_len, int((batch.targets != IGNORE).sum())).training_step
+    return backbone.flops(batch_size, seq_len, batch.num_supervised).training_step
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

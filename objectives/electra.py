@@ -20,7 +20,7 @@ from torch import Tensor, nn
 from backbone import Backbone, ConfigError, Flops, Transformer
 from backbone.model import init_weights
 from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, Vocab, check_fraction, \
-    supervised_rows, token_loss
+    token_loss
 from objectives.masking import RULES, expected_count, rewrite, select_positions
 
 
@@ -54,7 +54,6 @@ class Electra(Objective):
     name = "electra"
     options_class = ElectraOptions
     attention = "bidirectional"
-    token_mean_loss = False  # generator mean + λ · discriminator mean
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: ElectraOptions | None = None) -> None:
         super().__init__(backbone, vocab, options)
@@ -111,10 +110,16 @@ class Electra(Objective):
         return [FloorSpec("generator_loss", "masked_token", keep=1 - self.options.mask, mask=self.options.mask)]
 
     def counted_positions(self, batch: Corrupted) -> int:
-        return batch.inputs.numel() + int((batch.targets != IGNORE).sum())  # every position + the generator's
+        return batch.inputs.numel() + batch.num_supervised  # every position + the generator's
+
+    def loss_counts(self, batch: Corrupted) -> dict[str, int]:
+        # The loss is a sum of two means over different positions: the generator's over the masked ones, the
+        # discriminator's over all of them. Weighing both by one share is exact only when every row has the same
+        # number of masked positions (rule=exact), so each mean is weighed by its own count.
+        return {"generator": batch.num_supervised, "discriminator": batch.inputs.numel()}
 
     def forward(self, batch: Corrupted) -> Output:
-        rows = supervised_rows(batch.targets)
+        rows = batch.supervised
         embedded = self.backbone.embed(batch.inputs)
         generator_hidden = self.generator(self.generator_in(embedded), attention="bidirectional")
         generator_hidden = generator_hidden.reshape(-1, generator_hidden.shape[-1]).index_select(0, rows)
@@ -130,17 +135,19 @@ class Electra(Objective):
         hidden = self.backbone(fake, attention="bidirectional")
         discriminator_logits = self.discriminator_head(hidden).squeeze(-1).float()
         discriminator_loss = F.binary_cross_entropy_with_logits(discriminator_logits, labels)
-        loss = generator_loss + self.options.disc_weight * discriminator_loss
-        metrics = {
-            "generator_loss": generator_loss.item(),
-            "discriminator_loss": discriminator_loss.item(),
+        weighted_discriminator_loss = self.options.disc_weight * discriminator_loss
+        loss = generator_loss + weighted_discriminator_loss
+        metrics = {  # tensors: read when evaluating, never in a training step
+            "generator_loss": generator_loss.detach(),
+            "discriminator_loss": discriminator_loss.detach(),
             "generator_accuracy": generator_metrics["accuracy"],
-            "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean().item(),
-            "replaced_fraction": labels.mean().item(),
+            "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean(),
+            "replaced_fraction": labels.mean(),
         }
-        return Output(loss, int(labels.numel() + rows.numel()), metrics,
+        return Output(loss, labels.numel() + rows.numel(), metrics,
                       {"discriminator_inputs": fake, "discriminator_labels": labels,
-                       "discriminator_logits": discriminator_logits.detach()})
+                       "discriminator_logits": discriminator_logits.detach()},
+                      terms={"generator": generator_loss, "discriminator": weighted_discriminator_loss})
 
     def _flops(self, batch_size: int, seq_len: int, generator_rows: float) -> float:
         c, g = self.backbone.config, self.generator_config
@@ -155,7 +162,7 @@ class Electra(Objective):
 
     def flops(self, batch: Corrupted) -> int:
         batch_size, seq_len = batch.inputs.shape
-        return int(self._flops(batch_size, seq_len, int((batch.targets != IGNORE).sum())))
+        return int(self._flops(batch_size, seq_len, batch.num_supervised))
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
         return self._flops(1, seq_len, self.generator_positions(seq_len))

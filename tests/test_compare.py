@@ -1,8 +1,10 @@
 import json
+import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 from PIL import Image
 
 from bench.cli import run
@@ -133,7 +135,7 @@ def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, 
 
     def diverging(fabric, run, batch):
         loss = real_step(fabric, run, batch)
-        return float("nan") if run.spec == "ar" and run.counters["step"] == 2 else loss
+        return loss * float("nan") if run.spec == "ar" and run.counters["step"] == 2 else loss
 
     monkeypatch.setattr(bench.train, "train_step", diverging)
     out = tmp_path / "out"
@@ -165,6 +167,22 @@ def test_an_existing_comparison_needs_resume(comparison, capsys):
         with pytest.raises(SystemExit):
             run(main, [*TINY, "--out", str(comparison), *extra])
         assert message in capsys.readouterr().err
+
+
+def test_resume_may_change_how_steps_run_but_not_what_they_compute(comparison, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(comparison, copy)
+    before = json.loads((copy / "results.json").read_text())
+    # every run is finished: a resume with another micro-batch and checkpointing only rewrites the report
+    main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(copy), "--resume",
+          "--micro-batch", "2", "--activation-checkpointing"])
+    assert numbers(json.loads((copy / "results.json").read_text())) == numbers(before)
+    assert json.loads((copy / "config.json").read_text())["execution"]["micro_batch"] == 2
+    # a folder written before the execution settings were recorded still resumes
+    config = json.loads((copy / "config.json").read_text())
+    del config["execution"]
+    (copy / "config.json").write_text(json.dumps(config))
+    main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(copy), "--resume"])
 
 
 def test_help_explains_every_flag():
@@ -270,7 +288,7 @@ def test_bad_learning_rates_are_one_line(text, message):
 
 def test_when_every_run_diverges_the_report_still_says_so(tmp_path, monkeypatch):
     import bench.train
-    monkeypatch.setattr(bench.train, "train_step", lambda fabric, run, batch: float("nan"))
+    monkeypatch.setattr(bench.train, "train_step", lambda fabric, run, batch: torch.tensor(float("nan")))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
         run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])

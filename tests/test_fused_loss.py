@@ -49,3 +49,18 @@ def test_fp16_gradients_survive_tiny_softmax_values():
     F.cross_entropy(hidden.detach() @ reference.T, targets).backward()
     relative_error = (weight.grad[100:] - reference.grad[100:]).norm() / reference.grad[100:].norm()
     assert relative_error < 0.01
+
+
+def test_the_autocast_queries_it_calls_exist_in_the_torch_floor():
+    # pyproject's torch floor is where these device-generic queries appeared (2.4); older torch fails here, not with
+    # an AttributeError in the middle of a bf16 run
+    import re
+    from pathlib import Path
+    floor = re.search(r'"torch>=(\d+)\.(\d+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert tuple(map(int, floor.groups())) >= (2, 4)
+    assert not torch.is_autocast_enabled("cpu") and fused_loss._compute_dtype(torch.ones(1)) == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16
+        assert fused_loss._compute_dtype(torch.ones(1)) == torch.bfloat16
+        with torch.autocast("cpu", enabled=False):
+            assert not torch.is_autocast_enabled("cpu")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from backbone import ConfigError, measure_flops
-from objectives import IGNORE, Vocab, parse_objective_list, parse_spec
+from objectives import IGNORE, REGISTRY, Corrupted, Vocab, parse_objective_list, parse_spec
 from objectives.masking import KEPT, MASKED, RANDOM, UNTOUCHED
 from objectives.span import noise_and_spans, packed_lengths
 
@@ -282,3 +282,61 @@ def test_roc_auc_equals_the_pairwise_count():
     positive = torch.rand(60, generator=generator) < 0.3
     pairs = [(1.0 if p > n else 0.5 if p == n else 0.0) for p in scores[positive] for n in scores[~positive]]
     assert roc_auc(scores, positive) == pytest.approx(sum(pairs) / len(pairs))
+
+
+SPECS = ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:whole_word=true", "electra:rule=bernoulli"]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_supervised_indices_survive_slicing_and_stacking(spec):
+    # the indices found once at corruption must be what the targets say after every cut a step makes
+    objective = tiny_objective(spec, 32)
+    batch = objective.corrupt(random_tokens(6, 32), torch.Generator().manual_seed(3))
+    parts = [batch.rows(slice(0, 1)), batch.rows(slice(1, 4)), batch.rows(slice(4, 6))]
+    for part in [batch, *parts, Corrupted.concat(parts)]:
+        assert torch.equal(part.supervised, (part.targets.reshape(-1) != IGNORE).nonzero().squeeze(1))
+        assert list(part.row_offsets) == [0, *(part.targets != IGNORE).sum(1).cumsum(0).tolist()]
+        assert part.num_supervised == objective.counted_positions(part) - (part.targets.numel()
+                                                                             if spec.startswith("electra") else 0)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_micro_batch_gradients_add_up_to_the_whole_batch(spec):
+    from bench.train import share_of_loss
+    objective = tiny_objective(spec, 16)
+    batch = objective.corrupt(random_tokens(4, 16), torch.Generator().manual_seed(5))
+
+    def gradients(micro_size: int, weigh=share_of_loss) -> list[torch.Tensor]:
+        objective.zero_grad(set_to_none=True)
+        torch.manual_seed(11)  # ELECTRA's samples: one stream, drawn in row order either way
+        totals = objective.loss_counts(batch)
+        for start in range(0, 4, micro_size):
+            micro = batch.rows(slice(start, start + micro_size))
+            weigh(objective, objective(micro), micro, totals, 1, whole=micro_size == 4).backward()
+        return [p.grad.clone() for p in objective.parameters() if p.grad is not None]
+
+    whole = gradients(4)
+    for size in (1, 2):
+        for a, b in zip(gradients(size), whole, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    if spec == "electra:rule=bernoulli":
+        # one weight per micro-batch (its share of the rows) is not the whole batch's gradient when rows hold
+        # different numbers of masked positions: each mean needs its own count
+        def by_rows(objective, output, micro, totals, world, whole):
+            return output.loss * len(micro.targets) / len(batch.targets)
+        assert any(not torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(gradients(1, by_rows), whole))
+
+
+@pytest.mark.parametrize("spec", list(REGISTRY))
+def test_forward_and_backward_make_every_tensor_on_the_inputs_device(spec):
+    # With "meta" as the default device, a tensor made without an explicit device lands on meta, and mixing it with
+    # the CPU model's tensors fails: on a GPU it would have been made on the CPU and copied, or failed the same way.
+    objective = tiny_objective(spec, 32)
+    batch = objective.corrupt(random_tokens(4, 32), torch.Generator().manual_seed(2))  # corruption is host-side
+    with torch.device("meta"):
+        output = objective(batch)
+        output.loss.backward()
+    assert output.loss.device.type == "cpu" and torch.isfinite(output.loss)
+    assert all(p.grad is not None and p.grad.device.type == "cpu" for p in objective.parameters() if p.requires_grad)
+    for value in output.metrics.values():
+        assert not isinstance(value, torch.Tensor) or value.device.type == "cpu"

@@ -1,14 +1,27 @@
+import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
+import bench.train
+from backbone import ConfigError, preset
 from bench.data import load_corpus
+from bench.density import build_on_meta
 from bench.files import read_jsonl
 from bench.probes import ProbeConfig
-from bench.train import (TrainConfig, build_run_objective, corruption_generator, eval_grid, learning_rate,
-                         make_fabric, train_run)
-from objectives import IGNORE
+from bench.train import (EXIT_STOPPED, RunStopped, TrainConfig, TrainingDiverged, agree, build_run_objective,
+                         check_batch_split, check_config, check_memory, configure_matmuls, corruption_generator,
+                         eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, tf32_matmuls,
+                         train_run, train_step, training_batch)
+from objectives import IGNORE, Vocab
 
 SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
@@ -124,3 +137,188 @@ def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_
     assert (compiled["steps"], compiled["flops"], compiled["supervised_positions"]) == \
         (eager["steps"], eager["flops"], eager["supervised_positions"])
     assert compiled["curve"][-1]["loss"] == pytest.approx(eager["curve"][-1]["loss"], rel=1e-3)
+
+
+def poison_training_forward(monkeypatch, spec_class, call: int, action) -> None:
+    """Run `action(output)` on the output of the `call`-th training forward (1-based) of objectives of spec_class."""
+    real, calls = spec_class.forward, []
+
+    def forward(self, batch):
+        output = real(self, batch)
+        if self.training:
+            calls.append(1)
+            if len(calls) == call:
+                action(output)
+        return output
+
+    monkeypatch.setattr(spec_class, "forward", forward)
+
+
+@pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli"])
+def test_micro_batches_train_like_the_whole_batch(spec, corpus, fabric, tmp_path):
+    whole = train_run(fabric, spec, 0, corpus, config(budget=2e8), tmp_path / "whole", progress=False)
+    for size in (1, 2):
+        micro = train_run(fabric, spec, 0, corpus, config(budget=2e8, micro_batch=size), tmp_path / f"micro{size}",
+                          progress=False)
+        counts = ("steps", "flops", "tokens", "supervised_positions", "flops_per_step")
+        assert {k: micro[k] for k in counts} == {k: whole[k] for k in counts}
+        assert [row["step"] for row in micro["curve"]] == [row["step"] for row in whole["curve"]]
+        for a, b in zip(micro["curve"], whole["curve"]):
+            assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
+
+def test_a_micro_batch_must_divide_each_process_share():
+    check_batch_split(8, 2, 2)
+    for micro in (3, 0, 8):
+        with pytest.raises(ConfigError, match=f"--micro-batch {micro} does not divide the 4 windows each process"):
+            check_batch_split(8, 2, micro)
+    with pytest.raises(ConfigError, match="--checkpoint-every must be a positive"):
+        check_config(TrainConfig(budget_flops=1.0, checkpoint_every=0.0), 1)
+
+
+def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
+    vocab = Vocab.for_words(64)
+    objective = build_on_meta("mlm", preset("tiny", vocab.size, max_seq_len=512, n_layer=8), vocab)
+    weights = 16 * sum(p.numel() for p in objective.parameters())
+    stack = objective.backbone.transformer
+    # room for the activations of 8 windows, but not of 32
+    monkeypatch.setattr(bench.train, "device_memory_bytes",
+                        lambda device: weights + 4 * stack.activation_values(8, 512))
+    cpu = torch.device("cpu")
+    with pytest.raises(ConfigError, match="at 32 windows per forward"):
+        check_memory(objective, 32, 512, "32-true", cpu)
+    check_memory(objective, 8, 512, "32-true", cpu)
+    assert stack.activation_values(32, 512, checkpointing=True) < stack.activation_values(8, 512)
+    check_memory(objective, 32, 512, "32-true", cpu, checkpointing=True)
+
+
+class DeviceReads(TorchDispatchMode):
+    """Records the ops that make the host wait for the device: reading a value (`item`, `_local_scalar_dense`) and
+    `nonzero`, whose output size only the device knows."""
+
+    WATCHED = ("_local_scalar_dense", "nonzero", "item")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, torch.Tensor]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name.split("::")[-1]
+        if name in self.WATCHED:
+            self.calls.append((name, args[0]))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("micro_batch", [None, 2])
+@pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli"])
+def test_a_training_step_reads_one_number_from_the_device(spec, micro_batch, corpus, fabric, tmp_path):
+    run = setup_run(fabric, spec, 0, corpus, config(micro_batch=micro_batch), tmp_path)
+    windows = corpus.windows("train")
+    for step in range(2):  # the first step creates the optimizer state, the second runs with it
+        run.counters["step"] = step
+        batch = training_batch(run.objective, windows, 0, step, BATCH)  # corruption is host-side, before the step
+        with DeviceReads() as reads:
+            loss, _, _ = agree(fabric, train_step(fabric, run, batch), False, False)
+        # PyTorch's AdamW keeps its step counts on the host (unless fused, as on CUDA): reading them waits for nothing
+        counts = [state["step"] for state in run.optimizer.state.values()]
+        device_reads = [name for name, tensor in reads.calls if not any(tensor is count for count in counts)]
+        assert device_reads == ["_local_scalar_dense"], f"step {step}: {device_reads}"  # the loss, read once
+        assert math.isfinite(loss)
+
+
+def test_a_nan_loss_stops_the_run_with_one_line(corpus, fabric, tmp_path, monkeypatch):
+    # a real NaN: its gradients are NaN too, which gradient clipping must not turn into a traceback
+    from objectives import MaskedLM
+    poison_training_forward(monkeypatch, MaskedLM, 3, lambda output: setattr(output, "loss", output.loss * math.nan))
+    with pytest.raises(TrainingDiverged, match=r"^mlm seed 0 diverged: the loss became nan at step 2 \(last finite "
+                                               r"loss \d") as error:
+        train_run(fabric, "mlm", 0, corpus, config(), tmp_path, progress=False)
+    assert error.value.record["step"] == 2 and len(str(error.value).splitlines()) == 1
+
+
+def test_the_clock_saves_between_evaluations_and_the_run_resumes_exactly(corpus, fabric, tmp_path):
+    straight = train_run(fabric, "electra", 0, corpus, config(), tmp_path / "straight", progress=False)
+    evaluated = [row["step"] for row in straight["curve"]]
+    stop = evaluated[1] + 2  # between the second and the third evaluation
+    c = config(checkpoint_every=1e-9)  # minutes: due after every step
+    assert train_run(fabric, "electra", 0, corpus, c, tmp_path / "resumed", progress=False,
+                     stop_after_steps=stop) is None
+    assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["counters"]["step"] == stop
+    resumed = train_run(fabric, "electra", 0, corpus, c, tmp_path / "resumed", progress=False)
+    assert without_timings(resumed) == without_timings(straight)
+
+
+def test_a_stop_signal_saves_at_the_end_of_the_step_and_the_rerun_is_exact(corpus, fabric, tmp_path, monkeypatch,
+                                                                           capsys):
+    from objectives import Electra
+    straight = train_run(fabric, "electra", 0, corpus, config(), tmp_path / "straight", progress=False)
+    before = signal.getsignal(signal.SIGUSR1)
+    with monkeypatch.context() as patch:
+        poison_training_forward(patch, Electra, 6, lambda output: os.kill(os.getpid(), signal.SIGUSR1))
+        with pytest.raises(RunStopped) as stopped:
+            train_run(fabric, "electra", 0, corpus, config(), tmp_path / "stopped", progress=False)
+    assert stopped.value.code == EXIT_STOPPED and signal.getsignal(signal.SIGUSR1) is before
+    assert capsys.readouterr().err.strip().splitlines() == [stopped.value.message]
+    assert stopped.value.message.startswith("stopped by SIGUSR1 after step 6 of electra seed 0: the state is saved")
+    assert torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)["counters"]["step"] == 6
+    resumed = train_run(fabric, "electra", 0, corpus, config(), tmp_path / "stopped", progress=False)
+    assert without_timings(resumed) == without_timings(straight)
+
+
+def compare_command(out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bench.compare", "--model", "tiny", "--seq-len", "32", "--batch-size", "4",
+            "--budget", "2e9", "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,states=4",
+            "--objectives", "mlm,electra", "--seeds", "1", "--no-probes", "--quiet", "--out", str(out), *extra]
+
+
+def test_sigterm_to_the_command_then_resume_gives_the_uninterrupted_result(tmp_path):
+    # one thread each: on a busy machine two processes' thread pools would stall each other for seconds per step
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    straight = subprocess.Popen(compare_command(tmp_path / "straight"), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=environment)
+    stopped = subprocess.Popen(compare_command(tmp_path / "stopped"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True, env=environment)
+    try:
+        curve = tmp_path / "stopped" / "runs" / "mlm-seed0" / "curve.jsonl"
+        deadline = time.monotonic() + 240
+        while not (curve.exists() and curve.read_text().strip()) and stopped.poll() is None \
+                and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stopped.send_signal(signal.SIGTERM)  # after the first evaluation, long before the end of the first run
+        _, stderr = stopped.communicate(timeout=240)
+        assert stopped.returncode == EXIT_STOPPED, stderr
+        assert stderr.strip().splitlines()[-1].startswith("stopped by SIGTERM after step ")
+        assert "--resume" in stderr and not (tmp_path / "stopped" / "report.md").exists()
+        # saved at the end of the step the signal arrived in, not at the last evaluation
+        step = int(stderr.strip().splitlines()[-1].split("after step ")[1].split()[0])
+        saved = torch.load(curve.parent / "checkpoint.pt", weights_only=True)["counters"]["step"]
+        assert saved == step > max(row["step"] for row in read_jsonl(curve))
+        assert straight.wait(timeout=240) == 0, straight.stderr.read()
+    finally:
+        for process in (straight, stopped):
+            process.kill()
+    resumed = subprocess.run(compare_command(tmp_path / "stopped", "--resume"), capture_output=True, text=True,
+                             timeout=240, env=environment)
+    assert resumed.returncode == 0, resumed.stderr
+    runs = [json.loads((tmp_path / name / "results.json").read_text())["runs"] for name in ("straight", "stopped")]
+    assert [without_timings(run) for run in runs[1]] == [without_timings(run) for run in runs[0]]
+    settings = json.loads((tmp_path / "stopped" / "config.json").read_text())
+    assert (settings["tf32"], settings["micro_batch"], settings["checkpoint_every"]) == (False, None, None)
+
+
+def test_on_cuda_adamw_is_fused_and_fp32_matmuls_run_in_tf32(monkeypatch):
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert tf32_matmuls(cuda, "32-true")
+    assert not any([tf32_matmuls(cpu, "32-true"), tf32_matmuls(cuda, "bf16-mixed"), tf32_matmuls(cuda, "64-true")])
+    precisions = []
+    monkeypatch.setattr(torch, "set_float32_matmul_precision", precisions.append)
+    configure_matmuls(cpu, True)
+    configure_matmuls(cuda, True)
+    configure_matmuls(cuda, False)
+    assert precisions == ["high", "highest"]
+    options = []
+    monkeypatch.setattr(torch.optim, "AdamW", lambda groups, **kwargs: options.append(kwargs))
+    module = torch.nn.Linear(2, 2)
+    make_optimizer(module, TrainConfig(budget_flops=1.0), cuda)
+    make_optimizer(module, TrainConfig(budget_flops=1.0), cpu)
+    assert [o["fused"] for o in options] == [True, None]

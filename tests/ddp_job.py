@@ -1,0 +1,87 @@
+"""Two CPU processes under DDP (gloo, spawned) for tests/test_ddp.py: `python tests/ddp_job.py JOB OUT`.
+
+Each rank writes what it saw under OUT as JSON; rank 0 also leaves each run's result.json there. A hang is the
+caller's to catch, with a timeout: nothing here waits on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+from lightning_fabric import Fabric
+
+from bench.data import load_corpus
+from bench.train import RunStopped, TrainConfig, TrainingDiverged, train_run
+from objectives import CausalLM, MaskedLM
+
+SEQ_LEN, BATCH = 16, 4
+DATA = "synthetic:train=64,heldout=16,words=64,states=4"
+# name: (spec, micro-batch); the first four are compared with one process, the pairs with each other
+RUNS = {"mlm": ("mlm", None), "ar": ("ar", None), "span": ("span", None), "bernoulli": ("mlm:rule=bernoulli", None),
+        "bernoulli-micro": ("mlm:rule=bernoulli", 1), "electra": ("electra", None), "electra-micro": ("electra", 1)}
+
+
+def config(micro_batch: int | None = None) -> TrainConfig:
+    return TrainConfig(budget_flops=1e8, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=2, lr=3e-3,
+                       micro_batch=micro_batch)
+
+
+def corpus():
+    return load_corpus(DATA, SEQ_LEN)
+
+
+def on_training_forward(cls: type, call: int, action) -> None:
+    """Run `action(output)` on the output of this process's `call`-th training forward of objective class `cls`."""
+    real, calls = cls.forward, []
+
+    def forward(self, batch):
+        output = real(self, batch)
+        if self.training:
+            calls.append(1)
+            if len(calls) == call:
+                action(output)
+        return output
+
+    cls.forward = forward
+
+
+def train(fabric: Fabric, out: Path) -> None:
+    data = corpus()
+    for name, (spec, micro_batch) in RUNS.items():
+        train_run(fabric, spec, 0, data, config(micro_batch), out / name, progress=False)
+
+
+def stops(fabric: Fabric, out: Path) -> None:
+    data, rank = corpus(), fabric.global_rank
+    if rank == 1:  # a NaN loss on rank 1 only, at its third step
+        on_training_forward(MaskedLM, 3, lambda output: setattr(output, "loss", output.loss * math.nan))
+    try:
+        train_run(fabric, "mlm", 0, data, config(), out / "nan", progress=False)
+        seen = {"outcome": "finished"}
+    except TrainingDiverged as error:
+        seen = {"outcome": "diverged", "message": str(error)}
+    (out / f"nan-rank{rank}.json").write_text(json.dumps(seen))
+
+    if rank == 1:  # SIGUSR1 to rank 1 only, during its third step
+        on_training_forward(CausalLM, 3, lambda output: os.kill(os.getpid(), signal.SIGUSR1))
+    try:
+        train_run(fabric, "ar", 0, data, config(), out / "signal", progress=False)
+        seen = {"outcome": "finished"}
+    except RunStopped as stop:
+        saved = torch.load(out / "signal" / "checkpoint.pt", weights_only=True)["counters"]["step"]
+        seen = {"outcome": "stopped", "code": stop.code, "message": stop.message, "saved_step": saved}
+    (out / f"signal-rank{rank}.json").write_text(json.dumps(seen))
+
+
+JOBS = {"train": train, "stops": stops}
+
+if __name__ == "__main__":
+    job, out = sys.argv[1], Path(sys.argv[2])
+    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn")
+    fabric.launch(JOBS[job], out)

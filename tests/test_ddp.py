@@ -1,0 +1,79 @@
+"""Two processes under DDP on the CPU (gloo): what one process computes, two compute too, and they stop together.
+
+Each job runs in a subprocess (tests/ddp_job.py, spawning its two ranks) under a timeout, so a hang in a collective
+fails the test instead of blocking the suite.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.train import EXIT_STOPPED, make_fabric, train_run
+
+from ddp_job import RUNS, config, corpus
+
+TIMEOUT = 240
+COUNTS = ("steps", "flops", "tokens", "supervised_positions")
+
+
+def run_job(job: str, out: Path) -> None:
+    # one thread per rank: two ranks' thread pools on a small machine would stall each other
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ddp_job.py")), job, str(out)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
+                               start_new_session=True)  # its own process group: a timeout kills the ranks too
+    try:
+        output, _ = process.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        pytest.fail(f"the two-process {job} job did not finish in {TIMEOUT} s: a rank waits in a collective")
+    assert process.returncode == 0, output
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory) -> dict[str, dict]:
+    out = tmp_path_factory.mktemp("ddp")
+    run_job("train", out)
+    return {name: json.loads((out / name / "result.json").read_text()) for name in RUNS}
+
+
+@pytest.mark.parametrize("name", ["mlm", "ar", "span", "bernoulli"])
+def test_two_processes_train_like_one(name, two_processes, tmp_path):
+    # token-mean objectives: the same global batch, split over two processes, gives the same curve (ELECTRA's
+    # samples and dropout are drawn per process, so it is compared only with itself, below)
+    spec, micro_batch = RUNS[name]
+    one = train_run(make_fabric(), spec, 0, corpus(), config(micro_batch), tmp_path, progress=False)
+    two = two_processes[name]
+    assert {k: two[k] for k in COUNTS} == {k: one[k] for k in COUNTS}
+    assert [row["step"] for row in two["curve"]] == [row["step"] for row in one["curve"]]
+    for a, b in zip(two["curve"], one["curve"]):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
+        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bernoulli", "electra"])
+def test_micro_batches_under_ddp_train_like_the_whole_share(name, two_processes):
+    whole, micro = two_processes[name], two_processes[f"{name}-micro"]
+    assert {k: micro[k] for k in COUNTS} == {k: whole[k] for k in COUNTS}
+    for a, b in zip(micro["curve"], whole["curve"], strict=True):
+        assert a["step"] == b["step"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+
+
+def test_a_nan_or_a_signal_on_one_rank_stops_both_at_the_same_step(tmp_path):
+    run_job("stops", tmp_path)
+    nan = [json.loads((tmp_path / f"nan-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert nan[0] == nan[1] and nan[0]["outcome"] == "diverged"  # the same one line on both ranks
+    assert nan[0]["message"].startswith("mlm seed 0 diverged: the loss became nan at step 2 (last finite loss ")
+    assert len(nan[0]["message"].splitlines()) == 1
+    stopped = [json.loads((tmp_path / f"signal-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert [s["outcome"] for s in stopped] == ["stopped", "stopped"]
+    assert [s["code"] for s in stopped] == [EXIT_STOPPED, 0]  # the command's status comes from rank 0
+    assert stopped[0]["saved_step"] == stopped[1]["saved_step"] == 3  # the signal came during step 3 of rank 1
+    assert stopped[1]["message"].startswith("stopped by SIGUSR1 after step 3 of ar seed 0")
+    assert stopped[0]["message"].startswith("stopped by a signal to another process after step 3 of ar seed 0")
