@@ -30,9 +30,9 @@ from bench.report import write_report
 from bench.results import build_results
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
-from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, check_batch_split, check_config, check_memory,
-                         eval_batches, finished_result, launch_processes, make_fabric, run_name, tf32_matmuls,
-                         train_run)
+from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, agree_on_folder, check_batch_split, check_config,
+                         check_memory, eval_batches, finished_result, launch_processes, make_fabric, run_name,
+                         tf32_matmuls, train_run)
 from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -96,6 +96,9 @@ def build_parser() -> Parser:
              "or glob; hf:NAME[:CONFIG] loads a Hugging Face hub dataset (needs network) (default synthetic)")
     add_text_flags(add)
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
+    add("--config", type=Path, default=None,
+        help="rerun a comparison: the settings its config.json (or folder) recorded, and its number of seeds, "
+             "become the defaults; flags given explicitly override them (default: none)")
     add("--resume", action="store_true", help="continue the comparison in --out: finished runs are kept, an "
                                               "interrupted run restarts from its last checkpoint")
     add_hardware_flags(add)
@@ -161,7 +164,57 @@ def add_hardware_flags(add) -> None:
 
 
 def parse_args(argv: list[str] | None):
-    return build_parser().parse_args(argv)
+    """The flags; with --config, a finished comparison's settings are the defaults and explicit flags override
+    them."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.config is None:
+        return args
+    given = sys.argv[1:] if argv is None else argv
+    defaults, rates, seeds = config_defaults(args.config)
+    if not any(flag == "--seeds" or flag.startswith("--seeds=") for flag in given) and seeds is not None:
+        defaults["seeds"] = seeds
+    parser.set_defaults(**defaults)
+    args = parser.parse_args(argv)
+    if not any(flag == "--lr" or flag.startswith("--lr=") for flag in given) and args.objectives == \
+            defaults["objectives"]:
+        args.config_learning_rates = rates  # one rate per spec; specs with options cannot be written back as --lr
+    return args
+
+
+def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None]:
+    """(flag defaults, peak rate per spec, seeds) that rerun the comparison `path` (its config.json) recorded."""
+    path = path / "config.json" if path.is_dir() else path
+    try:
+        saved = read_json(path)
+        rates = saved["learning_rates"]
+        defaults = {"objectives": ",".join(rates), "data": saved["data"], "seq_len": saved["seq_len"],
+                    "text_field": saved["text_field"], "vocab_size": saved["vocab_size"],
+                    "tokenizer": saved["tokenizer"], "precision": saved["precision"],
+                    "budget": saved["budget_flops"], "model": saved["model"], "batch_size": saved["batch_size"],
+                    "eval_points": saved["eval_points"], "no_probe_curves": not saved["probe_every_eval"],
+                    "compile": saved["compile"], "lr_sweep": saved["lr_sweep"],
+                    "sweep_fraction": saved["sweep_fraction"], "no_probes": not saved["probes"]}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        reason = f"has no {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:120]
+        raise ConfigError(f"--config {path}: not a comparison's config.json ({reason})") from None
+    changed = [f"{name} {saved[name]} (now {getattr(TrainConfig, name)})" for name in
+               ("warmup", "min_lr_ratio", "weight_decay", "grad_clip", "first_eval", "eval_windows")
+               if name in saved and saved[name] != getattr(TrainConfig, name)]
+    if changed:
+        raise ConfigError(f"--config {path} was run with {', '.join(changed)}, which this version fixes otherwise; "
+                          f"check out the revision its report names")
+    if saved.get("precision") not in PRECISIONS:
+        raise ConfigError(f"--config {path}: precision {saved.get('precision')} is no longer offered; pass "
+                          f"--precision ({', '.join(PRECISIONS)})")
+    defaults.update({k: v for k, v in (saved.get("execution") or {}).items() if k in EXECUTION})
+    downstream = saved.get("downstream")
+    if downstream:
+        defaults.update(downstream=",".join(downstream["tasks"]), finetune_steps=downstream["finetune_steps"],
+                        finetune_lrs=",".join(f"{lr:g}" for lr in downstream["finetune_lrs"]))
+    results = path.with_name("results.json")
+    seeds = read_json(results).get("seeds") if results.is_file() else None
+    return defaults, rates, seeds or None
 
 
 def check_args(args) -> None:
@@ -231,7 +284,8 @@ def plan(args, fabric: Fabric) -> Plan:
         check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, args.seq_len), provisional),
                      args.micro_batch or args.batch_size // fabric.world_size, args.seq_len, args.precision,
                      fabric.device, args.activation_checkpointing)
-    rates = learning_rates(args.lr, specs, strict=args.lr != DEFAULT_LR)
+    rates = getattr(args, "config_learning_rates", None) or learning_rates(args.lr, specs,
+                                                                           strict=args.lr != DEFAULT_LR)
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size,
                          eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile,
                          micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
@@ -289,10 +343,12 @@ def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: boo
     for spec in plan_.specs:
         for seed in range(seeds):
             run_dir = plan_.out / "runs" / run_name(spec, seed)
-            if resume and (run_dir / "diverged.json").exists():
-                diverged.append(read_json(run_dir / "diverged.json"))
+            # rank 0 decides what is finished: every process then takes the same branch
+            record, result = fabric.broadcast((read_json(run_dir / "diverged.json") if resume and (
+                run_dir / "diverged.json").exists() else None, finished_result(run_dir) if resume else None), src=0)
+            if record is not None:
+                diverged.append(record)
                 continue
-            result = finished_result(run_dir) if resume else None
             if result is None:
                 try:
                     config = replace(plan_.config, lr=plan_.learning_rates[spec])
@@ -378,17 +434,31 @@ def device_name(device: torch.device) -> str:
     return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
 
 
+SMALL_STEP_TOKENS = 16384
+
+
+def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
+    """A GPU fed a few thousand tokens per step waits on the host and the launch overheads most of the time."""
+    tokens = batch_size // fabric.world_size * seq_len
+    if fabric.device.type == "cuda" and tokens < SMALL_STEP_TOKENS:
+        print(f"warning: each process's step holds {tokens:,} tokens (--batch-size {batch_size} over "
+              f"{fabric.world_size} process(es) × --seq-len {seq_len}); below about {SMALL_STEP_TOKENS:,} a GPU "
+              "mostly waits: raise --batch-size (with --micro-batch if memory is short)", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_args(args)
     fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision,
                          launch=False)
     plan_ = plan(args, fabric)
+    warn_small_steps(fabric, args.batch_size, args.seq_len)
     # rows are named by the spec as the user wrote it, like the runs
     positions = [{**position_row(objective, args.seq_len), "objective": spec}
                  for spec, objective in zip(plan_.specs, plan_.objectives)]
     bayes = bayes_references(plan_)
     launch_processes(fabric)
+    plan_.out = agree_on_folder(fabric, plan_.out)
     if fabric.is_global_zero:
         try:
             write_json(plan_.out / "config.json", plan_.settings)

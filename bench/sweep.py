@@ -70,8 +70,8 @@ def sweep(fabric: Fabric, specs: list[str], rates: list[float], corpus: Corpus, 
             run_dir = out / "sweep" / f"{run_name(spec, 0)}-lr{rate:g}"
             run_config = replace(config, budget_flops=budget, lr=rate, probe_every_eval=False)
             try:
-                run = finished_result(run_dir) or train_run(fabric, spec, 0, corpus, run_config, run_dir,
-                                                            progress=progress)
+                finished = fabric.broadcast(finished_result(run_dir), src=0)  # rank 0 decides
+                run = finished or train_run(fabric, spec, 0, corpus, run_config, run_dir, progress=progress)
             except TrainingDiverged as error:
                 losses[f"{rate:g}"] = None
                 flops += error.record["flops"]

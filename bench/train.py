@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -339,7 +340,7 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
 
 def restore(fabric: Fabric, run: Run) -> None:
     """Continue from the run folder's checkpoint when there is one; evaluations appended after it are redone."""
-    if not run.checkpoint_path.exists():
+    if not fabric.broadcast(run.checkpoint_path.exists(), src=0):  # rank 0 decides; agree_on_folder checked it
         if fabric.is_global_zero:
             run.curve_path.unlink(missing_ok=True)
         return
@@ -549,6 +550,28 @@ def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:
     if fabric.is_global_zero:
         os.replace(temporary, path)  # never a half-written checkpoint under the real name
     fabric.barrier()
+
+
+def agree_on_folder(fabric: Fabric, out: Path) -> Path:
+    """Rank 0's output folder for every process (a default folder is named by each process's own clock), checked to
+    be one folder that every process sees: rank 0 decides what is finished and writes, the others read its
+    checkpoints. Rank 0 leaves a marker; a process that cannot see it is on another filesystem."""
+    out = Path(fabric.broadcast(str(out.absolute()), src=0))
+    if fabric.world_size == 1:
+        return out
+    marker = out / f".shared-{fabric.broadcast(uuid.uuid4().hex, src=0)}"
+    if fabric.is_global_zero:
+        out.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    fabric.barrier()
+    seen = fabric.all_reduce(torch.tensor(float(marker.exists()), device=fabric.device), reduce_op="min")
+    fabric.barrier()
+    if fabric.is_global_zero:
+        marker.unlink()
+    if seen.item() < 1:
+        raise ConfigError(f"--out {out} is not one folder that every process sees; on several nodes, give an --out on "
+                          "a filesystem they all share")
+    return out
 
 
 def finished_result(run_dir: Path) -> dict | None:

@@ -17,7 +17,8 @@ import torch
 from lightning_fabric import Fabric
 
 from bench.data import load_corpus
-from bench.train import RunStopped, TrainConfig, TrainingDiverged, train_run
+from backbone import ConfigError
+from bench.train import RunStopped, TrainConfig, TrainingDiverged, agree_on_folder, train_run
 from objectives import CausalLM, MaskedLM
 
 SEQ_LEN, BATCH = 16, 4
@@ -79,7 +80,22 @@ def stops(fabric: Fabric, out: Path) -> None:
     (out / f"signal-rank{rank}.json").write_text(json.dumps(seen))
 
 
-JOBS = {"train": train, "stops": stops}
+def shared(fabric: Fabric, out: Path) -> None:
+    """One folder for both ranks passes; a folder per rank (as on nodes without a shared filesystem) is refused by
+    both."""
+    seen = {"same": str(agree_on_folder(fabric, out / f"rank{fabric.global_rank}"))}  # rank 0's folder wins
+    if fabric.global_rank == 1:  # rank 1 cannot see what rank 0 writes under "separate": another node's disk
+        real_exists = Path.exists
+        Path.exists = lambda path: False if path.parent.name == "separate" else real_exists(path)
+    try:
+        agree_on_folder(fabric, out / "separate")
+        seen["separate"] = "accepted"
+    except ConfigError as error:
+        seen["separate"] = str(error)
+    (out / f"shared-rank{fabric.global_rank}.json").write_text(json.dumps(seen))
+
+
+JOBS = {"train": train, "stops": stops, "shared": shared}
 
 if __name__ == "__main__":
     job, out = sys.argv[1], Path(sys.argv[2])

@@ -7,6 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
+from backbone import ConfigError
 from bench.cli import run
 from bench.compare import build_parser, main
 
@@ -185,6 +186,25 @@ def test_resume_may_change_how_steps_run_but_not_what_they_compute(comparison, t
     main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(copy), "--resume"])
 
 
+def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(comparison, tmp_path):
+    from bench.compare import parse_args, plan
+    from bench.train import make_fabric
+
+    saved = json.loads((comparison / "config.json").read_text())
+    saved.pop("execution")
+    args = parse_args(["--config", str(comparison), "--out", str(tmp_path / "again")])
+    assert args.seeds == 2  # from results.json
+    settings = plan(args, make_fabric("cpu", launch=False)).settings
+    settings.pop("execution")
+    assert settings == saved
+    args = parse_args(["--config", str(comparison / "config.json"), "--budget", "1e9", "--seeds", "1",
+                       "--out", str(tmp_path / "changed")])
+    changed = plan(args, make_fabric("cpu", launch=False)).settings
+    assert args.seeds == 1 and {k for k in saved if saved[k] != changed[k]} == {"budget_flops"}
+    with pytest.raises(ConfigError, match="not a comparison's config.json"):
+        parse_args(["--config", str(comparison / "report.md")])
+
+
 def test_help_explains_every_flag():
     result = run_cli("--help")
     assert result.returncode == 0 and "exit status" in result.stdout and "3 the report" in result.stdout
@@ -297,3 +317,18 @@ def test_when_every_run_diverges_the_report_still_says_so(tmp_path, monkeypatch)
     assert results["runs"] == [] and len(results["diverged"]) == 2 and results["verdict"] is None
     report = (out / "report.md").read_text()
     assert "### Diverged runs" in report and "No verdict" in report
+
+
+def test_small_gpu_steps_are_warned_about(capsys):
+    from types import SimpleNamespace
+
+    import torch as torch_module
+
+    from bench.compare import warn_small_steps
+
+    gpu = SimpleNamespace(device=torch_module.device("cuda", 0), world_size=8)
+    warn_small_steps(gpu, 256, 128)  # 32 windows of 128 per process: 4,096 tokens
+    assert "4,096 tokens" in capsys.readouterr().err
+    warn_small_steps(gpu, 256, 512)  # 16,384 tokens per process
+    warn_small_steps(SimpleNamespace(device=torch_module.device("cpu"), world_size=1), 4, 16)
+    assert capsys.readouterr().err == ""

@@ -77,3 +77,11 @@ def test_a_nan_or_a_signal_on_one_rank_stops_both_at_the_same_step(tmp_path):
     assert stopped[0]["saved_step"] == stopped[1]["saved_step"] == 3  # the signal came during step 3 of rank 1
     assert stopped[1]["message"].startswith("stopped by SIGUSR1 after step 3 of ar seed 0")
     assert stopped[0]["message"].startswith("stopped by a signal to another process after step 3 of ar seed 0")
+
+
+def test_the_output_folder_is_rank_0s_and_must_be_shared(tmp_path):
+    run_job("shared", tmp_path)
+    seen = [json.loads((tmp_path / f"shared-rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert seen[0]["same"] == seen[1]["same"] == str(tmp_path / "rank0")  # e.g. default folders named by clock
+    assert seen[0]["separate"] == seen[1]["separate"]  # both refuse, with the same line
+    assert seen[0]["separate"].startswith(f"--out {tmp_path / 'separate'} is not one folder that every process sees")
