@@ -45,7 +45,7 @@ DEFAULT_SEEDS = 3
 DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
 # TrainConfig fields that change how a step runs but not what it computes: recorded in config.json, free to change
 # on --resume (another machine may need a smaller micro-batch)
-EXECUTION = ("micro_batch", "activation_checkpointing", "checkpoint_every")
+EXECUTION = ("micro_batch", "activation_checkpointing", "checkpoint_every", "log_every")
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
 
 
@@ -158,6 +158,10 @@ def add_hardware_flags(add) -> None:
         help="keep only each transformer block's input and recompute the rest in the backward pass: less "
              "activation memory for about a third more compute per step; the FLOPs counted stay the model's, so "
              "results do not change")
+    add("--log-every", type=int, default=10, metavar="STEPS",
+        help="write live metrics (loss, learning rate, gradient norm, tokens/s and MFU per device, peak memory, loss "
+             "scale) every this many steps to runs/NAME/logs/ as CSV, and as TensorBoard where it is installed; 0 "
+             "turns them off (default 10)")
     add("--checkpoint-every", type=float, default=None, metavar="MINUTES",
         help="also save the running run's state between evaluations once this many minutes have passed since the "
              "last save, so a killed job loses at most that much (default: save at the evaluations only)")
@@ -289,7 +293,8 @@ def plan(args, fabric: Fabric) -> Plan:
     config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size,
                          eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile,
                          micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
-                         checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision))
+                         checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision),
+                         log_every=args.log_every)
     check_config(config, fabric.world_size)
     text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
     corpus = load_corpus(args.data, args.seq_len, text)
@@ -405,6 +410,8 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
                       f"{corpus.vocab.first_ordinary} special, {corpus.vocab.num_sentinels} sentinels)",
         "device": f"{device_name(fabric.device)} × {fabric.world_size}, precision {args.precision}",
         "environment": f"python {platform.python_version()}, torch {torch.__version__}",
+        "live metrics": (f"every {config.log_every} steps in runs/NAME/logs/from-step-S/metrics.csv (CSV; "
+                         "TensorBoard beside it where installed)" if config.log_every else "off (--log-every 0)"),
         "git revision": git_revision(),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }

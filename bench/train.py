@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -45,6 +45,7 @@ from backbone import Backbone, ConfigError, Transformer, resolve_model
 from bench.data import Corpus
 from bench.downstream import Downstream
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
+from bench.live import LiveMetrics
 from bench.probes import ProbeConfig, run_probes
 from bench.seeds import derive_seed
 from objectives import Corrupted, Objective, Output, build_objective
@@ -76,6 +77,7 @@ class TrainConfig:
     activation_checkpointing: bool = False
     checkpoint_every: float | None = None  # minutes: also save the state between evaluations once this much has passed
     tf32: bool = False  # fp32 matmuls in TensorFloat-32 (CUDA under 32-true; see tf32_matmuls)
+    log_every: int = 10  # steps between rows of the live metrics (bench.live); 0: none
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
@@ -133,6 +135,8 @@ def check_batch_split(batch_size: int, world_size: int, micro_batch: int | None 
 def check_config(config: TrainConfig, world_size: int) -> None:
     """The mistakes a TrainConfig can hold that no flag parser sees, as one-line ConfigErrors."""
     check_batch_split(config.batch_size, world_size, config.micro_batch)
+    if config.log_every < 0:
+        raise ConfigError(f"--log-every must be >= 0 steps, got {config.log_every}")
     if config.checkpoint_every is not None and not 0 < config.checkpoint_every < math.inf:
         raise ConfigError(f"--checkpoint-every must be a positive number of minutes, got {config.checkpoint_every:g}")
 
@@ -307,6 +311,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     counters: dict
     run_dir: Path
+    grad_norm: Tensor | None = None  # of the last step, on the device: read only when it is logged
 
     @property
     def curve_path(self) -> Path:
@@ -383,7 +388,8 @@ def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> Tensor:
         parts.append(loss.detach())
     if config.grad_clip > 0:
         # a non-finite norm is not an error here: fit's check stops every process together, with one line
-        fabric.clip_gradients(run.module, run.optimizer, max_norm=config.grad_clip, error_if_nonfinite=False)
+        run.grad_norm = fabric.clip_gradients(run.module, run.optimizer, max_norm=config.grad_clip,
+                                              error_if_nonfinite=False)
     run.optimizer.step()
     return (parts[0] if len(parts) == 1 else torch.stack(parts).sum()) / world
 
@@ -450,12 +456,15 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
     bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
     started = time.perf_counter() - counters["wall_seconds"]
     last_save = time.monotonic()
+    precision = fabric.strategy.precision
+    live = LiveMetrics(run.run_dir, counters["step"], config.log_every, fabric.device, precision.precision,
+                       fabric.world_size, enabled=fabric.is_global_zero)
     run.module.train()
-    with stop_on_signals() as request:
+    with stop_on_signals() as request, closing(live):
         while counters["flops"] < config.budget_flops:
             step = counters["step"]
+            tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
             batch = training_batch(objective, windows, run.seed, step, config.batch_size)  # the global batch
-            tick = time.perf_counter()
             loss_part = train_step(fabric, run, batch)
             save_due = config.checkpoint_every is not None and \
                 time.monotonic() - last_save >= 60 * config.checkpoint_every
@@ -471,9 +480,12 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
                             supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
             bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
             bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
+            live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], batch.inputs.numel(), step_flops,
+                      run.grad_norm, getattr(precision, "scaler", None))
             if counters["flops"] >= grid[counters["next_eval"]]:
                 checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started, downstream)
                 last_save = time.monotonic()
+                live.restart()
             elif stop or save:
                 counters["wall_seconds"] = time.perf_counter() - started
                 save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))

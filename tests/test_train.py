@@ -323,3 +323,33 @@ def test_on_cuda_adamw_is_fused_and_fp32_matmuls_run_in_tf32(monkeypatch):
     make_optimizer(module, TrainConfig(budget_flops=1.0), cuda)
     make_optimizer(module, TrainConfig(budget_flops=1.0), cpu)
     assert [o["fused"] for o in options] == [True, None]
+
+
+def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fabric, tmp_path):
+    import csv
+
+    c = config(log_every=2)
+    train_run(fabric, "mlm", 0, corpus, c, tmp_path, progress=False, stop_after_steps=5)
+    first = list(csv.DictReader(open(tmp_path / "logs" / "from-step-0" / "metrics.csv")))
+    assert [int(row["step"]) for row in first] == [2, 4]
+    for row in first:
+        assert 0 < float(row["lr"]) <= c.lr and float(row["grad_norm"]) > 0 and float(row["loss"]) > 0
+        assert float(row["tokens_per_second_per_device"]) > 0 and float(row["peak_memory_gib"]) > 0
+        assert "mfu" not in row  # no peak for a CPU in Lightning's table: not guessed
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["counters"]["step"]  # the last evaluation
+    result = train_run(fabric, "mlm", 0, corpus, c, tmp_path, progress=False)
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["from-step-0", f"from-step-{saved}"]
+    resumed = list(csv.DictReader(open(tmp_path / "logs" / f"from-step-{saved}" / "metrics.csv")))
+    assert [int(row["step"]) for row in resumed] == list(range(saved + 2 - saved % 2, result["steps"] + 1, 2))
+    assert len(list(csv.DictReader(open(tmp_path / "logs" / "from-step-0" / "metrics.csv")))) == 2
+
+
+def test_mfu_uses_lightnings_peak_for_the_precision(monkeypatch):
+    import bench.live
+
+    asked = []
+    monkeypatch.setattr(bench.live, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
+    cuda = torch.device("cuda", 0)
+    assert bench.live.peak_flops(cuda, "bf16-mixed") == 1e15 and bench.live.peak_flops(cuda, "32-true") == 1e15
+    assert asked == [torch.bfloat16, "tfloat32"]
+    assert bench.live.peak_flops(torch.device("cpu"), "32-true") is None
