@@ -215,8 +215,12 @@ def downstream_table(results: dict) -> str:
             "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % CI over "
             f"seeds; downstream FLOPs are not charged to the budget. Recipe: {results['setup'].get('downstream', '')}."]
     for task in summary["tasks"]:
-        about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}"
-                 if "source" in task else "")
+        about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}; "
+                 f"majority-class accuracy {task['majority_accuracy']:.3f}" if "source" in task else "")
+        edge = [row["objective"] for row in task["rows"] if row["rate_at_edge"]]
+        if edge:
+            about += (f". The rate chosen on dev lies at the edge of the grid for {', '.join(edge)}: a wider "
+                      "--finetune-lrs may score higher")
         rows = [[row["objective"], fmt(row["frozen"]), fmt(row["finetuned"]),
                  ", ".join(f"{fmt(stat)} {key}" for key, stat in row["metrics"].items()) if len(row["metrics"]) > 1
                  else "", ", ".join(f"{rate} ×{count}" for rate, count in row["rates"].items()),

@@ -201,12 +201,14 @@ def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None)
             if not results:
                 continue
             rates = [r["finetuned"]["lr"] for r in results]
+            grid = [float(rate) for rate in results[0]["finetuned"]["dev"]]
             rows.append({"objective": spec, "pooling": results[0]["pooling"],
                          "frozen": stat([r["frozen"]["score"] for r in results]),
                          "finetuned": stat([r["finetuned"]["score"] for r in results]),
                          "metrics": {key: stat([r["finetuned"][key] for r in results])
                                      for key in results[0]["finetuned"] if key not in ("score", "lr", "dev")},
                          "rates": {f"{rate:g}": rates.count(rate) for rate in sorted(set(rates))},
+                         "rate_at_edge": len(grid) > 1 and any(rate in (min(grid), max(grid)) for rate in rates),
                          "flops": {key: sum(r["flops"][key] for r in results) / len(results)
                                    for key in ("frozen", "finetune")}})
         summary["tasks"].append({**described.get(name, {"task": name}), "rows": rows})

@@ -105,9 +105,15 @@ class Task:
         """Fine-tuning batches of this task are drawn from it: the same for every objective, seed and rate."""
         return derive_seed(SPLIT_SEED, zlib.crc32(self.name.encode()))
 
+    def majority_accuracy(self) -> float:
+        """The trivial baseline: always answer the most frequent training label, scored on the test split."""
+        train, test = (split.labels[split.labels != IGNORE] for split in (self.train, self.test))
+        return (test == train.bincount(minlength=self.classes).argmax()).double().mean().item()
+
     def describe(self) -> dict:
         return {"task": self.name, "level": self.level, "metric": " & ".join(self.metrics), "classes": self.classes,
-                "train": len(self.train), "dev": len(self.dev), "test": len(self.test), "source": self.source}
+                "train": len(self.train), "dev": len(self.dev), "test": len(self.test), "source": self.source,
+                "majority_accuracy": self.majority_accuracy()}
 
 
 @dataclass

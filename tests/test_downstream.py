@@ -1,5 +1,6 @@
 import json
 import random
+import re
 
 import datasets
 import pytest
@@ -95,6 +96,17 @@ def test_span_f1_counts_whole_entities():
     # true entities 3 (PER, LOC, PER), predicted 2, both right: P = 1, R = 2/3, F1 = 0.8
     assert values["span_f1"] == pytest.approx(0.8)
     assert values["accuracy"] == pytest.approx(5 / 6)
+
+
+def test_the_trivial_baseline_is_the_majority_training_label_on_test():
+    split = lambda labels: Split(torch.zeros(len(labels), 3, dtype=torch.long), torch.full((len(labels),), 3),  # noqa
+                                 torch.tensor(labels))
+    task = Task("x", "sequence", ("accuracy",), ["a", "b", "c"], split([1, 1, 0, 2]), split([0]), split([1, 0, 0, 1]),
+                "hand-made")
+    assert task.majority_accuracy() == 0.5  # label 1 is the majority in training; half the test labels are 1
+    tags = Task("t", "token", ("accuracy",), ["O", "X"], split([[0, 0, IGNORE], [1, IGNORE, IGNORE]]), split([[0]]),
+                split([[1, 0, 0], [IGNORE, IGNORE, 1]]), "hand-made")
+    assert tags.majority_accuracy() == 0.5  # tag O (2 of 3 scored training tags) is 2 of the 4 scored test tags
 
 
 def test_frozen_probe_reaches_one_on_separable_features_and_chance_on_shuffled_labels():
@@ -317,6 +329,7 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
     written = json.loads((out / "results.json").read_text())
     report = (out / "report.md").read_text()
     assert "### Downstream tasks" in report and f"task {task} (fine-tuned)" in report
+    assert re.search(r"majority-class accuracy 0\.[0-9]{3}", report)  # the trivial baseline beside the scores
     names = [y["yardstick"] for y in written["verdict"]["yardsticks"]]
     assert names == [f"{task} (finetuned)", f"{task} (frozen)"]
     # the frozen score has a curve over the FLOP checkpoints, so it gets a compute multiplier
