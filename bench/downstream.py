@@ -356,10 +356,17 @@ def main(argv: list[str] | None = None) -> None:
         scores_ = downstream.evaluate(objective, progress=not args.quiet, desc=folder.name)
         run["downstream"] = {**(run.get("downstream") or {}), **scores_}
         write_json(folder / "downstream.json", run["downstream"])
-    setup = {**results["setup"], "downstream": describe_recipe(downstream, results["runs"])}
+    # tasks evaluated before keep their description; a recipe used for other tasks stays on record beside this one
+    described = {t["task"]: {k: v for k, v in t.items() if k != "rows"}
+                 for t in (results.get("downstream") or {}).get("tasks", []) if "source" in t}
+    described.update({t["task"]: t for t in downstream.describe()})
+    recipe, before = describe_recipe(downstream, runs), results["setup"].get("downstream")
+    kept = [name for name in described if name not in {task.name for task in downstream.tasks}]
+    setup = {**results["setup"], "downstream": recipe if not (before and kept) else f"{before}; then, by "
+             f"bench.downstream --run: {recipe}"}
     rebuilt = build_results(setup, results["positions"], runs, results["budget_flops"], results["seq_len"],
                             results["bayes"], results["diverged"], results["lr_sweep"], baseline=results["baseline"],
-                            tasks=downstream.describe())
+                            tasks=list(described.values()))
     print(f"report: {write_report(out, rebuilt)}")
 
 

@@ -332,3 +332,14 @@ def test_small_gpu_steps_are_warned_about(capsys):
     warn_small_steps(gpu, 256, 512)  # 16,384 tokens per process
     warn_small_steps(SimpleNamespace(device=torch_module.device("cpu"), world_size=1), 4, 16)
     assert capsys.readouterr().err == ""
+
+
+def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
+    from bench.compare import check_args, parse_args
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
+    with pytest.raises(ConfigError, match="Tesla V100.*no bf16 units; use 16-mixed"):
+        check_args(parse_args(["--accelerator", "cuda", "--precision", "bf16-mixed"]))
+    check_args(parse_args(["--accelerator", "cuda", "--precision", "16-mixed"]))

@@ -309,7 +309,7 @@ def test_finetuning_flops_equal_flop_counter_mode(spec, level, text_files, text_
     assert flops == measured_step + measured_dev + measured_test
 
 
-def test_frozen_probe_beats_chance_on_a_topic_task_after_a_little_pretraining(text_files, text_context):
+def test_frozen_probe_beats_chance_on_a_topic_task_even_from_random_features(text_files, text_context):
     task = load_task(str(text_files / "topics.jsonl"), text_context)
     objective = tiny_objective("mlm", text_context)
     frozen, flops, _ = frozen_probe(objective, task, FinetuneConfig())
@@ -344,6 +344,17 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
     rewritten = json.loads((out / "results.json").read_text())
     assert [run["downstream"] for run in rewritten["runs"]] == before
     assert rewritten["verdict"]["yardsticks"] == written["verdict"]["yardsticks"]
+    # a task added later joins the ones the comparison ran, in results.json, the verdict and each run's folder
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"text": "wave ship", "other": "cow" if i % 2 else "tide", "label": i % 2})
+                             + "\n" for i in range(30)))
+    downstream_main(["--run", str(out), "--quiet", "--tasks", f"{pairs},text_pair=other"])
+    added = json.loads((out / "results.json").read_text())
+    assert all(set(run["downstream"]) == {task, f"{pairs},text_pair=other"} for run in added["runs"])
+    assert [run["downstream"][task] for run in added["runs"]] == [b[task] for b in before]
+    assert len(added["verdict"]["yardsticks"]) == 6  # two tasks and their average, frozen and fine-tuned
+    saved = json.loads((out / "runs" / "mlm-seed0" / "downstream.json").read_text())
+    assert set(saved) == {task, f"{pairs},text_pair=other"}
 
 
 def test_bad_downstream_input_exits_2_and_writes_nothing(tmp_path, capsys, text_files):
