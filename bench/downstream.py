@@ -351,11 +351,11 @@ def main(argv: list[str] | None = None) -> None:
         if not (folder / "checkpoint.pt").is_file():
             raise ConfigError(f"{folder} has no checkpoint.pt: the final weights are needed (checkpoints stay where "
                               "the comparison ran; they are not committed)")
-    for run, folder in tqdm(list(zip(runs, folders)), desc="runs", unit="run", disable=args.quiet):
-        objective = load_run_objective(folder, run["objective"], settings, context)
-        scores_ = downstream.evaluate(objective, progress=not args.quiet, desc=folder.name)
-        run["downstream"] = {**(run.get("downstream") or {}), **scores_}
-        write_json(folder / "downstream.json", run["downstream"])
+    for record, folder in tqdm(list(zip(runs, folders)), desc="runs", unit="run", disable=args.quiet):
+        objective = load_run_objective(folder, record["objective"], settings, context)
+        evaluated = downstream.evaluate(objective, progress=not args.quiet, desc=folder.name)
+        record["downstream"] = {**(record.get("downstream") or {}), **evaluated}
+        write_json(folder / "downstream.json", record["downstream"])
     # tasks evaluated before keep their description; a recipe used for other tasks stays on record beside this one
     described = {t["task"]: {k: v for k, v in t.items() if k != "rows"}
                  for t in (results.get("downstream") or {}).get("tasks", []) if "source" in t}

@@ -335,14 +335,14 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
     # the frozen score has a curve over the FLOP checkpoints, so it gets a compute multiplier
     assert [m["yardstick"] for m in written["verdict"]["multipliers"]] == [f"{task} (frozen)"]
     assert (out / "tokenizer.json").is_file()
-    before = [run["downstream"] for run in written["runs"]]
-    for run in written["runs"]:
-        assert run["curve"][-1][f"downstream:{task}"] == run["downstream"][task]["frozen"]["score"]
+    before = [result["downstream"] for result in written["runs"]]
+    for result in written["runs"]:
+        assert result["curve"][-1][f"downstream:{task}"] == result["downstream"][task]["frozen"]["score"]
     (out / "results.json").write_text(json.dumps({**written, "runs": [{k: v for k, v in r.items() if k != "downstream"}
                                                                      for r in written["runs"]]}))
     downstream_main(["--run", str(out), "--quiet"])
     rewritten = json.loads((out / "results.json").read_text())
-    assert [run["downstream"] for run in rewritten["runs"]] == before
+    assert [result["downstream"] for result in rewritten["runs"]] == before
     assert rewritten["verdict"]["yardsticks"] == written["verdict"]["yardsticks"]
     # a task added later joins the ones the comparison ran, in results.json, the verdict and each run's folder
     pairs = tmp_path / "pairs.jsonl"
@@ -350,8 +350,8 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
                              + "\n" for i in range(30)))
     downstream_main(["--run", str(out), "--quiet", "--tasks", f"{pairs},text_pair=other"])
     added = json.loads((out / "results.json").read_text())
-    assert all(set(run["downstream"]) == {task, f"{pairs},text_pair=other"} for run in added["runs"])
-    assert [run["downstream"][task] for run in added["runs"]] == [b[task] for b in before]
+    assert all(set(result["downstream"]) == {task, f"{pairs},text_pair=other"} for result in added["runs"])
+    assert [result["downstream"][task] for result in added["runs"]] == [b[task] for b in before]
     assert len(added["verdict"]["yardsticks"]) == 6  # two tasks and their average, frozen and fine-tuned
     saved = json.loads((out / "runs" / "mlm-seed0" / "downstream.json").read_text())
     assert set(saved) == {task, f"{pairs},text_pair=other"}
