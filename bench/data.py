@@ -183,18 +183,26 @@ def _files(path_text: str) -> list[Path]:
         files = [path]
     else:
         raise ConfigError(f"no such file or folder: {path}")
-    kinds = {FORMATS.get(p.suffix) for p in files}
-    if None in kinds:
-        bad = next(p for p in files if p.suffix not in FORMATS)
-        raise ConfigError(f"{bad}: unsupported file type {bad.suffix!r}; use {', '.join(FORMATS)}")
-    if len(kinds) > 1:
-        raise ConfigError(f"{path_text} mixes file types ({', '.join(sorted(kinds))}); give one kind at a time")
+    file_kind(files, FORMATS, path_text)
     for p in files:
-        if p.stat().st_size == 0:
-            raise ConfigError(f"{p} is empty")
         if p.suffix != ".parquet":
             _check_utf8(p)
     return files
+
+
+def file_kind(files: list[Path], formats: dict[str, str], where: str) -> str:
+    """The one `datasets` loader (formats: suffix -> loader) that reads every file of the list; a file of another
+    type, a mix of types or an empty file is a ConfigError naming it."""
+    kinds = {formats.get(p.suffix) for p in files}
+    if None in kinds:
+        bad = next(p for p in files if p.suffix not in formats)
+        raise ConfigError(f"{bad}: unsupported file type {bad.suffix!r}; use {', '.join(formats)}")
+    if len(kinds) > 1:
+        raise ConfigError(f"{where} mixes file types ({', '.join(sorted(kinds))}); give one kind at a time")
+    for p in files:
+        if p.stat().st_size == 0:
+            raise ConfigError(f"{p} is empty")
+    return kinds.pop()
 
 
 def _check_utf8(path: Path) -> None:

@@ -35,9 +35,9 @@ from torch import Tensor
 
 from backbone import ConfigError
 from bench import synthetic
-from bench.data import hub_reachable, quiet_datasets
+from bench.data import file_kind, hub_reachable, quiet_datasets
 from bench.seeds import derive_seed
-from objectives import IGNORE, Vocab, parse_options
+from objectives import IGNORE, Vocab, parse_options, split_specs
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
@@ -127,15 +127,8 @@ class TaskContext:
 
 
 def parse_task_list(text: str) -> list[str]:
-    """Split "a.csv,label=y,hf:glue:sst2" into specs: a piece with "=" and no ":" continues the previous spec."""
-    specs: list[str] = []
-    for piece in (part.strip() for part in text.split(",")):
-        if not piece:
-            continue
-        if "=" in piece and ":" not in piece and specs:
-            specs[-1] += "," + piece
-        else:
-            specs.append(piece)
+    """Split "a.csv,label=y,hf:glue:sst2" into specs, as --objectives is split (objectives.split_specs)."""
+    specs = split_specs(text)
     if not specs:
         raise ConfigError("--downstream names no task")
     return specs
@@ -172,17 +165,8 @@ def load_tasks(specs: list[str], context: TaskContext) -> list[Task]:
 # --- local files --------------------------------------------------------------------------------------------------
 
 def _read(files: list[Path], where: str) -> datasets.Dataset:
-    kinds = {FORMATS.get(p.suffix) for p in files}
-    if None in kinds:
-        bad = next(p for p in files if p.suffix not in FORMATS)
-        raise ConfigError(f"{bad}: unsupported file type {bad.suffix!r}; use {', '.join(FORMATS)}")
-    if len(kinds) > 1:
-        raise ConfigError(f"{where} mixes file types ({', '.join(sorted(kinds))}); give one kind at a time")
-    kind = kinds.pop()
+    kind = file_kind(files, FORMATS, where)
     extra = {"delimiter": "\t"} if files[0].suffix == ".tsv" else {}
-    for path in files:
-        if path.stat().st_size == 0:
-            raise ConfigError(f"{path} is empty")
     try:
         return datasets.load_dataset(kind, data_files=[str(p) for p in files], split="train", **extra)
     except Exception as error:  # datasets wraps a parser's error in several ways; the first line says what broke

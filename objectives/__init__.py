@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from backbone import Backbone, ConfigError
 from objectives.base import IGNORE, NUM_SENTINELS, SPECIAL_TOKENS, Corrupted, FloorSpec, Objective, Options, Output, \
-    Vocab, parse_options
+    Vocab, parse_options, split_specs
 from objectives.causal import CausalLM
 from objectives.electra import Electra
 from objectives.mlm import MaskedLM
@@ -34,15 +34,8 @@ def build_objective(spec: str, backbone: Backbone, vocab: Vocab) -> Objective:
 
 
 def parse_objective_list(text: str) -> list[str]:
-    """Split "mlm,ar,mlm:rate=0.4,mask=1.0" into specs: a piece with "=" and no ":" continues the previous spec."""
-    specs: list[str] = []
-    for piece in (part.strip() for part in text.split(",")):
-        if not piece:
-            continue
-        if "=" in piece and ":" not in piece and specs:
-            specs[-1] += "," + piece
-        else:
-            specs.append(piece)
+    """Split "mlm,ar,mlm:rate=0.4,mask=1.0" into specs (objectives.base.split_specs) and check each."""
+    specs = split_specs(text)
     if not specs:
         raise ConfigError("no objectives given")
     for spec in specs:
@@ -52,4 +45,4 @@ def parse_objective_list(text: str) -> list[str]:
 
 __all__ = ["CausalLM", "Corrupted", "Electra", "FloorSpec", "IGNORE", "MaskedLM", "NUM_SENTINELS", "Objective",
            "Options", "Output", "REGISTRY", "SPECIAL_TOKENS", "SpanCorruption", "Vocab", "build_objective",
-           "parse_objective_list", "parse_options", "parse_spec"]
+           "parse_objective_list", "parse_options", "parse_spec", "split_specs"]

@@ -341,6 +341,20 @@ def _convert(label: str, key: str, text: str, default: object) -> object:
         raise ConfigError(f"{label} option {key}={text!r} is not a valid {type(default).__name__}") from None
 
 
+def split_specs(text: str) -> list[str]:
+    """Split "mlm,ar,mlm:rate=0.4,mask=1.0" into specs: a piece with "=" and no ":" continues the previous spec (so a
+    list of specs and each spec's options share one comma-separated string)."""
+    specs: list[str] = []
+    for piece in (part.strip() for part in text.split(",")):
+        if not piece:
+            continue
+        if "=" in piece and ":" not in piece and specs:
+            specs[-1] += "," + piece
+        else:
+            specs.append(piece)
+    return specs
+
+
 def parse_options(label: str, text: str, options_class: type[OptionsT]) -> OptionsT:
     """"rate=0.4,mask=1.0" -> options_class(rate=0.4, mask=1.0). Each value is converted to the type of the field's
     default; an unknown key, a repeated key or a value of the wrong type raises ConfigError naming it."""

@@ -37,8 +37,9 @@ def corpus():
     return load_corpus(DATA, SEQ_LEN)
 
 
-def on_training_forward(cls: type, call: int, action) -> None:
-    """Run `action(output)` on the output of this process's `call`-th training forward of objective class `cls`."""
+def acting_forward(cls: type, call: int, action):
+    """`cls.forward`, but running `action(output)` on the output of this process's `call`-th (1-based) training
+    forward of objective class `cls`."""
     real, calls = cls.forward, []
 
     def forward(self, batch):
@@ -49,7 +50,11 @@ def on_training_forward(cls: type, call: int, action) -> None:
                 action(output)
         return output
 
-    cls.forward = forward
+    return forward
+
+
+def on_training_forward(cls: type, call: int, action) -> None:
+    cls.forward = acting_forward(cls, call, action)  # a spawned rank of its own: nothing to restore
 
 
 def train(fabric: Fabric, out: Path) -> None:

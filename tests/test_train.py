@@ -21,6 +21,7 @@ from bench.train import (EXIT_STOPPED, RunStopped, TrainConfig, TrainingDiverged
                          check_batch_split, check_config, check_memory, configure_matmuls, corruption_generator,
                          eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, tf32_matmuls,
                          train_run, train_step, training_batch)
+from ddp_job import acting_forward
 from objectives import IGNORE, Vocab
 
 SEQ_LEN, BATCH = 32, 4
@@ -141,17 +142,7 @@ def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_
 
 def poison_training_forward(monkeypatch, spec_class, call: int, action) -> None:
     """Run `action(output)` on the output of the `call`-th training forward (1-based) of objectives of spec_class."""
-    real, calls = spec_class.forward, []
-
-    def forward(self, batch):
-        output = real(self, batch)
-        if self.training:
-            calls.append(1)
-            if len(calls) == call:
-                action(output)
-        return output
-
-    monkeypatch.setattr(spec_class, "forward", forward)
+    monkeypatch.setattr(spec_class, "forward", acting_forward(spec_class, call, action))
 
 
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli"])
