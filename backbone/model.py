@@ -165,26 +165,40 @@ class Backbone(nn.Module):
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = (nn.Embedding(config.max_seq_len, config.d_model)
                                    if config.positions == "learned" else None)
+        self.segment_embedding: nn.Embedding | None = None  # see add_segment_embedding
         self.dropout = nn.Dropout(config.dropout)
         self.transformer = Transformer(config)
         nn.init.normal_(self.token_embedding.weight, std=0.02)
         if self.position_embedding is not None:
             nn.init.normal_(self.position_embedding.weight, std=0.02)
 
-    def embed(self, input_ids: Tensor, past_len: int = 0) -> Tensor:
-        """Token (+ learned position) embeddings; shared with ELECTRA's generator."""
+    def add_segment_embedding(self) -> None:
+        """BERT's segment (token-type) embeddings for segments A and B, for an objective that feeds sentence pairs
+        (mlm:pair=...). The objective adds them, so every other backbone keeps its parameters and checkpoints."""
+        if self.segment_embedding is None:
+            weight = self.token_embedding.weight
+            self.segment_embedding = nn.Embedding(2, self.config.d_model, device=weight.device, dtype=weight.dtype)
+            nn.init.normal_(self.segment_embedding.weight, std=0.02)
+
+    def embed(self, input_ids: Tensor, past_len: int = 0, segments: Tensor | None = None) -> Tensor:
+        """Token (+ learned position, + segment) embeddings; shared with ELECTRA's generator. A backbone with segment
+        embeddings reads a single text as segment A (as BERT does) when no segments are given."""
         x = self.token_embedding(input_ids)
         if self.position_embedding is not None:
             positions = torch.arange(past_len, past_len + input_ids.shape[1], device=input_ids.device)
             x = x + self.position_embedding(positions)
+        if self.segment_embedding is not None:
+            x = x + (self.segment_embedding.weight[0] if segments is None else self.segment_embedding(segments))
+        elif segments is not None:
+            raise ValueError("segments given to a backbone without segment embeddings")
         return self.dropout(x)
 
     def forward(self, input_ids: Tensor, *, attention: str, prefix_len: int | Tensor | None = None,
-                kv_cache: KVCache | None = None) -> Tensor:
+                kv_cache: KVCache | None = None, segments: Tensor | None = None) -> Tensor:
         """Final hidden states (batch, T, d_model) after the final norm."""
         past_len = kv_cache.length if kv_cache is not None else 0
-        return self.transformer(self.embed(input_ids, past_len), attention=attention, prefix_len=prefix_len,
-                                kv_cache=kv_cache)
+        return self.transformer(self.embed(input_ids, past_len, segments), attention=attention,
+                                prefix_len=prefix_len, kv_cache=kv_cache)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Tied output projection of whichever rows the caller passes."""

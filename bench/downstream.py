@@ -37,6 +37,7 @@ from bench.probes import ProbeConfig, StandardizedLinear, fit_linear_probe
 from bench.results import curve_key
 from bench.tasks import Split, Task, TaskContext, load_tasks, parse_task_list
 from objectives import IGNORE, Objective, Vocab, build_objective
+from objectives.pairs import segments_from_separators
 
 DEFAULT_STEPS = 150
 # the suite's small models: on the docs task (examples/docs_corpus.py, mini, 2e12 FLOPs) the dev split chose the top of
@@ -89,7 +90,11 @@ def hidden_states(backbone: Backbone, causal: bool, split: Split, batch_size: in
 def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
     device = backbone.token_embedding.weight.device
     attention = {"attention": "causal"} if causal else {"attention": "prefix", "prefix_len": split.lengths.to(device)}
-    return backbone(split.tokens.to(device), **attention)
+    # a backbone pretrained on sentence pairs (mlm:pair=...) reads a pair's segments as it did then; a single text,
+    # which holds no separator before its end, is all segment A
+    segments = segments_from_separators(split.tokens) if backbone.segment_embedding is not None else None
+    return backbone(split.tokens.to(device), **attention,
+                    segments=None if segments is None else segments.to(device))
 
 
 def representations(hidden: Tensor, split: Split, level: str, causal: bool) -> tuple[Tensor, Tensor]:

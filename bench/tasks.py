@@ -15,7 +15,8 @@ A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and n
   between sentences), scored by span F1 when the tags are BIO, else by accuracy.
 - synthetic:tagging|component|order|same-source: the embedded language's tasks, sampled afresh from the true
   distribution (they need --data synthetic): hidden-state tagging, mixture-component classification, whether two
-  halves are in their original order (SOP-like), whether two halves come from the same sequence (NSP-like).
+  halves are in their original order (SOP), whether two halves come from the same sequence (NSP); the pairs are made
+  as mlm:pair=sop and mlm:pair=nsp make theirs.
 
 Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
 is "a [EOS] b [EOS]". Examples are truncated to the window and padded with [PAD] after their last token. Every user
@@ -38,11 +39,13 @@ from bench import synthetic
 from bench.data import file_kind, hub_reachable, quiet_datasets
 from bench.seeds import derive_seed
 from objectives import IGNORE, Vocab, parse_options, split_specs
+from objectives.pairs import make_pairs, pair_layout
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
 SPLIT_SEED = 0
 SYNTHETIC_TASKS = ("tagging", "component", "order", "same-source")
+PAIR_TASK_OF = {"order": "sop", "same-source": "nsp"}  # the embedded pair tasks ask what these objectives train on
 # GLUE: (first text field, second or None, metrics; the task's score is their mean, as the GLUE leaderboard averages
 # F1 and accuracy for MRPC and QQP), and the labelled split that stands in for the hidden test split.
 GLUE = {
@@ -484,24 +487,18 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         elif name == "component":
             splits[split] = Split(tokens, lengths, drawn.components)
         else:
-            splits[split] = _synthetic_pairs(name, tokens, lengths, torch.Generator().manual_seed(seed))
+            splits[split] = _synthetic_pairs(name, tokens, lengths, context.vocab, torch.Generator().manual_seed(seed))
     level, labels = ("token", [f"{k}.{s}" for k in range(K) for s in range(S)]) if name == "tagging" \
         else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language; {sizes_text}", pair=name != "tagging")
+                splits["test"], f"sampled from the embedded language; {sizes_text}", pair=name in PAIR_TASK_OF)
 
 
-def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, generator: torch.Generator) -> Split:
-    """Halves a, b of each sampled window. order: "a b" (yes) or "b a" (no); same-source: "a b" (yes) or a followed by
-    the second half of another window (no). Each label is a fair coin."""
-    half = tokens.shape[1] // 2
-    first, second = tokens[:, :half], tokens[:, half:]
-    yes = torch.rand(len(tokens), generator=generator) < 0.5
-    if name == "order":
-        joined = torch.where(yes[:, None], tokens, torch.cat([second, first], dim=1))
-    else:
-        other = (torch.arange(len(tokens)) + torch.randint(1, len(tokens), (len(tokens),), generator=generator)) \
-            % len(tokens)
-        joined = torch.where(yes[:, None], tokens, torch.cat([first, second[other]], dim=1))
-    return Split(joined, lengths, yes.long())
+def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, vocab: Vocab, generator: torch.Generator) -> Split:
+    """Each sampled window as "[BOS] a [EOS] b [EOS]", made exactly as mlm:pair=sop (order) or mlm:pair=nsp
+    (same-source) makes its pairs (objectives.pairs): the label says whether b follows a in the same sequence. order's
+    negatives swap a and b; same-source's take b from another window. Each label is a fair coin."""
+    pairs = make_pairs(PAIR_TASK_OF[name], tokens, generator)
+    laid_out, _, _ = pair_layout(pairs, vocab)
+    return Split(laid_out, lengths, pairs.is_next)

@@ -304,10 +304,12 @@ def token_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, Tenso
     return loss, {"accuracy": (logits.argmax(-1) == targets).float().mean()}
 
 
-def lm_forward(backbone: Backbone, batch: Corrupted) -> Output:
-    """Run the backbone and project only the supervised rows: the shared forward of mlm, ar and span. The projection
-    and the cross-entropy are fused (backbone.fused_loss): the full logits never exist at once."""
-    hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
+def lm_forward(backbone: Backbone, batch: Corrupted, hidden: Tensor | None = None) -> Output:
+    """Run the backbone (unless its `hidden` states are given) and project only the supervised rows: the shared
+    forward of mlm, ar and span. The projection and the cross-entropy are fused (backbone.fused_loss): the full
+    logits never exist at once."""
+    if hidden is None:
+        hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
     rows = batch.supervised
     if rows.numel() == 0:
         return Output(hidden.sum() * 0.0, 0, {"accuracy": float("nan")})

@@ -27,15 +27,19 @@ def expected_count(seq_len: int, rate: float, rule: str) -> float:
     return float(exact_count(seq_len, rate)) if rule == "exact" else seq_len * rate
 
 
-def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: torch.Generator) -> Tensor:
+def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: torch.Generator,
+                     excluded: Tensor | None = None) -> Tensor:
     """Boolean (batch, T) mask of the chosen positions.
 
     "exact": exactly exact_count(T, rate) positions per sequence, uniformly without replacement (BERT).
     "bernoulli": each position independently with probability `rate` (Hugging Face's collator).
+    `excluded` positions are never chosen; BERT still counts them in T (its [CLS] and [SEP]).
     """
     scores = torch.rand(shape, generator=generator)
+    if excluded is not None:
+        scores = scores.masked_fill(excluded, -1.0)  # below every draw, so top-k never reaches them
     if rule == "bernoulli":
-        return scores < rate
+        return (scores < rate) & (scores >= 0)
     chosen = scores.topk(exact_count(shape[1], rate), dim=1).indices
     return torch.zeros(shape, dtype=torch.bool).scatter_(1, chosen, True)
 

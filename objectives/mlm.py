@@ -1,6 +1,10 @@
 """Masked language modelling (BERT): choose `rate` of the positions, rewrite them 80/10/10, predict the originals.
 
 Only the chosen positions are projected onto the vocabulary: at T = 512 that is 77 rows, not 512.
+
+With `pair=nsp` or `pair=sop` each window becomes a sentence pair (objectives.pairs) and a head on the first
+position, BERT's pooler (dense, tanh) and a two-way classifier, predicts whether the pair is in order: loss = MLM +
+pair loss, each a mean, as in BERT's pretraining loss.
 """
 
 from __future__ import annotations
@@ -8,11 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
-from backbone import ConfigError
-from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, check_fraction, check_split, \
-    lm_flops, lm_forward
+from backbone import Backbone, ConfigError, Flops
+from backbone.model import init_weights
+from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, Vocab, check_fraction, \
+    check_split, lm_flops, lm_forward
+from objectives.pairs import PAIR_TASKS, SPECIAL_POSITIONS, make_pairs, pair_layout
 from objectives.masking import KEPT, MASKED, RANDOM, RULES, exact_count, expected_count, rewrite, select_positions, \
     select_spans, select_whole_words
 
@@ -29,6 +36,7 @@ class MLMOptions(Options):
     span_p: float = 0.2
     span_max: int = 10
     static: int = 0  # > 0: BERT's static masking, each window has this many fixed masks, used in turn by epoch
+    pair: str = ""  # "nsp" | "sop": sentence pairs and a pair-classification loss beside MLM (objectives.pairs)
 
     def validate(self) -> None:
         check_fraction("mlm rate", self.rate, allow_zero=False)
@@ -46,6 +54,13 @@ class MLMOptions(Options):
             raise ConfigError(f"mlm span_max must be >= 1, got {self.span_max}")
         if self.static < 0:
             raise ConfigError(f"mlm static must be >= 0 (0 = dynamic masking), got {self.static}")
+        if self.pair not in ("", *PAIR_TASKS):
+            raise ConfigError(f"mlm pair must be one of {', '.join(PAIR_TASKS)} (or left out), got {self.pair!r}")
+        if self.pair and (self.span or self.whole_word):
+            raise ConfigError("mlm pair= is built on token masking; drop whole_word and span")
+        if self.pair and self.static:
+            raise ConfigError("mlm pair= needs dynamic masking: static masking corrupts one window at a time, and NSP's "
+                              "negatives come from the other windows of the batch")
 
 
 class MaskedLM(Objective):
@@ -53,8 +68,19 @@ class MaskedLM(Objective):
     options_class = MLMOptions
     attention = "bidirectional"
 
+    def __init__(self, backbone: Backbone, vocab: Vocab, options: MLMOptions | None = None) -> None:
+        super().__init__(backbone, vocab, options)
+        self.pair_head = None
+        if self.options.pair:
+            d = backbone.config.d_model
+            backbone.add_segment_embedding()
+            self.pair_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))  # BERT's pooler + classifier
+            self.pair_head.apply(init_weights)
+
     def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
         o = self.options
+        if o.pair:
+            return self.corrupt_pairs(tokens, generator)
         unit = None
         if o.span:
             selected, unit = select_spans(self.vocab.word_starts(tokens), exact_count(tokens.shape[1], o.rate),
@@ -68,26 +94,62 @@ class MaskedLM(Objective):
         targets = torch.where(selected, tokens, IGNORE)
         return Corrupted(inputs, targets, "bidirectional", tokens, info={"rewrite": kind})
 
+    def corrupt_pairs(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+        """The window as a sentence pair, then BERT's masking of round(rate·T) of its non-special positions."""
+        o = self.options
+        if o.pair == "nsp" and len(tokens) < 2:
+            raise ValueError("mlm:pair=nsp draws its negatives from the other windows of a batch: need 2 or more")
+        pairs = make_pairs(o.pair, tokens, generator)
+        laid_out, segments, special = pair_layout(pairs, self.vocab)
+        selected = select_positions(tuple(laid_out.shape), o.rate, o.rule, generator, excluded=special)
+        inputs, kind = rewrite(laid_out, selected, o.mask, o.random, self.vocab, generator)
+        targets = torch.where(selected, laid_out, IGNORE)
+        return Corrupted(inputs, targets, "bidirectional", tokens,
+                         info={"rewrite": kind, "segments": segments, "is_next": pairs.is_next})
+
+    def check_seq_len(self, seq_len: int) -> None:
+        super().check_seq_len(seq_len)
+        if self.options.pair and seq_len < SPECIAL_POSITIONS + 2:
+            raise ConfigError(f"mlm:pair={self.options.pair} needs windows of at least {SPECIAL_POSITIONS + 2} tokens "
+                              f"([BOS] a [EOS] b [EOS]), got {seq_len}")
+        if self.options.pair and exact_count(seq_len, self.options.rate) > seq_len - SPECIAL_POSITIONS:
+            raise ConfigError(f"mlm:pair={self.options.pair},rate={self.options.rate} masks more positions than the "
+                              f"{seq_len - SPECIAL_POSITIONS} a window of {seq_len} has besides [BOS] and [EOS]")
+
     @property
     def static_copies(self) -> int:
         return self.options.static
 
     def expected_supervised_positions(self, seq_len: int) -> float:
         """Exact rule and span masking: round(rate·T). Bernoulli: rate·T. Whole-word masking: round(rate·T) is its
-        upper bound (reached when every token is a word); the measured count is reported beside it."""
+        upper bound (reached when every token is a word); the measured count is reported beside it. A pair objective
+        adds its first position, which carries the pair loss."""
+        return self.expected_masked_positions(seq_len) + (1 if self.options.pair else 0)
+
+    def expected_masked_positions(self, seq_len: int) -> float:
+        if self.options.pair and self.options.rule == "bernoulli":
+            return (seq_len - SPECIAL_POSITIONS) * self.options.rate  # the special positions are never candidates
         return expected_count(seq_len, self.options.rate, self.options.rule)
 
     def expected_split(self, seq_len: int) -> dict[str, float]:
         """Expected [MASK] / random / kept positions per sequence."""
-        supervised = self.expected_supervised_positions(seq_len)
-        return {share: supervised * getattr(self.options, share) for share in ("mask", "random", "keep")}
+        masked = self.expected_masked_positions(seq_len)
+        return {share: masked * getattr(self.options, share) for share in ("mask", "random", "keep")}
 
     def describe(self, seq_len: int) -> dict:
         split = self.expected_split(seq_len)
         # whole words fill round(rate·T) only when they fit exactly: the analytic count is then an upper bound
         upper_bound = self.options.whole_word and self.vocab.continuation is not None
-        return {**split, "upper_bound": upper_bound,
-                "parts": f"{split['mask']:.2f} / {split['random']:.2f} / {split['keep']:.2f}"}
+        parts = f"{split['mask']:.2f} / {split['random']:.2f} / {split['keep']:.2f}"
+        return {**split, "upper_bound": upper_bound, "parts": parts + (" + 1 pair" if self.options.pair else "")}
+
+    def counted_positions(self, batch: Corrupted) -> int:
+        return batch.num_supervised + (len(batch.targets) if self.options.pair else 0)
+
+    def loss_counts(self, batch: Corrupted) -> dict[str, int]:
+        if not self.options.pair:
+            return super().loss_counts(batch)
+        return {"masked": batch.num_supervised, "pair": len(batch.targets)}
 
     def measure_parts(self, batch: Corrupted) -> dict[str, float]:
         kinds, sequences = batch.info["rewrite"], batch.inputs.shape[0]
@@ -97,17 +159,38 @@ class MaskedLM(Objective):
     def bayes_floors(self) -> list[FloorSpec]:
         if self.options.span:
             return []  # one 80/10/10 decision per span couples the positions; the per-position model does not hold
+        if self.options.pair:
+            return []  # the windows are cut, spliced or swapped: no longer one contiguous sample of the language
         o = self.options
         return [FloorSpec("loss", "masked_token", keep=o.keep, random=o.random, mask=o.mask)]
 
     def forward(self, batch: Corrupted) -> Output:
-        return lm_forward(self.backbone, batch)
+        if not self.options.pair:
+            return lm_forward(self.backbone, batch)
+        hidden = self.backbone(batch.inputs, attention="bidirectional", segments=batch.info["segments"])
+        masked = lm_forward(self.backbone, batch, hidden)
+        logits = self.pair_head(hidden[:, 0]).float()
+        is_next = batch.info["is_next"]
+        pair_loss = F.cross_entropy(logits, is_next)
+        metrics = {**masked.metrics, "masked_loss": masked.loss.detach(), "pair_loss": pair_loss.detach(),
+                   "pair_accuracy": (logits.argmax(-1) == is_next).float().mean()}
+        return Output(masked.loss + pair_loss, masked.supervised_positions + len(is_next), metrics,
+                      terms={"masked": masked.loss, "pair": pair_loss})
+
+    def pair_head_flops(self, batch_size: int) -> Flops:
+        """The pooler (d × d) and the classifier (d × 2) on each sequence's first position."""
+        d = self.backbone.config.d_model
+        return Flops(dense=2 * batch_size * d * (d + 2)) if self.options.pair else Flops()
 
     def flops(self, batch: Corrupted) -> int:
-        return lm_flops(self.backbone, batch)
+        return lm_flops(self.backbone, batch) + self.pair_head_flops(len(batch.inputs)).training_step
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
         # FLOPs are linear in the projected rows, so the expectation is the count at the expected row number.
-        base = self.backbone.flops(1, seq_len, 0).training_step
-        per_row = self.backbone.flops(1, seq_len, 1).training_step - base
-        return base + per_row * self.expected_supervised_positions(seq_len)
+        base = self.backbone.flops(1, seq_len, 0).training_step + self.pair_head_flops(1).training_step
+        per_row = self.backbone.flops(1, seq_len, 1).training_step - self.backbone.flops(1, seq_len, 0).training_step
+        return base + per_row * self.expected_masked_positions(seq_len)
+
+    @property
+    def perf_peer(self) -> str | None:
+        return None if self.options.pair else self.name

@@ -169,25 +169,37 @@ def recorded_samples(monkeypatch):
     return drawn
 
 
+def segments_of(row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, b) of a laid-out pair "[BOS] a [EOS] b [EOS]", found by reading the row (its words are never specials)."""
+    assert row[0] == Vocab.BOS and row[-1] == Vocab.EOS
+    separators = (row == Vocab.EOS).nonzero().squeeze(1).tolist()
+    assert len(separators) == 2
+    return row[1:separators[0]], row[separators[0] + 1:-1]
+
+
 def test_order_negatives_are_exact_swaps_of_sampled_windows(synthetic_context, recorded_samples):
     order = load_task("synthetic:order,size=32", synthetic_context)
     windows = recorded_samples[32].words + synthetic_context.vocab.first_ordinary
-    half = synthetic_context.seq_len // 2
+    content = synthetic_context.seq_len - 3
     assert 0 < order.train.labels.sum() < 32
     for row, window, label in zip(order.train.tokens, windows, order.train.labels):
-        expected = window if label == 1 else torch.cat([window[half:], window[:half]])
-        assert torch.equal(row, expected)
+        a, b = segments_of(row)
+        shown = torch.cat([a, b]) if label == 1 else torch.cat([b, a])
+        assert torch.equal(shown, window[:content])
+        assert content // 4 <= len(a) <= content - content // 4  # the cut's range is symmetric: a swap hides nothing
 
 
 def test_same_source_negatives_take_the_second_half_of_another_window(synthetic_context, recorded_samples):
     same = load_task("synthetic:same-source,size=32", synthetic_context)
     windows = recorded_samples[32].words + synthetic_context.vocab.first_ordinary
-    half = synthetic_context.seq_len // 2
+    content = synthetic_context.seq_len - 3
     assert 0 < same.train.labels.sum() < 32
     for i, (row, label) in enumerate(zip(same.train.tokens, same.train.labels)):
-        assert torch.equal(row[:half], windows[i, :half])
-        sources = [j for j in range(32) if torch.equal(windows[j, half:], row[half:])]
-        assert sources == [i] if label == 1 else (sources and i not in sources)
+        a, b = segments_of(row)
+        assert torch.equal(a, windows[i, :len(a)])
+        sources = [j for j in range(32) if torch.equal(windows[j, len(a):content], b)]
+        # a short b may occur in several windows; a negative's must occur in another one
+        assert i in sources if label == 1 else any(j != i for j in sources)
 
 
 def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_context):

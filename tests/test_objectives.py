@@ -193,7 +193,8 @@ def test_electra_generator_is_a_quarter_wide_and_shares_embeddings():
 
 
 @pytest.mark.parametrize("model", ["tiny", "small"])
-@pytest.mark.parametrize("spec", ["ar", "mlm", "mlm:rule=bernoulli,rate=0.3", "electra", "span"])
+@pytest.mark.parametrize("spec", ["ar", "mlm", "mlm:rule=bernoulli,rate=0.3", "electra", "span", "mlm:pair=nsp",
+                                  "mlm:pair=sop,rule=bernoulli"])
 def test_analytic_step_flops_match_the_flop_counter(spec, model):
     seq_len = 64 if model == "tiny" else 32
     objective = tiny_objective(spec, seq_len, model=model)
@@ -204,7 +205,7 @@ def test_analytic_step_flops_match_the_flop_counter(spec, model):
         assert objective.expected_flops_per_sequence(seq_len) * 3 == objective.flops(batch)
 
 
-@pytest.mark.parametrize("spec", ["ar", "mlm", "electra", "span"])
+@pytest.mark.parametrize("spec", ["ar", "mlm", "electra", "span", "mlm:pair=sop"])
 def test_every_objective_learns_on_the_tiny_preset(spec):
     objective = tiny_objective(spec, 32)
     optimizer = torch.optim.AdamW(objective.parameters(), lr=3e-3)
@@ -250,6 +251,9 @@ def test_generation_with_kv_cache_equals_greedy_recomputation():
     ("electra:disc_weight=nan", "not a valid float"),
     ("span:density=0", "span density"),
     ("span:mean_span=0.5", "mean_span"),
+    ("mlm:pair=isnext", "mlm pair must be one of nsp, sop"),
+    ("mlm:pair=nsp,whole_word=true", "token masking"),
+    ("mlm:pair=sop,static=10", "dynamic masking"),
 ])
 def test_bad_specs_raise_one_clear_error(spec, message):
     with pytest.raises(ConfigError, match=message):
@@ -257,7 +261,8 @@ def test_bad_specs_raise_one_clear_error(spec, message):
 
 
 @pytest.mark.parametrize("spec, seq_len, message", [("ar", 1, "seq_len >= 2"), ("span", 5, "too short"),
-                                                    ("mlm", 100, "max_seq_len")])
+                                                    ("mlm", 100, "max_seq_len"), ("mlm:pair=nsp", 4, "at least 5"),
+                                                    ("mlm:pair=sop,rate=1", 64, "masks more positions")])
 def test_sequences_too_short_or_long_are_rejected(spec, seq_len, message):
     with pytest.raises(ConfigError, match=message):
         tiny_objective(spec, seq_len=64).check_seq_len(seq_len)
@@ -284,7 +289,8 @@ def test_roc_auc_equals_the_pairwise_count():
     assert roc_auc(scores, positive) == pytest.approx(sum(pairs) / len(pairs))
 
 
-SPECS = ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:whole_word=true", "electra:rule=bernoulli"]
+SPECS = ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:whole_word=true", "electra:rule=bernoulli",
+         "mlm:pair=nsp"]
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -296,8 +302,8 @@ def test_supervised_indices_survive_slicing_and_stacking(spec):
     for part in [batch, *parts, Corrupted.concat(parts)]:
         assert torch.equal(part.supervised, (part.targets.reshape(-1) != IGNORE).nonzero().squeeze(1))
         assert list(part.row_offsets) == [0, *(part.targets != IGNORE).sum(1).cumsum(0).tolist()]
-        assert part.num_supervised == objective.counted_positions(part) - (part.targets.numel()
-                                                                             if spec.startswith("electra") else 0)
+        extra = part.targets.numel() if spec.startswith("electra") else len(part.targets) if "pair" in spec else 0
+        assert part.num_supervised == objective.counted_positions(part) - extra
 
 
 @pytest.mark.parametrize("spec", SPECS)
@@ -340,3 +346,50 @@ def test_forward_and_backward_make_every_tensor_on_the_inputs_device(spec):
     assert all(p.grad is not None and p.grad.device.type == "cpu" for p in objective.parameters() if p.requires_grad)
     for value in output.metrics.values():
         assert not isinstance(value, torch.Tensor) or value.device.type == "cpu"
+
+
+@pytest.mark.parametrize("task", ["nsp", "sop"])
+def test_pairs_are_laid_out_as_bert_and_never_mask_the_specials(task):
+    objective = tiny_objective(f"mlm:pair={task}", 32)
+    tokens = random_tokens(64, 32, 4)
+    batch = objective.corrupt(tokens, torch.Generator().manual_seed(4))
+    restored = torch.where(batch.targets != IGNORE, batch.targets, batch.inputs)  # the pair before masking
+    content = 32 - 3
+    labels = batch.info["is_next"]
+    assert 10 < int(labels.sum()) < 54
+    for i, (row, segments) in enumerate(zip(restored, batch.info["segments"])):
+        separator = int((row[1:] == VOCAB.EOS).nonzero()[0]) + 1
+        assert row[0] == VOCAB.BOS and row[-1] == VOCAB.EOS
+        assert segments.tolist() == [0] * (separator + 1) + [1] * (31 - separator)
+        a, b = row[1:separator], row[separator + 1:-1]
+        if labels[i] == 1:
+            assert torch.equal(torch.cat([a, b]), tokens[i, :content])
+        elif task == "sop":  # the same window, its two segments swapped
+            assert torch.equal(torch.cat([b, a]), tokens[i, :content])
+        else:  # a from this window, b from the same positions of another one
+            assert torch.equal(a, tokens[i, :len(a)])
+            sources = [j for j in range(64) if torch.equal(tokens[j, len(a):content], b)]
+            assert sources and i not in sources
+    special = restored == VOCAB.EOS
+    special[:, 0] = True
+    assert not (batch.targets != IGNORE)[special].any()  # [BOS] and [EOS] are never chosen, as in BERT
+    # round(0.15 · 32) = 5 masked positions per window, counted over all 32 (BERT counts [CLS] and [SEP]), + 1 pair
+    assert ((batch.targets != IGNORE).sum(1) == 5).all()
+    assert objective.counted_positions(batch) == 64 * 6 == objective.expected_supervised_positions(32) * 64
+
+
+def test_the_pair_loss_is_the_mean_cross_entropy_of_the_head_on_the_first_position():
+    objective = tiny_objective("mlm:pair=nsp", 32).eval()
+    batch = objective.corrupt(random_tokens(8, 32, 5), torch.Generator().manual_seed(5))
+    output = objective(batch)
+    hidden = objective.backbone(batch.inputs, attention="bidirectional", segments=batch.info["segments"])
+    pooled = torch.tanh(hidden[:, 0] @ objective.pair_head[0].weight.T + objective.pair_head[0].bias)
+    logits = pooled @ objective.pair_head[2].weight.T + objective.pair_head[2].bias
+    log_p = logits.log_softmax(-1)
+    expected = -log_p[torch.arange(8), batch.info["is_next"]].mean()
+    assert output.terms["pair"].item() == pytest.approx(expected.item(), rel=1e-5)
+    assert output.loss.item() == pytest.approx(output.terms["masked"].item() + expected.item(), rel=1e-5)
+    assert objective.loss_counts(batch) == {"masked": batch.num_supervised, "pair": 8}
+    # the segment embeddings are read: swapping the segment ids changes the hidden states
+    flipped = objective.backbone(batch.inputs, attention="bidirectional", segments=1 - batch.info["segments"])
+    assert not torch.allclose(hidden, flipped)

@@ -145,7 +145,7 @@ def poison_training_forward(monkeypatch, spec_class, call: int, action) -> None:
     monkeypatch.setattr(spec_class, "forward", acting_forward(spec_class, call, action))
 
 
-@pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli"])
+@pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:pair=nsp"])
 def test_micro_batches_train_like_the_whole_batch(spec, corpus, fabric, tmp_path):
     whole = train_run(fabric, spec, 0, corpus, config(budget=2e8), tmp_path / "whole", progress=False)
     for size in (1, 2):
