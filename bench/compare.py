@@ -11,9 +11,12 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
+from argparse import Namespace
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 import torch
 from lightning_fabric import Fabric
@@ -25,8 +28,9 @@ from bench.data import Corpus, TextOptions, load_corpus
 from bench.density import build_on_meta, position_row
 from bench.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
 from bench.files import read_json, write_atomic, write_json
+from bench.presets import describe_presets, get_preset, paper_section
 from bench.probes import ProbeConfig
-from bench.report import write_report
+from bench.report import write_preset_report, write_report
 from bench.results import build_results
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
@@ -96,6 +100,11 @@ def build_parser() -> Parser:
              "or glob; hf:NAME[:CONFIG] loads a Hugging Face hub dataset (needs network) (default synthetic)")
     add_text_flags(add)
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
+    add("--preset", default=None, metavar="NAME",
+        help="run a classic published ablation (bert-table8, corruption-rate, static-vs-dynamic, nsp-sop, "
+             "electra-efficiency, seq-len-schedule): it sets the objectives, data, budget and seeds (flags given "
+             "explicitly still override them) and its report gains a section \"Paper versus this run\" with the "
+             "paper's numbers beside ours; `--preset list` shows what each runs (README: Presets)")
     add("--config", type=Path, default=None,
         help="rerun a comparison: the settings its config.json (or folder) recorded, and its number of seeds, "
              "become the defaults; flags given explicitly override them (default: none)")
@@ -172,9 +181,11 @@ def parse_args(argv: list[str] | None):
     them."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    if args.preset is not None:
+        return preset_args(parser, args, argv, given)
     if args.config is None:
         return args
-    given = sys.argv[1:] if argv is None else argv
     defaults, rates, seeds = config_defaults(args.config)
     if not any(flag == "--seeds" or flag.startswith("--seeds=") for flag in given) and seeds is not None:
         defaults["seeds"] = seeds
@@ -183,6 +194,29 @@ def parse_args(argv: list[str] | None):
     if not any(flag == "--lr" or flag.startswith("--lr=") for flag in given) and args.objectives == \
             defaults["objectives"]:
         args.config_learning_rates = rates  # one rate per spec; specs with options cannot be written back as --lr
+    return args
+
+
+def given_flag(given: list[str], dest: str) -> bool:
+    flag = "--" + dest.replace("_", "-")
+    return any(word == flag or word.startswith(flag + "=") for word in given)
+
+
+def preset_args(parser: Parser, args: Namespace, argv: list[str] | None, given: list[str]) -> Namespace:
+    """The flags with a preset's settings as the defaults; `--preset list` prints the presets and exits."""
+    if args.preset == "list":
+        print(describe_presets())
+        sys.exit(0)
+    if args.config is not None:
+        raise ConfigError("--preset and --config both set the defaults; give one of them")
+    preset = get_preset(args.preset)
+    parser.set_defaults(**preset.flags)
+    args = parser.parse_args(argv)
+    for variant in preset.variants:
+        for dest in variant.flags:
+            if given_flag(given, dest):
+                raise ConfigError(f"--preset {preset.name} runs one comparison per --{dest.replace('_', '-')} "
+                                  f"({', '.join(str(v.flags[dest]) for v in preset.variants)}); drop the flag")
     return args
 
 
@@ -409,6 +443,8 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
         "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "
                      f"{len(corpus.heldout):,} held-out windows (first {min(config.eval_windows, len(corpus.heldout))}"
                      " evaluated)",
+        "epochs": (f"{sum(r['tokens'] for r in runs) / len(runs) / corpus.summary()['train_tokens']:.1f} passes over "
+                   "the training windows per run (mean)" if runs else "no finished run"),
         "tokenizer": corpus.tokenizer,
         "vocabulary": f"{corpus.vocab.size} ids ({corpus.vocab.num_ordinary} ordinary, "
                       f"{corpus.vocab.first_ordinary} special, {corpus.vocab.num_sentinels} sentinels)",
@@ -460,6 +496,18 @@ def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_args(args)
+    if args.preset is not None:
+        diverged = run_preset(args, argv)
+    else:
+        _, diverged = compare(args, argv)
+    if diverged:
+        sys.exit(3)
+
+
+def compare(args: Namespace, argv: list[str] | None,
+            paper: Callable[[dict], dict] | None = None) -> tuple[dict | None, list[dict]]:
+    """Run one comparison and write its report; (results, diverged runs) on rank 0, (None, []) elsewhere. `paper`
+    turns the results into a preset's "Paper versus this run" section."""
     fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision,
                          launch=False)
     plan_ = plan(args, fabric)
@@ -484,13 +532,40 @@ def main(argv: list[str] | None = None) -> None:
         plan_.learning_rates = {spec: item["chosen"] for spec, item in lr_sweep.items()}
     runs, diverged = run_all(fabric, plan_, args.seeds, args.resume, progress=not args.quiet)
     if not fabric.is_global_zero:
-        return
+        return None, []
     results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
                             args.seq_len, bayes, diverged, lr_sweep, baseline=plan_.specs[0],
                             tasks=plan_.downstream.describe() if plan_.downstream else None)
+    if paper is not None:
+        results["paper"] = paper(results)
     print(f"report: {write_report(plan_.out, results)}")
-    if diverged:
-        sys.exit(3)
+    return results, diverged
+
+
+def flag_value(dest: str, value: object) -> object:
+    """A preset's setting as the flag's parser would have converted it."""
+    action = next(action for action in build_parser()._actions if action.dest == dest)
+    return action.type(value) if isinstance(value, str) and action.type is not None else value
+
+
+def run_preset(args: Namespace, argv: list[str] | None) -> list[dict]:
+    """A preset's comparison, or one comparison per variant in --out/VARIANT with the paper section in --out's own
+    report; returns the diverged runs."""
+    preset, started = get_preset(args.preset), time.perf_counter()
+    if not preset.variants:
+        return compare(args, argv, lambda results: paper_section(preset, {"": results},
+                                                                 time.perf_counter() - started))[1]
+    out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
+    found, diverged = {}, []
+    for variant in preset.variants:
+        print(f"preset {preset.name}: comparison {variant.name} ({', '.join(f'{k} {v}' for k, v in variant.flags.items())})",
+              file=sys.stderr)
+        flags = {dest: flag_value(dest, value) for dest, value in variant.flags.items()}
+        results, lost = compare(Namespace(**{**vars(args), **flags, "out": out / variant.name}), argv)
+        found[variant.name], diverged = results, diverged + lost
+    if all(results is not None for results in found.values()):  # rank 0
+        print(f"report: {write_preset_report(out, paper_section(preset, found, time.perf_counter() - started))}")
+    return diverged
 
 
 if __name__ == "__main__":

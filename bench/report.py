@@ -330,11 +330,45 @@ def write_plots(results: dict, out: Path) -> list[str]:
     return plots + ["![signal density](signal_density.png)"]
 
 
+def paper_value(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.3g}" if abs(value) >= 1e4 else f"{value:g}"
+
+
+def paper_text(paper: dict) -> str:
+    """"Paper versus this run": the paper's rows beside ours (matched by row), its claim, and per claim whether this
+    run reproduces its direction."""
+    ours = {row["row"]: row for row in paper["ours"]}
+    labels = list(dict.fromkeys([row["row"] for row in paper["paper_rows"]] + list(ours)))
+    published = {row["row"]: row["values"] for row in paper["paper_rows"]}
+    rows = [[label, *[paper_value(v) for v in published.get(label, [None] * len(paper["paper_columns"]))],
+             f"`{ours[label]['spec']}`" + (f" ({ours[label]['variant']})" if ours[label]["variant"] else "")
+             if label in ours else "",
+             *[fmt(ours[label].get(name)) if label in ours else "" for name in paper["yardsticks"]]]
+            for label in labels]
+    findings = [[f["claim"], f"**{f['outcome']}**", f["evidence"]] for f in paper["findings"]]
+    wall = paper.get("wall_seconds")
+    text = [f"## Paper versus this run\n\n**{paper['citation']}.** {paper['claim']}\n",
+            table(rows, ["setting", *[f"paper: {c}" for c in paper["paper_columns"]], "ours",
+                         *[f"ours: {name} (mean ± 95 % CI)" for name in paper["yardsticks"]]]),
+            "\nDoes this run reproduce the paper's direction? Each claim is checked on this comparison's own "
+            "yardsticks, with its CIs and Welch tests (p < 0.05 separates; \"direction only\" means ahead but not "
+            "separated by these seeds).\n",
+            table(findings, ["claim", "outcome", "evidence"]),
+            f"\n**What differs.** The paper: {paper['paper_setting']}. This run: {paper['this_run']}. The yardsticks "
+            "are the embedded language's probes and tasks, whose Bayes ceilings are known, not the paper's "
+            "benchmarks: a direction can carry over, the numbers cannot."
+            + (f" Wall time of this command: {wall / 60:.1f} min." if wall else "")]
+    return "\n".join(text)
+
+
 def render(results: dict, plots: list[str]) -> str:
     """report.md from the results dict (bench.results.build_results)."""
     sections = [
         f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
         "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
+        *([paper_text(results["paper"])] if results.get("paper") else []),
         verdict_section(results),
         setup_section(results["setup"]),
         density_section(results),
@@ -351,4 +385,16 @@ def write_report(out: Path, results: dict) -> Path:
     plots = write_plots(results, out)
     report = out / "report.md"
     write_atomic(report, render(results, plots))
+    return report
+
+
+def write_preset_report(out: Path, paper: dict) -> Path:
+    """A multi-comparison preset's own results.json and report.md: the paper section and a link to each
+    comparison's full report."""
+    write_json(out / "results.json", {"paper": paper})
+    variants = list(dict.fromkeys(row["variant"] for row in paper["ours"]))
+    links = "\n".join(f"- [{name}]({name}/report.md)" for name in variants)
+    report = out / "report.md"
+    write_atomic(report, f"# Preset {paper['preset']}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
+                         f"Each has its full report (verdict, setup, compute, plots):\n\n{links}\n")
     return report
