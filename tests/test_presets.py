@@ -1,0 +1,128 @@
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from backbone import ConfigError
+from bench import presets as presets_module
+from bench.cli import run
+from bench.compare import main as compare_main, parse_args
+from bench.presets import PRESETS, Evidence, Preset, PaperTable, Variant, comparable, compare
+from objectives import parse_objective_list
+
+ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "ANCHORS.md"
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_preset_parses_and_names_its_paper(name):
+    preset = PRESETS[name]
+    args = parse_args(["--preset", name])
+    specs = parse_objective_list(args.objectives)  # every spec is valid
+    assert args.seeds == preset.flags["seeds"]
+    assert re.search(r"\d{4}", preset.paper.citation) and re.search(r"Table|Section", preset.paper.citation)
+    assert preset.paper.claim.endswith(".") and preset.paper.setting
+    for row, values in preset.paper.rows:
+        assert len(values) == len(preset.paper.columns), row
+    variants = {variant.name for variant in preset.variants}
+    for label, target in preset.rows:
+        variant, _, spec = target.rpartition("/")
+        assert spec in specs and (variant in variants if variants else not variant), target
+    assert preset.judge.__name__.startswith("judge")
+
+
+@pytest.mark.skipif(not ANCHORS.is_file(), reason="the workplace's ../shared/ANCHORS.md is not beside this checkout")
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_every_quoted_paper_value_is_in_the_reference_facts(name):
+    anchors = ANCHORS.read_text()
+    for row, values in PRESETS[name].paper.rows:
+        for value in values:
+            if value is None:
+                continue
+            written = [f"{value:g}", f"{value:.1f}", f"{value:.2f}", f"{value:.2e}".replace("e+", " × 10")]
+            mantissa = f"{value:.3g}".split("e")[0]
+            assert any(text in anchors for text in written) or mantissa in anchors, (name, row, value)
+
+
+def test_explicit_flags_override_a_preset_and_its_variants_are_its_own():
+    args = parse_args(["--preset", "nsp-sop", "--seeds", "2", "--budget", "1e10"])
+    assert args.seeds == 2 and args.budget == 1e10 and args.objectives == "mlm,mlm:pair=nsp,mlm:pair=sop"
+    assert args.downstream == "synthetic:same-source,synthetic:order"
+    with pytest.raises(ConfigError, match="runs one comparison per --budget"):
+        parse_args(["--preset", "electra-efficiency", "--budget", "1e10"])
+    with pytest.raises(ConfigError, match="unknown --preset 'bert'"):
+        parse_args(["--preset", "bert"])
+    with pytest.raises(ConfigError, match="give one of them"):
+        parse_args(["--preset", "nsp-sop", "--config", "x.json"])
+
+
+def test_preset_list_names_every_preset(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(["--preset", "list"])
+    assert exit_.value.code == 0
+    printed = capsys.readouterr().out
+    for name, preset in PRESETS.items():
+        assert f"{name}: " in printed and preset.paper.citation in printed
+
+
+def evidence(values: dict[str, list[float]]) -> Evidence:
+    return Evidence({}, {("", spec, "y"): v for spec, v in values.items()})
+
+
+def test_a_direction_is_reproduced_only_when_the_seeds_separate_it():
+    separated = evidence({"a": [0.80, 0.81, 0.82], "b": [0.70, 0.71, 0.72]})
+    assert compare(separated, "a > b", "y", ("", "a"), ("", "b"))["outcome"] == "reproduced"
+    assert compare(separated, "b > a", "y", ("", "b"), ("", "a"))["outcome"] == "not reproduced"
+    noisy = evidence({"a": [0.80, 0.60, 0.90], "b": [0.70, 0.75, 0.65]})
+    assert compare(noisy, "a > b", "y", ("", "a"), ("", "b"))["outcome"] == "direction only, not significant"
+    assert compare(noisy, "b > a", "y", ("", "b"), ("", "a"))["outcome"].startswith("not reproduced (opposite")
+    assert compare(separated, "c > a", "y", ("", "c"), ("", "a"))["outcome"] == "not measured"
+
+
+def test_comparable_needs_cis_narrower_than_the_margin():
+    close = evidence({"a": [0.700, 0.701, 0.702], "b": [0.701, 0.702, 0.703]})
+    assert comparable(close, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"] == "reproduced"
+    wide = evidence({"a": [0.5, 0.7, 0.9], "b": [0.6, 0.7, 0.8]})
+    assert comparable(wide, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"].startswith("inconclusive")
+    behind = evidence({"a": [0.60, 0.61, 0.62], "b": [0.70, 0.71, 0.72]})
+    assert comparable(behind, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"] == "not reproduced"
+
+
+SMALL = ["--model", "tiny", "--seq-len", "32", "--eval-points", "2", "--no-probe-curves", "--quiet"]
+
+
+def test_a_preset_run_writes_the_paper_beside_this_run(tmp_path):
+    out = tmp_path / "static"
+    run(compare_main, ["--preset", "static-vs-dynamic", "--budget", "3e9", "--seeds", "2", "--data",
+                       "synthetic:train=64,heldout=160", *SMALL, "--out", str(out)])
+    results = json.loads((out / "results.json").read_text())
+    paper = results["paper"]
+    assert paper["preset"] == "static-vs-dynamic" and [f["outcome"] for f in paper["findings"]][0] == "setting"
+    assert {row["spec"] for row in paper["ours"]} == {"mlm", "mlm:static=10"}
+    for row in paper["ours"]:  # our numbers are the verdict's numbers
+        verdict = next(y for y in results["verdict"]["yardsticks"] if y["yardstick"] == "tagging_frozen_share")
+        mine = next(r for r in verdict["rows"] if r["objective"] == row["spec"])
+        assert row["tagging_frozen_share"]["mean"] == pytest.approx(mine["mean"])
+    report = (out / "report.md").read_text()
+    assert "## Paper versus this run" in report and "78.7" in report and "Liu et al. 2019 (RoBERTa)" in report
+    assert report.index("## Paper versus this run") < report.index("## Verdict")
+
+
+def test_a_preset_with_variants_runs_one_comparison_each(tmp_path, monkeypatch):
+    budgets = Preset("two-budgets", "mlm at two budgets", {"objectives": "mlm", "seeds": 2},
+                     PaperTable("Nobody 2024, Table 1", "More is better.", ("score",), (("small", (1.0,)),), "none"),
+                     (("small", "small/mlm"), ("large", "large/mlm")), ("tagging_frozen_share",),
+                     lambda evidence: [compare(evidence, "large > small", "tagging_frozen_share", ("large", "mlm"),
+                                               ("small", "mlm"))],
+                     variants=(Variant("small", {"budget": 2e9}), Variant("large", {"budget": 4e9})))
+    monkeypatch.setitem(presets_module.PRESETS, "two-budgets", budgets)
+    out = tmp_path / "budgets"
+    run(compare_main, ["--preset", "two-budgets", "--data", "synthetic:train=64,heldout=160", *SMALL, "--out",
+                       str(out)])
+    for name, budget in (("small", 2e9), ("large", 4e9)):
+        assert json.loads((out / name / "results.json").read_text())["budget_flops"] == budget
+    paper = json.loads((out / "results.json").read_text())["paper"]
+    assert [row["variant"] for row in paper["ours"]] == ["small", "large"]
+    assert paper["findings"][0]["outcome"] != "not measured"
+    report = (out / "report.md").read_text()
+    assert "[small](small/report.md)" in report and "Nobody 2024" in report
