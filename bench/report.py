@@ -214,9 +214,15 @@ def downstream_table(results: dict) -> str:
             "on the test split. A causal backbone reads left to right and represents a sequence by its last token; "
             "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % CI over "
             f"seeds; downstream FLOPs are not charged to the budget. Recipe: {results['setup'].get('downstream', '')}."]
+    if any(task.get("bayes_ceiling") is not None for task in summary["tasks"]):
+        text[0] += (" A task's Bayes ceiling is the accuracy expected of the exact posterior of the language that "
+                    "generated its test examples: no model can beat it in expectation, and where it is close to the "
+                    "majority class the task cannot tell objectives apart.")
     for task in summary["tasks"]:
         about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}; "
                  f"majority-class accuracy {task['majority_accuracy']:.3f}" if "source" in task else "")
+        if task.get("bayes_ceiling") is not None:
+            about += f"; Bayes ceiling {task['bayes_ceiling']:.3f}"
         edge = [row["objective"] for row in task["rows"] if row["rate_at_edge"]]
         if edge:
             about += (f". The rate chosen on dev lies at the edge of the grid for {', '.join(edge)}: a wider "

@@ -2,7 +2,8 @@
 
 Because the generating distribution is known, exact inference gives the suite's "physical limits": the Bayes-optimal
 next-token and masked-token losses, and the best achievable accuracy for tagging each position's hidden state (from the
-whole sequence or from the left context only) and for classifying a sequence's component ("genre").
+whole sequence or from the left context only), for classifying a sequence's component ("genre"), and for the two
+sentence-pair tasks made from its windows (order and same-source).
 
 Words are integer ids in [0, V); the caller maps them onto model token ids (no special tokens here).
 
@@ -172,11 +173,13 @@ def _emission_evidence(language: Language, words: Tensor) -> Tensor:
     return language.emission.transpose(1, 2)[:, words.T.long()].permute(1, 0, 2, 3).contiguous()
 
 
-def _forward(language: Language, ev: Tensor) -> tuple[Tensor, Tensor]:
-    """alpha (L, K, N, S) = p(s_t | evidence[..t], k); log_z (L, K, N) = log p(evidence_t | evidence[..t-1], k)."""
+def _forward(language: Language, ev: Tensor, start: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """alpha (L, K, N, S) = p(s_t | evidence[..t], k); log_z (L, K, N) = log p(evidence_t | evidence[..t-1], k).
+    `start` (K, N, S) is the state distribution of the first position, per component and sequence (default: the
+    initial distribution, i.e. the evidence starts at time 0)."""
     L, K, N, S = ev.shape
     alpha, log_z = torch.empty_like(ev), ev.new_empty(L, K, N)
-    predicted = language.initial[:, None, :].expand(K, N, S)
+    predicted = language.initial[:, None, :].expand(K, N, S) if start is None else start
     for t in range(L):
         joint = predicted * ev[t]
         z = joint.sum(-1, keepdim=True)
@@ -213,6 +216,84 @@ def log_likelihood(language: Language, words: Tensor) -> Tensor:
     """(N,): log p(x[0..L-1]) under the mixture."""
     _, log_z = _forward(language, _emission_evidence(language, words))
     return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
+
+
+def state_marginals(language: Language, steps: int) -> Tensor:
+    """(steps + 1, K, S): p(s_t = s | k) for t = 0..steps, each component's chain run forward from its initial
+    distribution with nothing observed (initial @ transition^t)."""
+    marginals = [language.initial]
+    for _ in range(steps):
+        marginals.append(torch.bmm(marginals[-1][:, None, :], language.transition).squeeze(1))
+    return torch.stack(marginals)
+
+
+def log_likelihood_from(language: Language, words: Tensor, start: Tensor | int = 0,
+                        lengths: Tensor | int | None = None) -> Tensor:
+    """(N,): log p(the words seen at times start_n .. start_n + lengths_n − 1 of a fresh sequence) under the mixture.
+
+    Row n holds its lengths_n words first; what follows is padding (any valid ids), ignored. The words before
+    `start` and after the last are unseen and summed out: each component's state at time `start` is distributed as
+    initial @ transition^start, and the component is drawn from the prior. start = 0 with full lengths is
+    log_likelihood. Rows may differ in start and length: the padding's forward normalisers are masked out of the sum
+    (the recursion is causal, so it never changes the ones before it)."""
+    _check_words(words, language.emission.shape[-1])
+    N, L = words.shape
+    start = torch.as_tensor(start, dtype=torch.int64).expand(N)
+    lengths = torch.as_tensor(L if lengths is None else lengths, dtype=torch.int64).expand(N)
+    if start.min() < 0 or lengths.min() < 0 or lengths.max() > L:
+        raise ValueError(f"need start >= 0 and 0 <= lengths <= {L}, got start range [{start.min()}, {start.max()}] "
+                         f"and lengths range [{lengths.min()}, {lengths.max()}]")
+    first_state = state_marginals(language, int(start.max()))[start].transpose(0, 1)  # (K, N, S)
+    _, log_z = _forward(language, _emission_evidence(language, words), first_state.contiguous())
+    seen = torch.arange(L)[:, None] < lengths[None, :]  # (L, N)
+    log_z = torch.where(seen[:, None, :], log_z, 0.0)
+    return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
+
+
+# The embedded pair tasks (objectives.pairs, bench.tasks synthetic:order and synthetic:same-source). A window w of T
+# words is sampled from time 0; its first C = T − 3 words are cut at h, uniform over a range symmetric under
+# h -> C − h, into a = w[:h] and b = w[h:C]; the pair is shown as x then y, label 1 ("is next") being (x, y) = (a, b),
+# with prior 1/2. What is shown is the C words in their shown order, `content` = x ++ y, and `first_length` = len(x).
+# The last 3 words of the window are never shown and sum out of every likelihood below; the cut's prior is the same
+# under both labels (for order by its symmetry), so it cancels too.
+
+
+def _check_pairs(content: Tensor, first_length: Tensor) -> None:
+    if first_length.shape != content.shape[:1]:
+        raise ValueError(f"first_length must be ({content.shape[0]},), got {tuple(first_length.shape)}")
+    if first_length.min() < 1 or first_length.max() >= content.shape[1]:
+        raise ValueError(f"first_length must lie in [1, {content.shape[1] - 1}] (two non-empty segments), got range "
+                         f"[{first_length.min()}, {first_length.max()}]")
+
+
+def order_posterior(language: Language, content: Tensor, first_length: Tensor) -> Tensor:
+    """(N,): P(label 1 | x, y) for sentence-order prediction, where label 0 shows the window's segments swapped:
+    the hypotheses are "x ++ y is a sequence from time 0" (cut at len(x)) and "y ++ x is" (cut at C − len(x)), so
+    P = p(x ++ y) / (p(x ++ y) + p(y ++ x))."""
+    _check_pairs(content, first_length)
+    N, C = content.shape
+    swapped = content.gather(1, (torch.arange(C) + first_length[:, None]) % C)  # y ++ x
+    both = log_likelihood(language, torch.cat([content, swapped]))
+    return torch.sigmoid(both[:N] - both[N:])
+
+
+def same_source_posterior(language: Language, content: Tensor, first_length: Tensor) -> Tensor:
+    """(N,): P(label 1 | x, y) for next-sentence prediction, where label 0 takes y from the same positions h..C−1 of
+    another, independent window (its component drawn afresh): P = p(x ++ y) / (p(x ++ y) + p(x) q_h(y)), with q_h(y)
+    the likelihood of y as the words at times h..C−1 of a fresh sequence."""
+    _check_pairs(content, first_length)
+    N, C = content.shape
+    joint = log_likelihood(language, content)
+    first = log_likelihood_from(language, content, 0, first_length)
+    second_words = content.gather(1, (torch.arange(C) + first_length[:, None]).clamp_max(C - 1))  # y, then padding
+    second = log_likelihood_from(language, second_words, first_length, C - first_length)
+    return torch.sigmoid(joint - first - second)
+
+
+def binary_ceiling(posterior: Tensor) -> float:
+    """The Bayes classifier answers the likelier label and is right with probability max(P, 1 − P): its expected
+    accuracy on these examples is the mean of that (lower variance than counting its hits)."""
+    return torch.maximum(posterior, 1 - posterior).mean().item()
 
 
 def unigram(language: Language, length: int) -> Tensor:

@@ -39,13 +39,14 @@ from bench import synthetic
 from bench.data import file_kind, hub_reachable, quiet_datasets
 from bench.seeds import derive_seed
 from objectives import IGNORE, Vocab, parse_options, split_specs
-from objectives.pairs import make_pairs, pair_layout
+from objectives.pairs import Pairs, make_pairs, pair_layout
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
 SPLIT_SEED = 0
 SYNTHETIC_TASKS = ("tagging", "component", "order", "same-source")
 PAIR_TASK_OF = {"order": "sop", "same-source": "nsp"}  # the embedded pair tasks ask what these objectives train on
+PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
 # GLUE: (first text field, second or None, metrics; the task's score is their mean, as the GLUE leaderboard averages
 # F1 and accuracy for MRPC and QQP), and the labelled split that stands in for the hidden test split.
 GLUE = {
@@ -98,6 +99,9 @@ class Task:
     test: Split
     source: str  # where the examples and splits came from, for the report
     pair: bool = False
+    # the embedded language's tasks: the Bayes classifier's expected accuracy on the test split, by exact inference in
+    # the language that generated it (no model can beat it in expectation); None where the truth is unknown
+    bayes_ceiling: float | None = None
 
     @property
     def classes(self) -> int:
@@ -116,7 +120,7 @@ class Task:
     def describe(self) -> dict:
         return {"task": self.name, "level": self.level, "metric": " & ".join(self.metrics), "classes": self.classes,
                 "train": len(self.train), "dev": len(self.dev), "test": len(self.test), "source": self.source,
-                "majority_accuracy": self.majority_accuracy()}
+                "majority_accuracy": self.majority_accuracy(), "bayes_ceiling": self.bayes_ceiling}
 
 
 @dataclass
@@ -476,29 +480,41 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     language, window, first = context.language, context.seq_len, context.vocab.first_ordinary
     K, S, _ = language.emission.shape
     sizes = {"train": options.size, "dev": max(2, options.size // 4), "test": max(2, options.size // 2)}
-    splits = {}
+    splits, ceiling = {}, None
     for number, (split, count) in enumerate(sizes.items()):
         # seeds of their own: never the corpus's samples (seeds 2·seed and 2·seed + 1 of the small integers)
         seed = derive_seed(1 + SYNTHETIC_TASKS.index(name), number)
         drawn = synthetic.sample(language, count, window, seed)
         tokens, lengths = drawn.words + first, torch.full((count,), window, dtype=torch.long)
         if name == "tagging":
+            # No ceiling: a causal backbone's feature at a position has read only the words up to it (its ceiling is
+            # the filtering accuracy), the others the whole window (smoothing); one number would hold one of them to
+            # the wrong limit. The probes section reports each objective against its own.
             splits[split] = Split(tokens, lengths, drawn.states)
         elif name == "component":
             splits[split] = Split(tokens, lengths, drawn.components)
+            if split == "test":  # every backbone's sequence feature has read the whole window
+                ceiling = synthetic.component_posterior(language, drawn.words).amax(-1).mean().item()
         else:
-            splits[split] = _synthetic_pairs(name, tokens, lengths, context.vocab, torch.Generator().manual_seed(seed))
+            splits[split], pairs = _synthetic_pairs(name, tokens, lengths, context.vocab,
+                                                    torch.Generator().manual_seed(seed))
+            if split == "test":  # from the pairs as shown: words in shown order and where the separator falls
+                posterior = PAIR_POSTERIORS[name](language, pairs.content - first, pairs.first_length)
+                ceiling = synthetic.binary_ceiling(posterior)
     level, labels = ("token", [f"{k}.{s}" for k in range(K) for s in range(S)]) if name == "tagging" \
         else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language; {sizes_text}", pair=name in PAIR_TASK_OF)
+                splits["test"], f"sampled from the embedded language; {sizes_text}", pair=name in PAIR_TASK_OF,
+                bayes_ceiling=ceiling)
 
 
-def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, vocab: Vocab, generator: torch.Generator) -> Split:
+def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, vocab: Vocab,
+                     generator: torch.Generator) -> tuple[Split, Pairs]:
     """Each sampled window as "[BOS] a [EOS] b [EOS]", made exactly as mlm:pair=sop (order) or mlm:pair=nsp
     (same-source) makes its pairs (objectives.pairs): the label says whether b follows a in the same sequence. order's
-    negatives swap a and b; same-source's take b from another window. Each label is a fair coin."""
+    negatives swap a and b; same-source's take b from another window. Each label is a fair coin. The pairs before
+    the layout come back too: their content in shown order is what the Bayes ceiling is computed from."""
     pairs = make_pairs(PAIR_TASK_OF[name], tokens, generator)
     laid_out, _, _ = pair_layout(pairs, vocab)
-    return Split(laid_out, lengths, pairs.is_next)
+    return Split(laid_out, lengths, pairs.is_next), pairs

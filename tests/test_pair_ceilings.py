@@ -1,0 +1,262 @@
+"""Exact Bayes ceilings of the embedded pair tasks (synthetic:order, synthetic:same-source) and the likelihood from an
+arbitrary time they rest on: against brute-force enumeration of the generative story, against the task builder's own
+examples by Monte Carlo, and on languages where the answer is known in closed form.
+
+The brute-force reference enumerates every (component, state path) of a whole window of T words, in plain Python over
+lists; a word that is not shown (before a segment, or the window's last 3) is left out of the product, which sums it
+out exactly since emission rows sum to one. It shares no code with the scaled forward recursions.
+"""
+import itertools
+import math
+
+import pytest
+import torch
+
+from bench.report import downstream_table
+from bench.synthetic import (
+    Language,
+    LanguageConfig,
+    binary_ceiling,
+    component_posterior,
+    log_likelihood,
+    log_likelihood_from,
+    make_language,
+    order_posterior,
+    same_source_posterior,
+    sample,
+)
+from bench.tasks import TaskContext, load_task
+from objectives import Vocab
+from objectives.pairs import SPECIAL_POSITIONS, cut_range
+
+TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
+WINDOW = 7  # T: C = 4 content words, cut at 1..3
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return make_language(TINY)
+
+
+def _lists(language):
+    return (language.prior.tolist(), language.initial.tolist(), language.transition.tolist(),
+            language.emission.tolist())
+
+
+def _prob(P, seen):
+    """p(the words of `seen` that are not None, at their positions) for a sequence of len(seen) words from time 0."""
+    if not seen:
+        return 1.0
+    prior, initial, transition, emission = P
+    K, S = len(prior), len(initial[0])
+    total = 0.0
+    for k in range(K):
+        for path in itertools.product(range(S), repeat=len(seen)):
+            p = prior[k] * initial[k][path[0]]
+            for t in range(1, len(seen)):
+                p *= transition[k][path[t - 1]][path[t]]
+            for t, word in enumerate(seen):
+                if word is not None:
+                    p *= emission[k][path[t]][word]
+            total += p
+    return total
+
+
+def _cut_prior(cut, content_length):
+    low, high = cut_range(content_length)
+    return 1 / (high - low + 1) if low <= cut <= high else 0.0
+
+
+def _story_order(P, x, y):
+    """P(label 1 | shown x, y) for order, from the story: a window of T words from time 0 cut at h, then label 1
+    shows (a, b), label 0 shows (b, a), each with prior 1/2."""
+    C = len(x) + len(y)
+    hidden_tail = [None] * SPECIAL_POSITIONS  # the window's last 3 words, never shown
+    positive = 0.5 * _cut_prior(len(x), C) * _prob(P, x + y + hidden_tail)  # w = x ++ y, cut at len(x)
+    negative = 0.5 * _cut_prior(len(y), C) * _prob(P, y + x + hidden_tail)  # w = y ++ x, cut at len(y), swapped
+    return positive / (positive + negative)
+
+
+def _story_same_source(P, x, y):
+    """P(label 1 | shown x, y) for same-source: label 0 shows a = w[:h] beside w'[h:C] of another window w'."""
+    C, T, h = len(x) + len(y), len(x) + len(y) + SPECIAL_POSITIONS, len(x)
+    positive = 0.5 * _cut_prior(h, C) * _prob(P, x + y + [None] * SPECIAL_POSITIONS)
+    negative = 0.5 * _cut_prior(h, C) * _prob(P, x + [None] * (T - h)) * _prob(P, [None] * h + y
+                                                                               + [None] * SPECIAL_POSITIONS)
+    return positive / (positive + negative)
+
+
+def _shown(language, count, seed):
+    """Shown pairs to score: sampled contents and a few fixed unlikely ones, each at every cut of the range."""
+    C = WINDOW - SPECIAL_POSITIONS
+    contents = sample(language, count, C, seed=seed).words.tolist() + [[0, 0, 0, 0], [3, 2, 1, 0], [1, 3, 1, 3]]
+    low, high = cut_range(C)
+    rows = [(content, cut) for content in contents for cut in range(low, high + 1)]
+    return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
+
+
+# ----------------------------------------------------------------------------------------------- likelihood from h
+@pytest.mark.parametrize("start", [0, 1, 3])
+def test_log_likelihood_from_a_later_time_matches_enumeration(tiny, start):
+    P = _lists(tiny)
+    words = torch.cat([sample(tiny, 4, 4, seed=5).words, torch.tensor([[0, 0, 0, 0], [3, 2, 1, 0]])])
+    expected = [math.log(_prob(P, [None] * start + w)) for w in words.tolist()]
+    assert log_likelihood_from(tiny, words, start).tolist() == pytest.approx(expected, abs=1e-9)
+    if start:  # the unseen words summed out one by one, not through the state marginals
+        explicit = [math.log(sum(_prob(P, list(u) + w) for u in itertools.product(range(TINY.words), repeat=start)))
+                    for w in words.tolist()]
+        assert log_likelihood_from(tiny, words, start).tolist() == pytest.approx(explicit, abs=1e-9)
+
+
+def test_log_likelihood_from_handles_rows_of_different_starts_and_lengths(tiny):
+    P = _lists(tiny)
+    words = sample(tiny, 5, 4, seed=6).words
+    start, lengths = torch.tensor([0, 2, 1, 3, 0]), torch.tensor([4, 1, 3, 2, 0])
+    expected = [math.log(_prob(P, [None] * s + w[:n])) for w, s, n in zip(words.tolist(), start.tolist(),
+                                                                         lengths.tolist())]
+    got = log_likelihood_from(tiny, words, start, lengths)
+    assert got.tolist() == pytest.approx(expected, abs=1e-9)
+    assert got[-1].item() == 0.0  # nothing seen: probability one
+    # the padding after each row's words is ignored, whatever it holds
+    other_padding = torch.where(torch.arange(4) >= lengths[:, None], (words + 1) % TINY.words, words)
+    assert torch.equal(got, log_likelihood_from(tiny, other_padding, start, lengths))
+    with pytest.raises(ValueError, match="lengths"):
+        log_likelihood_from(tiny, words, 0, 5)
+
+
+# ----------------------------------------------------------------------------------------------- the posteriors
+def test_order_posterior_matches_the_generative_story(tiny):
+    P = _lists(tiny)
+    content, cut = _shown(tiny, 5, seed=7)
+    expected = [_story_order(P, c[:h], c[h:]) for c, h in zip(content.tolist(), cut.tolist())]
+    assert order_posterior(tiny, content, cut).tolist() == pytest.approx(expected, abs=1e-9)
+
+
+def test_same_source_posterior_matches_the_generative_story(tiny):
+    P = _lists(tiny)
+    content, cut = _shown(tiny, 5, seed=8)
+    expected = [_story_same_source(P, c[:h], c[h:]) for c, h in zip(content.tolist(), cut.tolist())]
+    assert same_source_posterior(tiny, content, cut).tolist() == pytest.approx(expected, abs=1e-9)
+
+
+def test_posteriors_refuse_an_empty_segment(tiny):
+    content = torch.zeros(2, 4, dtype=torch.long)
+    for posterior in (order_posterior, same_source_posterior):
+        with pytest.raises(ValueError, match="two non-empty segments"):
+            posterior(tiny, content, torch.tensor([1, 4]))
+
+
+# ----------------------------------------------------------------------------------------------- the tasks' ceilings
+def _context(language, seq_len):
+    return TaskContext(seq_len, Vocab.for_words(language.emission.shape[-1]), language=language)
+
+
+def _read_pairs(split, vocab):
+    """(content in shown order as words, first segment lengths) read back from laid-out "[BOS] x [EOS] y [EOS]"."""
+    tokens = split.tokens
+    assert (tokens[:, 0] == vocab.BOS).all() and (tokens[:, -1] == vocab.EOS).all()
+    separator = (tokens[:, 1:-1] == vocab.EOS).long().argmax(1) + 1
+    assert ((tokens[:, 1:-1] == vocab.EOS).sum(1) == 1).all()  # words are never specials
+    content = torch.stack([torch.cat([row[1:s], row[s + 1:-1]]) for row, s in zip(tokens, separator.tolist())])
+    return content - vocab.first_ordinary, separator - 1
+
+
+@pytest.mark.parametrize("name", ["order", "same-source"])
+def test_task_ceiling_is_the_mean_best_posterior_of_its_test_pairs_by_enumeration(tiny, name):
+    context = _context(tiny, WINDOW)
+    task = load_task(f"synthetic:{name},size=8", context)
+    content, cut = _read_pairs(task.test, context.vocab)
+    story = _story_order if name == "order" else _story_same_source
+    P = _lists(tiny)
+    best = [max(p, 1 - p) for p in (story(P, c[:h], c[h:]) for c, h in zip(content.tolist(), cut.tolist()))]
+    assert task.bayes_ceiling == pytest.approx(sum(best) / len(best), abs=1e-9)
+    assert task.describe()["bayes_ceiling"] == task.bayes_ceiling
+
+
+def test_component_task_has_its_ceiling_and_tagging_has_none(tiny):
+    context = _context(tiny, WINDOW)
+    component = load_task("synthetic:component,size=8", context)
+    words = component.test.tokens - context.vocab.first_ordinary
+    assert component.bayes_ceiling == pytest.approx(component_posterior(tiny, words).amax(-1).mean().item(), abs=1e-12)
+    # tagging's ceiling depends on how a backbone reads (filtering for a causal one, smoothing otherwise)
+    assert load_task("synthetic:tagging,size=8", context).bayes_ceiling is None
+
+
+# A language where order tells a lot: sparse, distinct transitions and few words per state.
+STRUCTURED = LanguageConfig(components=2, states=4, words=8, successors=1, zipf=2.0, support=2, genre=0.5, leak=0.05,
+                            seed=1)
+
+
+def _iid_mixture(emissions):
+    """Components of one state each: the words are i.i.d. given the component, so any order is as likely as any
+    other, and with a single component the two segments are independent."""
+    emission = torch.tensor(emissions, dtype=torch.float64)[:, None, :]
+    K = len(emissions)
+    return Language(prior=torch.full((K,), 1 / K, dtype=torch.float64), initial=torch.ones(K, 1, dtype=torch.float64),
+                    transition=torch.ones(K, 1, 1, dtype=torch.float64), emission=emission)
+
+
+ORDER_BLIND = _iid_mixture([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])  # same-source can still tell the topic
+BLIND = make_language(LanguageConfig(components=1, states=1, successors=1, words=4, support=2))  # neither task
+
+
+@pytest.mark.parametrize("language, name, expected", [
+    (make_language(STRUCTURED), "order", "solvable"), (make_language(STRUCTURED), "same-source", "solvable"),
+    (ORDER_BLIND, "order", "chance"), (ORDER_BLIND, "same-source", "solvable"),
+    (BLIND, "order", "chance"), (BLIND, "same-source", "chance"),
+])
+def test_ceiling_is_the_bayes_classifiers_accuracy_on_sampled_examples(language, name, expected):
+    """The ceiling is an expectation of the Bayes classifier's accuracy: on the task's own test examples its hits
+    must agree with it within sampling error. Exchangeable words make order carry nothing (ceiling exactly 1/2);
+    a single component of independent words makes the segments independent (same-source exactly 1/2 too)."""
+    context = _context(language, 16)
+    task = load_task(f"synthetic:{name},size=4000", context)
+    content, cut = _read_pairs(task.test, context.vocab)
+    posterior = (order_posterior if name == "order" else same_source_posterior)(language, content, cut)
+    assert binary_ceiling(posterior) == pytest.approx(task.bayes_ceiling, abs=1e-12)
+    hits = ((posterior > 0.5).long() == task.test.labels).double()
+    best = torch.maximum(posterior, 1 - posterior)
+    error = ((best * (1 - best)).mean() / len(hits)).sqrt().item()  # each hit is a coin of bias `best`
+    assert abs(hits.mean().item() - task.bayes_ceiling) < 4 * error
+    if expected == "chance":
+        assert task.bayes_ceiling == pytest.approx(0.5, abs=1e-9)
+    else:
+        assert task.bayes_ceiling > 0.7 and hits.mean().item() > 0.5 + 8 * 0.5 / len(hits) ** 0.5
+
+
+# ----------------------------------------------------------------------------------------------- long sequences
+def test_long_sequences_give_finite_likelihoods_and_posteriors():
+    # 2000 steps: an unscaled recursion would underflow long before; the scaled one, masked, must stay exact.
+    language = make_language(LanguageConfig(seed=1))
+    words = sample(language, 3, 2000, seed=2).words
+    later = log_likelihood_from(language, words, 1000)
+    assert torch.isfinite(later).all() and (later < -1000).all()  # about 2 nats a word: far below float64's range
+    masked = log_likelihood_from(language, words, 0, torch.tensor([1000, 1500, 2000]))
+    for n, length in enumerate((1000, 1500, 2000)):
+        assert masked[n].item() == pytest.approx(log_likelihood(language, words[n:n + 1, :length]).item(), rel=1e-12)
+    cut = torch.tensor([500, 1000, 1500])
+    order, same = order_posterior(language, words, cut), same_source_posterior(language, words, cut)
+    for posterior in (order, same):
+        assert torch.isfinite(posterior).all() and ((0 < posterior) & (posterior < 1)).all()
+    # showing the segments the other way round swaps the hypotheses
+    swapped = torch.stack([torch.cat([w[h:], w[:h]]) for w, h in zip(words, cut.tolist())])
+    assert torch.allclose(order_posterior(language, swapped, 2000 - cut), 1 - order, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------------- the report
+def test_downstream_table_shows_the_ceiling_beside_the_majority_class():
+    row = {"objective": "mlm", "frozen": {"mean": 0.51, "ci95": None}, "finetuned": {"mean": 0.52, "ci95": None},
+           "metrics": {}, "rates": {"0.001": 1}, "rate_at_edge": False, "flops": {"frozen": 1.0, "finetune": 2.0}}
+    described = {"level": "sequence", "classes": 2, "metric": "accuracy", "source": "sampled",
+                 "majority_accuracy": 0.494}
+    results = {"setup": {"downstream": "recipe"}, "downstream": {"average": None, "tasks": [
+        {"task": "synthetic:order", **described, "bayes_ceiling": 0.9587, "rows": [row]},
+        {"task": "file.csv", **described, "bayes_ceiling": None, "rows": [row]},
+        {"task": "old.csv", **described, "rows": [row]},  # described before ceilings existed
+    ]}}
+    intro, order, plain, old = downstream_table(results).split("\n**`")
+    assert "Bayes ceiling" in intro  # what it means, said once
+    assert "majority-class accuracy 0.494; Bayes ceiling 0.959" in order
+    assert "majority-class accuracy 0.494" in plain and "Bayes ceiling" not in plain + old
+    assert "Bayes ceiling" not in downstream_table({**results, "downstream": {"average": None, "tasks": [
+        {"task": "file.csv", **described, "bayes_ceiling": None, "rows": [row]}]}})
