@@ -346,7 +346,8 @@ def plan(args, fabric: Fabric) -> Plan:
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
     downstream = None
     if args.downstream is not None:
-        context = TaskContext(args.seq_len, corpus.vocab, corpus.text_tokenizer, corpus.language)
+        context = TaskContext(args.seq_len, corpus.vocab, corpus.text_tokenizer,
+                              corpus.language or corpus.spelled_language, corpus.spell)
         downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
                                 finetune_config(args.finetune_steps, args.finetune_lrs))
     out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()

@@ -23,6 +23,7 @@ import socket
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
+from typing import Callable
 
 import datasets
 import torch
@@ -75,6 +76,10 @@ class Corpus:
     tokenizer: str = "none: the words are the tokens"
     documents: dict[str, int] = field(default_factory=dict)  # per split
     text_tokenizer: Tokenizer | None = None  # what downstream tasks are tokenized with (text corpora)
+    # synthetic:text: the language the text spells and how it spells a word, so the embedded tasks can be sampled,
+    # spelled and tokenized as the corpus was (no probes: the tokens are word pieces, not the language's words)
+    spelled_language: synthetic.Language | None = None
+    spell: Callable[[int], str] | None = None
 
     def windows(self, split: str) -> "Windows":
         """The token windows of a split, in the corpus's fixed order, read from disk on demand."""
@@ -366,17 +371,7 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     vocabulary splits many words into pieces: exercises the text path and whole-word masking offline. train + heldout
     sequences of 64 words are written, one per line; the held-out documents are then chosen like any text's (5 %)."""
     synthetic_options, _, language = synthetic_language(option_text)
-    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70, two letters each
-    width = 1
-    while len(syllables) ** width < synthetic_options.words:
-        width += 1
-
-    def spell(word: int) -> str:
-        # the word id in base 70 at a fixed width makes every spelling unique; 0-2 more syllables vary the length
-        digits = [(word // len(syllables) ** i) % len(syllables) for i in range(width)]
-        extra = [(word * 7919 + i * 31) % len(syllables) for i in range(word % 3)]
-        return "".join(syllables[d] for d in digits + extra)
-
+    spell = speller(synthetic_options.words)
     spelling_version = 2  # part of the cache key: a change of spelling must not reuse an old file
     key = hashlib.sha256(json.dumps([spelling_version, asdict(synthetic_options)], sort_keys=True).encode()
                          ).hexdigest()[:16]
@@ -390,7 +385,24 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     docs = _load_files(str(path), "text")
     corpus = text_corpus("synthetic:text" + ("," + option_text if option_text else ""), docs, seq_len, text, None)
     corpus.description = f"embedded HMM mixture written as text ({path}): " + corpus.description
+    corpus.spelled_language, corpus.spell = language, spell
     return corpus
+
+
+def speller(num_words: int) -> Callable[[int], str]:
+    """How synthetic:text writes word w of a language with `num_words` words: w in base 70 at a fixed width of
+    two-letter syllables (so every spelling is unique), then 0-2 more syllables so that word lengths vary."""
+    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70, two letters each
+    width = 1
+    while len(syllables) ** width < num_words:
+        width += 1
+
+    def spell(word: int) -> str:
+        digits = [(word // len(syllables) ** i) % len(syllables) for i in range(width)]
+        extra = [(word * 7919 + i * 31) % len(syllables) for i in range(word % 3)]
+        return "".join(syllables[d] for d in digits + extra)
+
+    return spell
 
 
 class quiet_datasets:

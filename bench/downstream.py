@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, resolve_model
-from bench.data import synthetic_language, vocab_for_tokenizer
+from bench.data import speller, synthetic_language, vocab_for_tokenizer
 from bench.files import read_json, write_json
 from bench.probes import ProbeConfig, StandardizedLinear, fit_linear_probe
 from bench.results import curve_key
@@ -283,6 +283,9 @@ def context_for_run(out: Path, settings: dict) -> TaskContext:
         raise ConfigError(f"{out} has no tokenizer.json (a comparison on text written before downstream tasks "
                           "existed); rerun the comparison")
     tokenizer = Tokenizer.from_file(str(path))
+    if scheme == "synthetic":  # synthetic:text: the embedded tasks are spelled as the corpus was
+        options, _, language = synthetic_language(rest[len("text,"):])
+        return TaskContext(seq_len, vocab_for_tokenizer(tokenizer), tokenizer, language, speller(options.words))
     return TaskContext(seq_len, vocab_for_tokenizer(tokenizer), tokenizer=tokenizer)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 import datasets
 import torch
@@ -131,6 +132,7 @@ class TaskContext:
     vocab: Vocab
     tokenizer: Tokenizer | None = None
     language: synthetic.Language | None = None
+    spell: Callable[[int], str] | None = None  # synthetic:text: words are spelled, then tokenized with `tokenizer`
 
 
 def parse_task_list(text: str) -> list[str]:
@@ -474,7 +476,10 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     if name not in SYNTHETIC_TASKS:
         raise ConfigError(f"{spec}: unknown embedded task {name!r}; choose one of {', '.join(SYNTHETIC_TASKS)}")
     if context.language is None:
-        raise ConfigError(f"{spec}: the embedded language's tasks need --data synthetic (its words are the tokens)")
+        raise ConfigError(f"{spec}: the embedded language's tasks need --data synthetic or synthetic:text")
+    if context.spell is not None and name in PAIR_TASK_OF:
+        raise ConfigError(f"{spec}: the pair tasks need --data synthetic (their Bayes ceiling reads the words as "
+                          "tokens); on synthetic:text use synthetic:tagging or synthetic:component")
     if options.size < 8:
         raise ConfigError(f"{spec}: size={options.size} is too small; use 8 or more")
     language, window, first = context.language, context.seq_len, context.vocab.first_ordinary
@@ -486,7 +491,11 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         seed = derive_seed(1 + SYNTHETIC_TASKS.index(name), number)
         drawn = synthetic.sample(language, count, window, seed)
         tokens, lengths = drawn.words + first, torch.full((count,), window, dtype=torch.long)
-        if name == "tagging":
+        if context.spell is not None:
+            # The words spelled and tokenized as synthetic:text writes them, cut to the window. No ceiling: the cut
+            # falls at a word piece, and a truncated window's component evidence is not the sampled window's.
+            splits[split] = _spelled(name, drawn, context)
+        elif name == "tagging":
             # No ceiling: a causal backbone's feature at a position has read only the words up to it (its ceiling is
             # the filtering accuracy), the others the whole window (smoothing); one number would hold one of them to
             # the wrong limit. The probes section reports each objective against its own.
@@ -505,8 +514,18 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language; {sizes_text}", pair=name in PAIR_TASK_OF,
+                splits["test"], f"sampled from the embedded language{' and spelled as synthetic:text' if context.spell else ''}; "
+                f"{sizes_text}", pair=name in PAIR_TASK_OF,
                 bayes_ceiling=ceiling)
+
+
+def _spelled(name: str, drawn: synthetic.Sample, context: TaskContext) -> Split:
+    """A tagging or component task on the words of `drawn` as synthetic:text spells them: a tag on each word's first
+    piece (as CoNLL tasks are read), or the component of the whole text."""
+    words = [[context.spell(word) for word in row] for row in drawn.words.tolist()]
+    if name == "tagging":
+        return _encode_tagged(context, words, drawn.states.tolist())
+    return _encode(context, [" ".join(row) for row in words], None, drawn.components)
 
 
 def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, vocab: Vocab,
