@@ -97,9 +97,9 @@ class SeqLenSchedule:
         """One line for the report's setup."""
         if self.is_fixed:
             return str(self.final)
-        steps = ", then ".join(f"{phase.seq_len} for {phase.share:.3g} of the FLOPs" for phase in self.phases)
-        return (f"{self.text}: T = {steps}; windows of {self.longest} cut into shorter ones for the shorter phases; "
-                f"held-out evaluation at T = {self.final}")
+        phases = ", then ".join(f"T = {phase.seq_len} for {phase.share:.3g}" for phase in self.phases)
+        return (f"{self.text}: {phases} of each run's FLOPs; the shorter phases read the windows of {self.longest} "
+                f"cut to their length; held-out evaluation at T = {self.final}")
 
 
 PHASE = re.compile(r"^\s*([^:\s]+)\s*:\s*([^:\s]+)\s*$")
