@@ -55,7 +55,8 @@ def unigram_losses(objective: Objective, batches: list[Corrupted], corpus: Corpu
     learnable range that runs from it down to the floor."""
     if not objective.bayes_floors():
         return {}
-    log_p = synthetic.unigram(corpus.language, corpus.seq_len).log()
+    # over the windows' own length: a sequence-length schedule evaluates at its last phase's, not the corpus's
+    log_p = synthetic.unigram(corpus.language, batches[0].original.shape[1]).log()
     targets = torch.cat([batch.targets[batch.targets != IGNORE] for batch in batches]) - corpus.vocab.first_ordinary
     loss = -log_p[targets].mean().item()
     return {floor.metric: loss for floor in objective.bayes_floors()}

@@ -32,6 +32,7 @@ from bench.presets import describe_presets, get_preset, paper_section
 from bench.probes import ProbeConfig
 from bench.report import write_preset_report, write_report
 from bench.results import build_results
+from bench.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
 from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, agree_on_folder, check_batch_split, check_config,
@@ -77,7 +78,13 @@ def build_parser() -> Parser:
     add("--budget", type=float, default=DEFAULT_BUDGET,
         help=f"training FLOPs per run, forward + backward, as counted by the suite (default {DEFAULT_BUDGET:g})")
     add("--model", default=DEFAULT_MODEL, help=MODEL_HELP + f" (default {DEFAULT_MODEL})")
-    add("--seq-len", type=int, default=DEFAULT_SEQ_LEN, help=f"window length T in tokens (default {DEFAULT_SEQ_LEN})")
+    add("--seq-len", default=DEFAULT_SEQ_LEN, metavar="T|T:SHARE,...",
+        help="window length T in tokens, or a schedule of LENGTH:SHARE phases, SHARE the fraction of the FLOP budget "
+             "spent at that length (shares sum to 1), e.g. 128:0.9,512:0.1 (BERT's 90 %% of steps at 128 is about "
+             "128:0.67,512:0.33 in FLOPs for BERT-base MLM): the corpus and the model's max_seq_len are at the "
+             "longest length, a shorter phase reads each long window cut into consecutive windows of its length, "
+             "the phase switches when the FLOPs spent cross its share, and held-out evaluation is at the last "
+             f"phase's length (default {DEFAULT_SEQ_LEN})")
     add("--batch-size", type=int, default=32, help="global batch size in windows, the same for every objective "
                                                    "(default 32)")
     add("--lr", default=DEFAULT_LR, help="peak AdamW learning rate: one number for every objective, then optional "
@@ -256,7 +263,8 @@ def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None]:
 
 
 def check_args(args) -> None:
-    for name, low in (("seeds", 1), ("seq_len", 2), ("batch_size", 1), ("eval_points", 1), ("num_nodes", 1)):
+    parse_seq_len(args.seq_len)
+    for name, low in (("seeds", 1), ("batch_size", 1), ("eval_points", 1), ("num_nodes", 1)):
         if getattr(args, name) < low:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}")
     if not args.budget > 0 or args.budget == float("inf"):
@@ -314,17 +322,22 @@ class Plan:
     settings: dict  # what config.json records; --resume must match it
     learning_rates: dict[str, float]  # peak rate per spec (replaced by the sweep's choice with --lr-sweep)
     downstream: Downstream | None  # labelled tasks, loaded and checked
+    schedule: SeqLenSchedule  # --seq-len, a plain length being one phase
+    accounting: dict | None  # a schedule's predicted positions per phase and per objective (schedule_accounting)
 
 
 def plan(args, fabric: Fabric) -> Plan:
     specs = parse_objective_list(args.objectives)
+    schedule = parse_seq_len(args.seq_len)
+    longest = schedule.longest  # the corpus's windows and the model's max_seq_len; the shorter phases cut them
     check_batch_split(args.batch_size, fabric.world_size, args.micro_batch)  # once, before processes are launched
     # Before any data is made: a shape that cannot fit would otherwise spend minutes building windows, then swap.
-    # The tokenizer's vocabulary stands in for the corpus's; it changes only the embedding's few megabytes.
+    # The tokenizer's vocabulary stands in for the corpus's; it changes only the embedding's few megabytes. The
+    # longest phase is the one that needs the most memory (a step's windows are the same in number at every length).
     provisional = Vocab.for_tokenizer(args.vocab_size)
     for spec in specs:
-        check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, args.seq_len), provisional),
-                     args.micro_batch or args.batch_size // fabric.world_size, args.seq_len, args.precision,
+        check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, longest), provisional),
+                     args.micro_batch or args.batch_size // fabric.world_size, longest, args.precision,
                      fabric.device, args.activation_checkpointing)
     rates = getattr(args, "config_learning_rates", None) or learning_rates(args.lr, specs,
                                                                            strict=args.lr != DEFAULT_LR)
@@ -332,21 +345,22 @@ def plan(args, fabric: Fabric) -> Plan:
                          eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile,
                          micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
                          checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision),
-                         log_every=args.log_every)
+                         log_every=args.log_every, seq_len_schedule=schedule)
     check_config(config, fabric.world_size)
     text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
-    corpus = load_corpus(args.data, args.seq_len, text)
+    corpus = load_corpus(args.data, longest, text)
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
-    shape = resolve_model(args.model, corpus.vocab.size, args.seq_len)
+    shape = resolve_model(args.model, corpus.vocab.size, longest)
     objectives = [build_on_meta(spec, shape, corpus.vocab) for spec in specs]
     for objective in objectives:
-        objective.check_seq_len(args.seq_len)
+        for seq_len in dict.fromkeys(schedule.lengths):
+            objective.check_seq_len(seq_len)
     canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
     downstream = None
     if args.downstream is not None:
-        context = TaskContext(args.seq_len, corpus.vocab, corpus.text_tokenizer,
+        context = TaskContext(longest, corpus.vocab, corpus.text_tokenizer,
                               corpus.language or corpus.spelled_language, corpus.spell)
         downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
                                 finetune_config(args.finetune_steps, args.finetune_lrs))
@@ -354,18 +368,46 @@ def plan(args, fabric: Fabric) -> Plan:
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
     shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
-    settings = {"data": args.data, "seq_len": args.seq_len, "text_field": args.text_field,
+    # a plain length is recorded as the int it always was, so older folders resume and rerun unchanged
+    settings = {"data": args.data, "seq_len": schedule.recorded(), "text_field": args.text_field,
                 "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **{k: v for k, v in asdict(config).items() if k not in ("lr", "tf32", *EXECUTION)},
+                **{k: v for k, v in asdict(config).items() if k not in ("lr", "tf32", "seq_len_schedule", *EXECUTION)},
                 "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
                 "sweep_fraction": args.sweep_fraction, "probes": probe is not None}
     if config.tf32:  # absent on CPU, so folders from before TF32 was recorded still resume
         settings["tf32"] = True
     if downstream is not None:  # absent otherwise, so folders from before downstream tasks still resume
         settings["downstream"] = downstream.settings()
+    accounting = schedule_accounting(specs, objectives, schedule, config)
     check_resume(out, settings, args.resume)
     settings["execution"] = {k: getattr(config, k) for k in EXECUTION}
-    return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream)
+    return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream, schedule, accounting)
+
+
+def schedule_accounting(specs: list[str], objectives: list[Objective], schedule: SeqLenSchedule,
+                        config: TrainConfig) -> dict | None:
+    """For a schedule, per objective: the steps, positions and FLOPs each phase is predicted to get
+    (bench.schedule.predict_phases), and what the final length throughout would give for the same FLOPs; the
+    report sets the measured positions beside them. A phase that would get no step is a mistake, refused here."""
+    if schedule.is_fixed:
+        return None
+    found = {}
+    for spec, objective in zip(specs, objectives):
+        phases = predicted_phases(objective, schedule, config)
+        for phase, predicted in zip(schedule.phases, phases):
+            if predicted["steps"] == 0:
+                raise ConfigError(f"--seq-len {schedule.text}: phase {phase.seq_len}:{phase.share:g} gets no step of "
+                                  f"{spec} at --budget {config.budget_flops:g} (the phase before it overshoots past "
+                                  "its end); raise its share or the budget")
+        found[spec] = {"predicted": phases,
+                       "final_throughout": predicted_phases(objective, SeqLenSchedule.fixed(schedule.final), config)[0]}
+    return {"schedule": schedule.text, "final_seq_len": schedule.final, "objectives": found}
+
+
+def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: TrainConfig) -> list[dict]:
+    return [asdict(phase) for phase in predict_phases(schedule, config.budget_flops, config.batch_size,
+                                                      objective.expected_flops_per_sequence,
+                                                      objective.expected_supervised_positions)]
 
 
 def check_resume(out: Path, settings: dict, resume: bool) -> None:
@@ -437,7 +479,8 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
         "objectives": ", ".join(plan_.specs), "seeds": args.seeds, "budget (FLOPs)": f"{args.budget:.3g}",
         "model": f"{args.model}: n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}, "
                  f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}",
-        "sequence length": args.seq_len, "global batch": args.batch_size, 
+        "sequence length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
+        "global batch": args.batch_size,
         "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
         + (" (chosen by --lr-sweep)" if args.lr_sweep else ""),
         "data": f"{corpus.name}: {corpus.description}",
@@ -512,9 +555,9 @@ def compare(args: Namespace, argv: list[str] | None,
     fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision,
                          launch=False)
     plan_ = plan(args, fabric)
-    warn_small_steps(fabric, args.batch_size, args.seq_len)
-    # rows are named by the spec as the user wrote it, like the runs
-    positions = [{**position_row(objective, args.seq_len), "objective": spec}
+    warn_small_steps(fabric, args.batch_size, min(plan_.schedule.lengths))  # the shortest phase's steps are smallest
+    # rows are named by the spec as the user wrote it, like the runs; at the length the models are evaluated at
+    positions = [{**position_row(objective, plan_.schedule.final), "objective": spec}
                  for spec, objective in zip(plan_.specs, plan_.objectives)]
     bayes = bayes_references(plan_)
     launch_processes(fabric)
@@ -535,8 +578,9 @@ def compare(args: Namespace, argv: list[str] | None,
     if not fabric.is_global_zero:
         return None, []
     results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
-                            args.seq_len, bayes, diverged, lr_sweep, baseline=plan_.specs[0],
-                            tasks=plan_.downstream.describe() if plan_.downstream else None)
+                            plan_.schedule.final, bayes, diverged, lr_sweep, baseline=plan_.specs[0],
+                            tasks=plan_.downstream.describe() if plan_.downstream else None,
+                            seq_len_schedule=plan_.accounting)
     if paper is not None:
         results["paper"] = paper(results)
     print(f"report: {write_report(plan_.out, results)}")

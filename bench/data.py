@@ -81,9 +81,17 @@ class Corpus:
     spelled_language: synthetic.Language | None = None
     spell: Callable[[int], str] | None = None
 
-    def windows(self, split: str) -> "Windows":
-        """The token windows of a split, in the corpus's fixed order, read from disk on demand."""
-        return Windows(getattr(self, split))
+    def windows(self, split: str, seq_len: int | None = None) -> "Windows | CutWindows":
+        """The token windows of a split, in the corpus's fixed order, read from disk on demand; with a `seq_len`
+        shorter than the corpus's, each window cut into consecutive windows of that length (a sequence-length
+        schedule's shorter phases, bench.schedule)."""
+        windows = Windows(getattr(self, split))
+        if seq_len is None or seq_len == self.seq_len:
+            return windows
+        if not 2 <= seq_len < self.seq_len:
+            raise ConfigError(f"windows of {seq_len} tokens cannot be cut from the corpus's windows of "
+                              f"{self.seq_len}")
+        return CutWindows(windows, self.seq_len, seq_len)
 
     def summary(self) -> dict:
         return {"data": self.name, "description": self.description, "vocab_size": self.vocab.size,
@@ -106,6 +114,31 @@ class Windows:
         if isinstance(index, Tensor):
             index = index.tolist()
         return self.dataset[index]["tokens"]
+
+
+class CutWindows:
+    """Windows of `seq_len` tokens cut from windows of `long_len`: long window i holds short windows
+    i·k .. i·k + k − 1, k = floor(long_len / seq_len), in order, and its last long_len mod seq_len tokens are dropped.
+    Cutting rather than building a second corpus keeps the same tokens in the same order (no other tokenization,
+    packing or sample of the embedded language), so a schedule's short phase reads the text its long phase reads,
+    and every window of every length exists in the one corpus the model's max_seq_len was set for."""
+
+    def __init__(self, windows: Windows, long_len: int, seq_len: int) -> None:
+        self.windows, self.seq_len = windows, seq_len
+        self.per_window = long_len // seq_len
+
+    def __len__(self) -> int:
+        return len(self.windows) * self.per_window
+
+    def __getitem__(self, index: Tensor | slice | list[int]) -> Tensor:
+        positions = torch.arange(len(self))[index] if isinstance(index, slice) else torch.as_tensor(index)
+        if positions.numel() == 0:
+            return torch.empty(0, self.seq_len, dtype=torch.long)
+        rows = torch.div(positions, self.per_window, rounding_mode="floor")
+        unique, inverse = rows.unique(return_inverse=True)  # each long window is read once
+        long = self.windows[unique][:, :self.per_window * self.seq_len]
+        pieces = long.reshape(len(unique), self.per_window, self.seq_len)
+        return pieces[inverse, positions % self.per_window]
 
 
 def _synthetic_rows(config: dict, num_sequences: int, length: int, seed: int, first_token: int):

@@ -35,6 +35,7 @@ from bench.data import speller, synthetic_language, vocab_for_tokenizer
 from bench.files import read_json, write_json
 from bench.probes import ProbeConfig, StandardizedLinear, fit_linear_probe
 from bench.results import curve_key
+from bench.schedule import parse_seq_len
 from bench.tasks import Split, Task, TaskContext, load_tasks, parse_task_list
 from objectives import IGNORE, Objective, Vocab, build_objective
 from objectives.pairs import segments_from_separators
@@ -273,7 +274,8 @@ class Downstream:
 def context_for_run(out: Path, settings: dict) -> TaskContext:
     """The window, vocabulary and tokenizer (or embedded language) the comparison in `out` trained with, without
     reading its corpus again: bench.compare saved the tokenizer beside config.json."""
-    data, seq_len = settings["data"], settings["seq_len"]
+    # the model's max_seq_len: the longest length of a sequence-length schedule
+    data, seq_len = settings["data"], parse_seq_len(settings["seq_len"]).longest
     scheme, _, rest = data.partition(":")
     if scheme == "synthetic" and not (rest == "text" or rest.startswith("text,")):
         options, _, language = synthetic_language(rest)
@@ -374,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
              f"bench.downstream --run: {recipe}"}
     rebuilt = build_results(setup, results["positions"], runs, results["budget_flops"], results["seq_len"],
                             results["bayes"], results["diverged"], results["lr_sweep"], baseline=results["baseline"],
-                            tasks=list(described.values()))
+                            tasks=list(described.values()), seq_len_schedule=results.get("seq_len_schedule"))
     print(f"report: {write_report(out, rebuilt)}")
 
 

@@ -24,6 +24,7 @@ from tabulate import tabulate
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
+from bench.schedule import single_seq_len
 from objectives import SPECIAL_TOKENS, Objective, Vocab, build_objective
 
 OBJECTIVES = ("mlm", "ar", "electra", "span")
@@ -241,7 +242,7 @@ def format_table(rows: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = Parser(prog="python -m bench.perf", description=DESCRIPTION)
     parser.add_argument("--model", default="small", help=MODEL_HELP + " (default small)")
-    parser.add_argument("--seq-len", type=int, default=128, help="sequence length (default 128)")
+    parser.add_argument("--seq-len", type=single_seq_len, default=128, help="sequence length (default 128)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size in sequences (default 32)")
     parser.add_argument("--precision", default="32-true", choices=list(AUTOCAST_DTYPES),
                         help="fp32, or bf16 autocast with fp32 weights (default 32-true)")

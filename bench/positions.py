@@ -16,6 +16,7 @@ from backbone import ConfigError, resolve_model
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
 from bench.density import analytic_count, build_on_meta, position_row
+from bench.schedule import single_seq_len
 from objectives import Vocab, parse_objective_list
 
 TABLE_OBJECTIVES = "ar,mlm,mlm:rule=bernoulli,electra,span"
@@ -42,7 +43,7 @@ def format_table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = Parser(prog="python -m bench.positions", description=DESCRIPTION)
-    parser.add_argument("--seq-len", type=int, default=512, help="window length T in tokens (default 512)")
+    parser.add_argument("--seq-len", type=single_seq_len, default=512, help="window length T in tokens (default 512)")
     parser.add_argument("--model", default="small", help=MODEL_HELP + " (default small)")
     parser.add_argument("--vocab-size", type=int, default=8192, help=VOCAB_HELP + " (default 8192)")
     parser.add_argument("--objectives", default=TABLE_OBJECTIVES,

@@ -78,13 +78,38 @@ def setup_section(setup: dict) -> str:
     return "## 1. Setup\n\n" + table(rows, ["", ""])
 
 
+def schedule_section(results: dict) -> str:
+    """Under a sequence-length schedule, the positions that flowed per phase beside what the final length throughout
+    would have given for the same FLOPs (bench.schedule's accounting)."""
+    schedule = results.get("seq_len_schedule")
+    if not schedule or not schedule["measured"]:
+        return ""
+    final = schedule["final_seq_len"]
+    pair = lambda tokens, supervised: f"{tokens:.3g} / {supervised:.3g}"  # noqa: E731
+    phases = next(iter(schedule["measured"].values()))
+    rows = []
+    for spec, measured in schedule["measured"].items():
+        throughout = schedule["objectives"][spec]["final_throughout"]
+        tokens, supervised = (sum(p[key] for p in measured) for key in ("tokens", "supervised_positions"))
+        rows.append([spec, *(pair(p["tokens"], p["supervised_positions"]) for p in measured), pair(tokens, supervised),
+                     pair(throughout["tokens"], throughout["supervised_positions"]),
+                     f"{tokens / throughout['tokens']:.2f}× / {supervised / throughout['supervised_positions']:.2f}×"])
+    return (f"\n\n### Sequence-length schedule\n\n`--seq-len {schedule['schedule']}`: token positions / supervised "
+            "positions that flowed in each phase (means over seeds), beside what T = "
+            f"{final} throughout gives for the same FLOPs (predicted from each objective's FLOPs per sequence), "
+            "and the schedule's multiple of it.\n\n"
+            + table(rows, ["objective", *(f"T = {p['seq_len']} ({p['share']:.3g} of FLOPs)" for p in phases),
+                           "schedule, total", f"T = {final} throughout", "ratio"]))
+
+
 def density_section(results: dict) -> str:
     measured = {o["objective"]: o["compute"]["supervised_per_sequence"] for o in results["objectives"]}
     rows = [[row["objective"], row["attention"], analytic_count(row),
              f"{measured[row['objective']]:.2f}" if row["objective"] in measured else "",
              f"{row['ratio_to_ar']:.3f}", row["parts"]] for row in results["positions"]]
+    batches = "every training batch of the last phase" if results.get("seq_len_schedule") else "every training batch"
     return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {results['seq_len']} tokens: the "
-            "analytic count beside the mean measured over every training batch; the ratio is to AR's T − 1.\n\n"
+            f"analytic count beside the mean measured over {batches}; the ratio is to AR's T − 1.\n\n"
             + table(rows, ["objective", "attention", "analytic", "measured", "ratio to ar",
                            "[MASK] / random / kept, or parts"]))
 
@@ -376,7 +401,7 @@ def render(results: dict, plots: list[str]) -> str:
         "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
         *([paper_text(results["paper"])] if results.get("paper") else []),
         verdict_section(results),
-        setup_section(results["setup"]),
+        setup_section(results["setup"]) + schedule_section(results),
         density_section(results),
         compute_section(results) + sweep_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),

@@ -221,11 +221,32 @@ def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None)
     return summary
 
 
+PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
+
+
+def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) -> dict | None:
+    """A sequence-length schedule's accounting (bench.compare.schedule_accounting: per objective the predicted
+    phases and the final length throughout at the same FLOPs) with, beside it, the counts per phase measured in the
+    runs, as means over seeds."""
+    if accounting is None:
+        return None
+    measured = {}
+    for spec, runs in grouped.items():
+        phased = [run["phases"] for run in runs if run.get("phases")]
+        if phased:
+            measured[spec] = [{"seq_len": phases[0]["seq_len"], "share": phases[0]["share"],
+                               **{key: sum(p[key] for p in phases) / len(phases) for key in PHASE_COUNTS}}
+                              for phases in zip(*phased)]
+    return {**accounting, "measured": measured}
+
+
 def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_flops: float, seq_len: int,
                   bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None,
-                  baseline: str | None = None, tasks: list[dict] | None = None) -> dict:
+                  baseline: str | None = None, tasks: list[dict] | None = None,
+                  seq_len_schedule: dict | None = None) -> dict:
     """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
-    its runs diverged, nothing is tested against it (rather than silently against another one)."""
+    its runs diverged, nothing is tested against it (rather than silently against another one). `seq_len` is the
+    length the models are evaluated at (a schedule's last); `seq_len_schedule` a schedule's accounting."""
     grouped = by_objective(runs)
     baseline = baseline or next(iter(grouped), None)
     floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings", {})
@@ -243,5 +264,6 @@ def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_f
             else None,
             "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
             "downstream": downstream_summary(grouped, tasks),
+            "seq_len_schedule": schedule_summary(grouped, seq_len_schedule),
             "diverged": diverged or [],
             "runs": runs}

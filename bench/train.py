@@ -2,6 +2,10 @@
 
 Everything that makes runs comparable lives here:
 - every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);
+- a sequence-length schedule (bench.schedule) switches the window length when the FLOPs spent cross a phase's end:
+  step s (the run's step, which also seeds its masks) then reads windows s·B .. s·B + B − 1 of that phase's
+  windowing (the corpus's windows cut to its length), and each phase's steps, tokens, supervised positions and FLOPs
+  are counted apart; held-out evaluation is at the last phase's length;
 - the learning-rate schedule is a function of the fraction of the FLOP budget spent, so warm-up and decay end
   exactly at the budget for every objective, whatever its cost per step;
 - evaluations happen at one log-spaced grid of FLOP checkpoints, on held-out windows corrupted identically for every
@@ -47,6 +51,7 @@ from bench.downstream import Downstream
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
 from bench.live import LiveMetrics
 from bench.probes import ProbeConfig, run_probes
+from bench.schedule import SeqLenSchedule
 from bench.seeds import derive_seed
 from objectives import Corrupted, Objective, Output, build_objective
 
@@ -78,6 +83,9 @@ class TrainConfig:
     checkpoint_every: float | None = None  # minutes: also save the state between evaluations once this much has passed
     tf32: bool = False  # fp32 matmuls in TensorFloat-32 (CUDA under 32-true; see tf32_matmuls)
     log_every: int = 10  # steps between rows of the live metrics (bench.live); 0: none
+    # Window length per share of the budget (--seq-len 128:0.9,512:0.1); its longest must be the corpus's window
+    # length. None: the corpus's window length throughout.
+    seq_len_schedule: SeqLenSchedule | None = None
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",
@@ -188,7 +196,7 @@ def corruption_generator(seed: int, step: int) -> torch.Generator:
 
 
 def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int) -> Corrupted:
-    """The global batch of `step`: windows step·B .. step·B + B − 1 (wrapping around the corpus), corrupted afresh
+    """The global batch of `step`: windows step·B .. step·B + B − 1 (wrapping around `windows`), corrupted afresh
     every time (dynamic masking, RoBERTa) or, for objectives with static copies, with copy (epoch mod copies) of each
     window's fixed corruptions (BERT's static masking with dupe_factor)."""
     position = torch.arange(batch_size) + step * batch_size
@@ -201,10 +209,24 @@ def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, 
         for i, copy in zip(index.tolist(), copies.tolist())])
 
 
+def run_schedule(config: TrainConfig, corpus: Corpus) -> SeqLenSchedule:
+    """The run's sequence-length schedule: the config's, whose longest length must be the corpus's windows (the
+    shorter phases' windows are cut from them), or the corpus's window length throughout."""
+    schedule = config.seq_len_schedule or SeqLenSchedule.fixed(corpus.seq_len)
+    if schedule.longest > corpus.seq_len:
+        raise ConfigError(f"--seq-len {schedule.text}: length {schedule.longest} exceeds the model's max_seq_len "
+                          f"{corpus.seq_len} (the corpus's window length)")
+    if schedule.longest < corpus.seq_len:
+        raise ConfigError(f"--seq-len {schedule.text}: the corpus's windows hold {corpus.seq_len} tokens but the "
+                          f"schedule's longest length is {schedule.longest}; build the corpus at {schedule.longest}")
+    return schedule
+
+
 def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objective:
     backbone = Backbone(resolve_model(config.model, corpus.vocab.size, max_seq_len=corpus.seq_len))
     objective = build_objective(spec, backbone, corpus.vocab)
-    objective.check_seq_len(corpus.seq_len)
+    for seq_len in dict.fromkeys(run_schedule(config, corpus).lengths):
+        objective.check_seq_len(seq_len)  # e.g. a phase too short for span corruption
     return objective
 
 
@@ -216,8 +238,11 @@ def optimizer_groups(module: torch.nn.Module, weight_decay: float) -> list[dict]
 
 
 def eval_batches(objective: Objective, corpus: Corpus, config: TrainConfig) -> list[Corrupted]:
-    """The held-out evaluation batches of an objective: the same windows and masks for every seed and world size."""
-    windows = corpus.windows("heldout")[:config.eval_windows]
+    """The held-out evaluation batches of an objective: the same windows and masks for every seed and world size.
+    Under a sequence-length schedule, windows of its last phase's length, the one the model is judged at: a
+    schedule that ends at the corpus's length is evaluated on exactly the batches of a run at that length
+    throughout."""
+    windows = corpus.windows("heldout", run_schedule(config, corpus).final)[:config.eval_windows]
     return [objective.corrupt(windows[start:start + config.batch_size], torch.Generator().manual_seed(EVAL_SEED + i))
             for i, start in enumerate(range(0, len(windows), config.batch_size))]
 
@@ -311,6 +336,7 @@ class Run:
     optimizer: torch.optim.Optimizer
     counters: dict
     run_dir: Path
+    schedule: SeqLenSchedule
     grad_norm: Tensor | None = None  # of the last step, on the device: read only when it is logged
 
     @property
@@ -338,9 +364,18 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
             stack.compile()
     module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
+    schedule = run_schedule(config, corpus)
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
-                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None}
-    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir)
+                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None,
+                "phases": [phase_counters(phase.seq_len, phase.share) for phase in schedule.phases]}
+    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule)
+
+
+def phase_counters(seq_len: int, share: float, steps: int = 0, tokens: int = 0, supervised_positions: int = 0,
+                   flops: int = 0) -> dict:
+    """What one phase of the sequence-length schedule has spent; the phases' counts add up to the run's."""
+    return {"seq_len": seq_len, "share": share, "steps": steps, "tokens": tokens,
+            "supervised_positions": supervised_positions, "flops": flops}
 
 
 def restore(fabric: Fabric, run: Run) -> None:
@@ -353,6 +388,14 @@ def restore(fabric: Fabric, run: Run) -> None:
     fabric.load(run.checkpoint_path, state, weights_only=True)
     run.counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
     run.counters.setdefault("last_finite_loss", None)
+    counters, schedule = run.counters, run.schedule
+    if "phases" not in counters and schedule.is_fixed:  # saved before schedules: all of it at one length
+        counters["phases"] = [phase_counters(schedule.final, 1.0, counters["step"], counters["tokens"],
+                                             counters["supervised_positions"], counters["flops"])]
+    saved = [(phase["seq_len"], phase["share"]) for phase in counters.get("phases", [])]
+    if saved != [(phase.seq_len, phase.share) for phase in schedule.phases]:
+        raise ConfigError(f"{run.checkpoint_path} was trained with another --seq-len than {schedule.text}; resume "
+                          "it with the one it started with")
     fabric.strategy.precision.load_state_dict(state["precision"])
     if fabric.is_global_zero:
         kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]
@@ -449,7 +492,8 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
     when stopped early by `stop_after_steps` (which simulates an interruption). Raises RunStopped after saving the
     state when SIGTERM or SIGUSR1 arrives, TrainingDiverged when the loss stops being finite."""
     config, counters, objective = run.config, run.counters, run.objective
-    windows, heldout, grid = corpus.windows("train"), eval_batches(objective, corpus, config), eval_grid(config)
+    windows = [corpus.windows("train", phase.seq_len) for phase in run.schedule.phases]
+    heldout, grid = eval_batches(objective, corpus, config), eval_grid(config)
     bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
                disable=not (progress and fabric.is_global_zero),
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
@@ -464,7 +508,12 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
         while counters["flops"] < config.budget_flops:
             step = counters["step"]
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
-            batch = training_batch(objective, windows, run.seed, step, config.batch_size)  # the global batch
+            # a pure function of the counted FLOPs, which the checkpoint holds: a resumed run switches at the same
+            # step. Its windows are indexed by the run's step, so a later phase does not continue the token stream
+            # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
+            # throughout would read at step s.
+            phase = run.schedule.phase_at(counters["flops"], config.budget_flops)
+            batch = training_batch(objective, windows[phase], run.seed, step, config.batch_size)  # the global batch
             loss_part = train_step(fabric, run, batch)
             save_due = config.checkpoint_every is not None and \
                 time.monotonic() - last_save >= 60 * config.checkpoint_every
@@ -475,9 +524,13 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
                 bar.close()
                 raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
                                        counters["flops"] + step_flops)
-            counters.update(step=step + 1, flops=counters["flops"] + step_flops, last_finite_loss=loss,
-                            tokens=counters["tokens"] + batch.inputs.numel(),
-                            supervised_positions=counters["supervised_positions"] + objective.counted_positions(batch))
+            counts = {"tokens": batch.inputs.numel(), "supervised_positions": objective.counted_positions(batch),
+                      "flops": step_flops}
+            for spent in (counters, counters["phases"][phase]):  # the run's totals, and its phase's
+                for key, value in counts.items():
+                    spent[key] += value
+            counters["phases"][phase]["steps"] += 1
+            counters.update(step=step + 1, last_finite_loss=loss)
             bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
             bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
             live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], batch.inputs.numel(), step_flops,
@@ -512,20 +565,25 @@ def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
 
 
 def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
-    """The finished run's record: counters, throughput, sizes, the analytic counts and the curve."""
+    """The finished run's record: counters (in total and per phase of the sequence-length schedule), throughput,
+    sizes, the analytic counts and the curve. Per-sequence numbers are at the final length, the one the signal-density
+    table and the evaluation are at: measured over the last phase's sequences (over all, should it have run none)."""
     counters, objective, batch_size = run.counters, run.objective, run.config.batch_size
+    final = counters["phases"][-1]
+    measured = final if final["steps"] else {"steps": counters["step"], **counters}
     return {
         "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
         "steps": counters["step"],
         "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
-        "supervised_per_sequence": counters["supervised_positions"] / (counters["step"] * batch_size),
+        "phases": [dict(phase) for phase in counters["phases"]],
+        "supervised_per_sequence": measured["supervised_positions"] / (measured["steps"] * batch_size),
         "flops_per_step": counters["flops"] / counters["step"],
         "wall_seconds": counters["wall_seconds"], "train_seconds": counters["train_seconds"],
         "tokens_per_second": counters["tokens"] / counters["train_seconds"],
         "parameters": sum(p.numel() for p in objective.parameters()),
         "backbone_parameters": objective.backbone.num_parameters(),
-        "expected_supervised_per_sequence": objective.expected_supervised_positions(corpus.seq_len),
-        "expected_flops_per_sequence": objective.expected_flops_per_sequence(corpus.seq_len),
+        "expected_supervised_per_sequence": objective.expected_supervised_positions(run.schedule.final),
+        "expected_flops_per_sequence": objective.expected_flops_per_sequence(run.schedule.final),
         "curve": read_jsonl(run.curve_path),  # complete on every rank: the last checkpoint ended in a barrier
     }
 

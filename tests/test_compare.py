@@ -101,6 +101,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["--model", "tiny:width=3"], "is not KEY=VALUE"),
     (["--model", "tiny:n_layer=two"], "not a valid int"),
     (["--vocab-size", "3"], "--vocab-size must be >= 7"),
+    (["--seq-len", "0"], "--seq-len must be >= 2, got 0"),
+    (["--seq-len", "16:0.9,32:0.2"], "the shares sum to 1.1, not 1"),
+    (["--seq-len", "16:0,32:1"], "share 0 of length 16 must be a positive fraction"),
+    (["--seq-len", "16:-0.5,32:1.5"], "share -0.5 of length 16 must be a positive fraction"),
+    (["--seq-len", "1:0.5,32:0.5"], "length 1 must be a whole number >= 2"),
+    (["--seq-len", "16;0.5,32:0.5"], "is not LENGTH:SHARE"),
+    (["--objectives", "span", "--seq-len", "4:0.5,32:0.5"], "too short"),
+    (["--seq-len", "16:0.999,32:0.001"], "phase 32:0.001 gets no step of mlm"),
+    (["--model", "small", "--batch-size", "32", "--seq-len", "16:0.5,100000:0.5"], "GiB"),  # the longest phase's
 ])
 def test_bad_input_is_one_line_with_status_2_and_writes_nothing(args, message, tmp_path, capsys):
     out = tmp_path / "out"
@@ -192,6 +201,7 @@ def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(c
 
     saved = json.loads((comparison / "config.json").read_text())
     saved.pop("execution")
+    assert saved["seq_len"] == 32  # a plain length is recorded as the int it was before schedules
     args = parse_args(["--config", str(comparison), "--out", str(tmp_path / "again")])
     assert args.seeds == 2  # from results.json
     settings = plan(args, make_fabric("cpu", launch=False)).settings
@@ -343,3 +353,41 @@ def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
     with pytest.raises(ConfigError, match="Tesla V100.*no bf16 units; use 16-mixed"):
         check_args(parse_args(["--accelerator", "cuda", "--precision", "bf16-mixed"]))
     check_args(parse_args(["--accelerator", "cuda", "--precision", "16-mixed"]))
+
+
+def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, capsys):
+    from bench.compare import parse_args, plan
+    from bench.train import make_fabric
+
+    out = tmp_path / "schedule"
+    flags = [*TINY, "--seq-len", "16:0.6,32:0.4", "--objectives", "mlm,ar", "--no-probes", "--budget", "4e8"]
+    main([*flags, "--out", str(out)])
+    settings = json.loads((out / "config.json").read_text())
+    assert settings["seq_len"] == "16:0.6,32:0.4" and "seq_len_schedule" not in settings
+    results = json.loads((out / "results.json").read_text())
+    assert results["seq_len"] == 32  # evaluated, and the density table, at the last phase's length
+    accounting = results["seq_len_schedule"]
+    for record in results["runs"]:
+        phases = record["phases"]
+        assert [p["seq_len"] for p in phases] == [16, 32] and all(p["steps"] > 0 for p in phases)
+        assert sum(p["flops"] for p in phases) == record["flops"]
+        predicted = accounting["objectives"][record["objective"]]["predicted"]
+        assert [p["steps"] for p in phases] == [p["steps"] for p in predicted]
+        assert accounting["measured"][record["objective"]] == phases  # one seed: the mean is the run's own
+        assert record["supervised_per_sequence"] == (31 if record["objective"] == "ar" else 5)  # at T = 32
+    throughout = accounting["objectives"]["ar"]["final_throughout"]
+    assert throughout["seq_len"] == 32 and throughout["tokens"] == throughout["steps"] * 4 * 32
+    report = (out / "report.md").read_text()
+    assert "### Sequence-length schedule" in report and "T = 32 throughout" in report
+    assert "| sequence length     | 16:0.6,32:0.4: T = 16 for 0.6, then T = 32 for 0.4 of each run's FLOPs" in report
+    # --config reruns it with the same settings; --resume keeps the finished runs; another schedule is refused
+    args = parse_args(["--config", str(out), "--out", str(tmp_path / "again")])
+    rerun = plan(args, make_fabric("cpu", launch=False)).settings
+    assert {k: v for k, v in rerun.items() if k != "execution"} == {k: v for k, v in settings.items()
+                                                                     if k != "execution"}
+    before = results["runs"]
+    main([*flags, "--out", str(out), "--resume"])
+    assert json.loads((out / "results.json").read_text())["runs"] == before
+    with pytest.raises(SystemExit):
+        run(main, [*flags, "--seq-len", "16:0.5,32:0.5", "--out", str(out), "--resume"])
+    assert "different settings" in capsys.readouterr().err

@@ -382,3 +382,10 @@ def test_bad_downstream_input_exits_2_and_writes_nothing(tmp_path, capsys, text_
     with pytest.raises(SystemExit) as exit_info:
         run(downstream_main, ["--run", str(tmp_path / "nothing-here")])
     assert exit_info.value.code == 2
+
+
+def test_tasks_of_a_comparison_with_a_length_schedule_use_its_longest_windows(tmp_path):
+    from bench.downstream import context_for_run
+    # the model's max_seq_len, as bench.compare built it; config.json records a schedule as its text
+    assert context_for_run(tmp_path, {"data": "synthetic:words=64", "seq_len": "16:0.5,64:0.3,32:0.2"}).seq_len == 64
+    assert context_for_run(tmp_path, {"data": "synthetic:words=64", "seq_len": 32}).seq_len == 32

@@ -46,6 +46,7 @@ def test_position_table_prints_markdown(capsys):
     (["--objectives", "span", "--seq-len", "5"], "too short"),
     (["--no-such-flag"], "unrecognized arguments"),
     (["--seq-len", "1", "--objectives", "mlm"], "--seq-len must be >= 2"),
+    (["--seq-len", "128:0.9,512:0.1"], "is a schedule; this command takes one length"),
 ])
 def test_cli_errors_are_one_line_with_status_2(args, message):
     result = subprocess.run([sys.executable, "-m", "bench.positions", *args], capture_output=True, text=True)

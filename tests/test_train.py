@@ -17,9 +17,10 @@ from bench.data import load_corpus
 from bench.density import build_on_meta
 from bench.files import read_jsonl
 from bench.probes import ProbeConfig
+from bench.schedule import parse_seq_len, predict_phases
 from bench.train import (EXIT_STOPPED, RunStopped, TrainConfig, TrainingDiverged, agree, build_run_objective,
                          check_batch_split, check_config, check_memory, configure_matmuls, corruption_generator,
-                         eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, tf32_matmuls,
+                         eval_batches, eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, tf32_matmuls,
                          train_run, train_step, training_batch)
 from ddp_job import acting_forward
 from objectives import IGNORE, Vocab
@@ -345,3 +346,101 @@ def test_mfu_uses_lightnings_peak_for_the_precision(monkeypatch):
     assert bench.live.peak_flops(cuda, "bf16-mixed") == 1e15 and bench.live.peak_flops(cuda, "32-true") == 1e15
     assert asked == [torch.bfloat16, "tfloat32"]
     assert bench.live.peak_flops(torch.device("cpu"), "32-true") is None
+
+
+SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
+
+
+def schedule_config(text: str = SCHEDULE, **overrides) -> TrainConfig:
+    return config(seq_len_schedule=parse_seq_len(text), **overrides)
+
+
+@pytest.mark.parametrize("spec", ["mlm", "electra", "mlm:rule=bernoulli"])
+def test_a_schedule_run_counts_each_phase_as_the_accounting_predicts(spec, corpus, fabric, tmp_path):
+    c = schedule_config()
+    result = train_run(fabric, spec, 0, corpus, c, tmp_path, progress=False)
+    phases = result["phases"]
+    assert [(p["seq_len"], p["share"]) for p in phases] == [(16, 0.6), (32, 0.4)]
+    for key in ("flops", "tokens", "supervised_positions"):  # the phases add up to the run, exactly
+        assert sum(p[key] for p in phases) == result[key]
+    assert sum(p["steps"] for p in phases) == result["steps"]
+    assert all(p["tokens"] == p["steps"] * BATCH * p["seq_len"] for p in phases)
+    objective = build_run_objective(spec, c, corpus)
+    predicted = predict_phases(c.seq_len_schedule, c.budget_flops, BATCH, objective.expected_flops_per_sequence,
+                               objective.expected_supervised_positions)
+    ends = c.seq_len_schedule.ends(c.budget_flops)
+    spent = 0
+    for phase, prediction, end in zip(phases, predicted, ends):
+        step_flops = BATCH * objective.expected_flops_per_sequence(phase["seq_len"])
+        if spec.endswith("bernoulli"):  # the cost of a step varies with its draw: the switch may move by a step
+            assert abs(phase["steps"] - prediction.steps) <= 1
+            assert abs(phase["flops"] - prediction.flops) < 1.1 * step_flops
+        else:
+            assert (phase["steps"], phase["tokens"], phase["flops"]) == \
+                (prediction.steps, prediction.tokens, prediction.flops)
+            assert phase["supervised_positions"] == prediction.supervised_positions
+        spent += phase["flops"]
+        assert end <= spent < end + 1.1 * step_flops  # each phase stops within one of its steps past its end
+    assert result["supervised_per_sequence"] == phases[-1]["supervised_positions"] / (phases[-1]["steps"] * BATCH)
+
+
+def checkpointed(path):
+    return torch.load(path / "checkpoint.pt", weights_only=True)
+
+
+def test_a_schedule_run_resumes_exactly_right_before_and_after_the_switch(corpus, fabric, tmp_path):
+    straight = train_run(fabric, "electra", 0, corpus, schedule_config(), tmp_path / "straight", progress=False)
+    switch = straight["phases"][0]["steps"]  # the first step at T = 32
+    assert 0 < switch < straight["steps"] and switch not in [row["step"] for row in straight["curve"]]
+    weights = checkpointed(tmp_path / "straight")["model"]
+    c = schedule_config(checkpoint_every=1e-9)  # minutes: the state is saved after every step
+    for stop in (switch, switch + 1):  # the last step at T = 16 has run; the first at T = 32 has run
+        folder = tmp_path / f"stopped{stop}"
+        assert train_run(fabric, "electra", 0, corpus, c, folder, progress=False, stop_after_steps=stop) is None
+        counters = checkpointed(folder)["counters"]
+        assert counters["step"] == stop and [p["steps"] for p in counters["phases"]] == [switch, stop - switch]
+        with pytest.raises(ConfigError, match="another --seq-len than 16:0.5,32:0.5"):
+            train_run(fabric, "electra", 0, corpus, schedule_config("16:0.5,32:0.5"), folder, progress=False)
+        resumed = train_run(fabric, "electra", 0, corpus, c, folder, progress=False)
+        assert without_timings(resumed) == without_timings(straight)
+        final = checkpointed(folder)["model"]
+        assert final.keys() == weights.keys() and all(torch.equal(final[k], weights[k]) for k in weights)
+
+
+def test_a_checkpoint_from_before_schedules_resumes_with_its_one_phase(corpus, fabric, tmp_path):
+    straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", progress=False)
+    assert straight["phases"] == [{"seq_len": SEQ_LEN, "share": 1.0, "steps": straight["steps"],
+                                   "tokens": straight["tokens"], "flops": straight["flops"],
+                                   "supervised_positions": straight["supervised_positions"]}]
+    c = config(checkpoint_every=1e-9)
+    train_run(fabric, "mlm", 0, corpus, c, tmp_path / "old", progress=False, stop_after_steps=5)
+    state = checkpointed(tmp_path / "old")
+    del state["counters"]["phases"]  # as saved before schedules existed
+    torch.save(state, tmp_path / "old" / "checkpoint.pt")
+    assert without_timings(train_run(fabric, "mlm", 0, corpus, c, tmp_path / "old", progress=False)) == \
+        without_timings(straight)
+
+
+def test_a_schedule_is_evaluated_on_the_batches_of_its_final_length(corpus):
+    objective = build_run_objective("mlm", config(), corpus)
+    fixed = eval_batches(objective, corpus, config())
+    for scheduled, expected in ((eval_batches(objective, corpus, schedule_config()), fixed),
+                                (eval_batches(objective, corpus, schedule_config("32:0.5,16:0.5")), None)):
+        if expected is None:  # ends at 16: windows of 16 cut from the held-out windows of 32
+            assert [b.original.shape for b in scheduled] == [(BATCH, 16), (BATCH, 16)]
+            assert torch.equal(torch.cat([b.original for b in scheduled]),
+                               corpus.windows("heldout")[:4][:, :32].reshape(8, 16))
+            continue
+        assert len(scheduled) == len(expected)
+        for a, b in zip(scheduled, expected):
+            assert torch.equal(a.inputs, b.inputs) and torch.equal(a.targets, b.targets)
+
+
+@pytest.mark.parametrize("spec, text, message", [
+    ("mlm", "16:0.5,64:0.5", "length 64 exceeds the model's max_seq_len 32"),
+    ("mlm", "8:0.5,16:0.5", "the corpus's windows hold 32 tokens but the schedule's longest length is 16"),
+    ("span", "4:0.5,32:0.5", "seq_len 4 is too short for span corruption"),
+])
+def test_a_schedule_that_does_not_fit_the_corpus_or_objective_is_one_line(spec, text, message, corpus):
+    with pytest.raises(ConfigError, match=message):
+        build_run_objective(spec, schedule_config(text), corpus)

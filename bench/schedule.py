@@ -1,0 +1,183 @@
+"""Sequence-length schedules: `--seq-len 128:0.9,512:0.1` trains at T = 128 for the first 90 % of the FLOP budget,
+then at T = 512 (BERT's schedule, stated in FLOPs instead of steps, so that it means the same for every objective).
+
+A schedule is a list of phases LENGTH:SHARE, SHARE the fraction of the FLOP budget spent in the phase; a plain
+length is one phase with the whole budget. Which phase a step runs in is a pure function of the FLOPs counted before
+it (phase k runs while flops < budget · (share_0 + ... + share_k)), so it depends only on checkpointed counters and a
+resumed run switches at the same step as an uninterrupted one. The corpus is built at the longest length; shorter
+phases read its windows cut into pieces (bench.data.CutWindows).
+
+predict_phases is the accounting: what a schedule gives per phase (steps, token positions, supervised positions,
+FLOPs) for a budget, a batch size and an objective's cost per sequence, without training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from backbone import ConfigError
+
+SHARE_TOLERANCE = 1e-6  # shares written with a few decimals (0.333,0.333,0.334) still sum to 1
+
+
+@dataclass(frozen=True)
+class Phase:
+    seq_len: int  # window length T of this phase
+    share: float  # fraction of the FLOP budget spent in it
+
+
+@dataclass(frozen=True)
+class SeqLenSchedule:
+    phases: tuple[Phase, ...]
+
+    def __post_init__(self) -> None:
+        if not self.phases:
+            raise ConfigError("--seq-len needs at least one LENGTH:SHARE phase")
+        for phase in self.phases:
+            if isinstance(phase.seq_len, bool) or not isinstance(phase.seq_len, int) or phase.seq_len < 2:
+                raise ConfigError(f"--seq-len {self.text}: length {phase.seq_len} must be a whole number >= 2")
+            if not phase.share > 0 or math.isinf(phase.share):  # `not >` also refuses NaN
+                raise ConfigError(f"--seq-len {self.text}: share {phase.share:g} of length {phase.seq_len} must be a "
+                                  "positive fraction of the budget")
+        total = math.fsum(phase.share for phase in self.phases)
+        if abs(total - 1) > SHARE_TOLERANCE:
+            raise ConfigError(f"--seq-len {self.text}: the shares sum to {total:g}, not 1")
+
+    @classmethod
+    def fixed(cls, seq_len: int) -> "SeqLenSchedule":
+        """One phase at `seq_len` for the whole budget: what a plain --seq-len means."""
+        return cls((Phase(seq_len, 1.0),))
+
+    @property
+    def is_fixed(self) -> bool:
+        return len(self.phases) == 1
+
+    @property
+    def lengths(self) -> list[int]:
+        return [phase.seq_len for phase in self.phases]
+
+    @property
+    def longest(self) -> int:
+        """The corpus's window length and the model's max_seq_len: every phase's windows are cut from it."""
+        return max(self.lengths)
+
+    @property
+    def final(self) -> int:
+        """The length the model is judged at: held-out evaluation runs on windows of the last phase's length."""
+        return self.phases[-1].seq_len
+
+    @property
+    def text(self) -> str:
+        """The schedule as --seq-len takes it; a single phase is its plain length."""
+        if self.is_fixed:
+            return str(self.final)
+        return ",".join(f"{phase.seq_len}:{phase.share!r}" for phase in self.phases)
+
+    def recorded(self) -> int | str:
+        """What config.json records: a plain int for one phase, exactly as before schedules existed, so old folders
+        still --resume and `--config` reruns still work; the text otherwise."""
+        return self.final if self.is_fixed else self.text
+
+    def ends(self, budget: float) -> list[float]:
+        """The FLOPs at which each phase ends. The last ends at the budget itself, whatever rounding the shares'
+        sum carries, so the last phase runs until training stops."""
+        cumulative = [budget * math.fsum(phase.share for phase in self.phases[:k + 1])
+                      for k in range(len(self.phases) - 1)]
+        return cumulative + [budget]
+
+    def phase_at(self, flops: float, budget: float) -> int:
+        """The phase a step starts in after `flops` counted FLOPs: the first whose end is still ahead."""
+        return next((k for k, end in enumerate(self.ends(budget)) if flops < end), len(self.phases) - 1)
+
+    def describe(self) -> str:
+        """One line for the report's setup."""
+        if self.is_fixed:
+            return str(self.final)
+        phases = ", then ".join(f"T = {phase.seq_len} for {phase.share:.3g}" for phase in self.phases)
+        return (f"{self.text}: {phases} of each run's FLOPs; the shorter phases read the windows of {self.longest} "
+                f"cut to their length; held-out evaluation at T = {self.final}")
+
+
+PHASE = re.compile(r"^\s*([^:\s]+)\s*:\s*([^:\s]+)\s*$")
+
+
+def parse_seq_len(value: int | str | SeqLenSchedule) -> SeqLenSchedule:
+    """--seq-len as given: a plain length (an int, or its text, as config.json records it) or LENGTH:SHARE phases
+    separated by commas. Every mistake is one ConfigError line that names it."""
+    if isinstance(value, SeqLenSchedule):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 2:
+            raise ConfigError(f"--seq-len must be >= 2, got {value}")
+        return SeqLenSchedule.fixed(value)
+    text = str(value).strip()
+    if re.fullmatch(r"[+-]?\d+", text):
+        return parse_seq_len(int(text))
+    phases = []
+    for part in text.split(","):
+        match = PHASE.match(part)
+        if match is None:
+            raise ConfigError(f"--seq-len {text!r}: {part.strip()!r} is not LENGTH:SHARE (write a plain length, "
+                              "or phases such as 128:0.9,512:0.1)")
+        length, share = match.groups()
+        if not re.fullmatch(r"[+-]?\d+", length):
+            raise ConfigError(f"--seq-len {text!r}: length {length!r} is not a whole number")
+        try:
+            share_value = float(share)
+        except ValueError:
+            raise ConfigError(f"--seq-len {text!r}: share {share!r} is not a number") from None
+        phases.append(Phase(int(length), share_value))
+    return SeqLenSchedule(tuple(phases))
+
+
+def single_seq_len(text: str) -> int:
+    """argparse type for the commands whose --seq-len is one length (bench.positions, bench.perf): a schedule is
+    refused with one line that says where schedules belong."""
+    if ":" in text or "," in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is a schedule; this command takes one length (schedules are "
+                                         "for bench.compare)")
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+@dataclass(frozen=True)
+class PhaseCount:
+    """What one phase gives: steps, token positions that flow through the model, supervised (loss-bearing)
+    positions and training FLOPs."""
+
+    seq_len: int
+    steps: int
+    tokens: int
+    supervised_positions: float | None  # None when no supervised_per_sequence was given
+    flops: float
+
+
+def predict_phases(schedule: SeqLenSchedule, budget: float, batch_size: int,
+                   flops_per_sequence: Callable[[int], float],
+                   supervised_per_sequence: Callable[[int], float] | None = None) -> list[PhaseCount]:
+    """The accounting of a schedule without training, by the training loop's own rule: a step starts in the phase
+    whose end is still ahead of the FLOPs spent, costs batch_size · flops_per_sequence(T) (an objective's
+    expected_flops_per_sequence), and training stops at the first step that reaches the budget. A phase therefore
+    overshoots its end by less than one of its steps, and the next starts that much later. Exact for objectives whose
+    cost per step is fixed (BERT's masking rule, AR, ELECTRA, span); an expectation for Bernoulli masking."""
+    spent, counts = 0.0, []
+    for phase, end in zip(schedule.phases, schedule.ends(budget)):
+        step_flops = batch_size * flops_per_sequence(phase.seq_len)
+        steps = max(0, math.ceil((end - spent) / step_flops))
+        # the loop's own test, `spent < end` before each step, fixes what rounding in the division may have moved
+        while steps > 0 and spent + (steps - 1) * step_flops >= end:
+            steps -= 1
+        while spent + steps * step_flops < end:
+            steps += 1
+        supervised = None if supervised_per_sequence is None else \
+            steps * batch_size * supervised_per_sequence(phase.seq_len)
+        counts.append(PhaseCount(phase.seq_len, steps, steps * batch_size * phase.seq_len, supervised,
+                                 steps * step_flops))
+        spent += steps * step_flops
+    return counts
