@@ -28,7 +28,7 @@ from bench.data import Corpus, TextOptions, load_corpus
 from bench.density import build_on_meta, position_row
 from bench.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
 from bench.files import read_json, write_atomic, write_json
-from bench.presets import describe_presets, get_preset, paper_section
+from bench.presets import describe_presets, flag_text, get_preset, paper_section
 from bench.probes import ProbeConfig
 from bench.report import write_preset_report, write_report
 from bench.results import build_results
@@ -108,9 +108,9 @@ def build_parser() -> Parser:
     add_text_flags(add)
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
     add("--preset", default=None, metavar="NAME",
-        help="run a classic published ablation (bert-table8, corruption-rate, static-vs-dynamic, nsp-sop, "
-             "electra-efficiency, seq-len-schedule): it sets the objectives, data, budget and seeds (flags given "
-             "explicitly still override them) and its report gains a section \"Paper versus this run\" with the "
+        help="run a classic published ablation (bert-table8, corruption-rate, static-vs-dynamic, masking-units, "
+             "nsp-sop, electra-efficiency, seq-len-schedule): it sets the objectives, data, budget and seeds (flags "
+             "given explicitly still override them) and its report gains a section \"Paper versus this run\" with the "
              "paper's numbers beside ours; `--preset list` shows what each runs (README: Presets)")
     add("--config", type=Path, default=None,
         help="rerun a comparison: the settings its config.json (or folder) recorded, and its number of seeds, "
@@ -603,8 +603,7 @@ def run_preset(args: Namespace, argv: list[str] | None) -> list[dict]:
     out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
     found, diverged = {}, []
     for variant in preset.variants:
-        print(f"preset {preset.name}: comparison {variant.name} ({', '.join(f'{k} {v}' for k, v in variant.flags.items())})",
-              file=sys.stderr)
+        print(f"preset {preset.name}: comparison {variant.name} ({flag_text(variant.flags)})", file=sys.stderr)
         flags = {dest: flag_value(dest, value) for dest, value in variant.flags.items()}
         results, lost = compare(Namespace(**{**vars(args), **flags, "out": out / variant.name}), argv)
         found[variant.name], diverged = results, diverged + lost

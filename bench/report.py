@@ -388,8 +388,8 @@ def paper_text(paper: dict) -> str:
             "separated by these seeds).\n",
             table(findings, ["claim", "outcome", "evidence"]),
             f"\n**What differs.** The paper: {paper['paper_setting']}. This run: {paper['this_run']}. The yardsticks "
-            "are the embedded language's probes and tasks, whose Bayes ceilings are known, not the paper's "
-            "benchmarks: a direction can carry over, the numbers cannot."
+            "are this suite's probes and tasks on the embedded language, not the paper's benchmarks: a direction can "
+            "carry over, the numbers cannot."
             + (f" Wall time of this command: {wall / 60:.1f} min." if wall else "")]
     return "\n".join(text)
 

@@ -513,8 +513,9 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     level, labels = ("token", [f"{k}.{s}" for k in range(K) for s in range(S)]) if name == "tagging" \
         else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
+    spelled = " and spelled as synthetic:text" if context.spell else ""
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language{' and spelled as synthetic:text' if context.spell else ''}; "
+                splits["test"], f"sampled from the embedded language{spelled}; "
                 f"{sizes_text}", pair=name in PAIR_TASK_OF,
                 bayes_ceiling=ceiling)
 

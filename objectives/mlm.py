@@ -59,8 +59,8 @@ class MLMOptions(Options):
         if self.pair and (self.span or self.whole_word):
             raise ConfigError("mlm pair= is built on token masking; drop whole_word and span")
         if self.pair and self.static:
-            raise ConfigError("mlm pair= needs dynamic masking: static masking corrupts one window at a time, and NSP's "
-                              "negatives come from the other windows of the batch")
+            raise ConfigError("mlm pair= needs dynamic masking: static masking corrupts one window at a time, and "
+                              "NSP's negatives come from the other windows of the batch")
 
 
 class MaskedLM(Objective):

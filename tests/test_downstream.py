@@ -10,7 +10,7 @@ from backbone import Backbone, ConfigError, measure_flops, resolve_model
 from bench import tasks as tasks_module
 from bench.cli import run
 from bench.compare import main as compare_main
-from bench.data import synthetic_language, train_tokenizer, vocab_for_tokenizer
+from bench.data import speller, synthetic_language, train_tokenizer, vocab_for_tokenizer
 from bench.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, main as downstream_main,
                               scores)
 from bench.probes import ProbeConfig, fit_linear_probe
@@ -200,6 +200,28 @@ def test_same_source_negatives_take_the_second_half_of_another_window(synthetic_
         sources = [j for j in range(32) if torch.equal(windows[j, len(a):content], b)]
         # a short b may occur in several windows; a negative's must occur in another one
         assert i in sources if label == 1 else any(j != i for j in sources)
+
+
+def test_embedded_tasks_on_synthetic_text_are_the_samples_spelled_and_tokenized(recorded_samples):
+    options, _, language = synthetic_language("words=32,states=4,components=2")
+    spell = speller(options.words)
+    sentences = [" ".join(spell(w) for w in range(i, i + 8)) for i in range(0, 24)]
+    tokenizer = train_tokenizer(sentences * 4, 40)  # fewer pieces than words: most words split
+    context = TaskContext(24, vocab_for_tokenizer(tokenizer), tokenizer, language, spell)
+    tagging = load_task("synthetic:tagging,size=8", context)
+    drawn = recorded_samples[8]
+    component = load_task("synthetic:component,size=8", context)
+    for row, labels, words, states in zip(tagging.train.tokens, tagging.train.labels, drawn.words, drawn.states):
+        tagged = (labels != IGNORE).nonzero().squeeze(1).tolist()
+        encoding = tokenizer.encode([spell(w) for w in words.tolist()], is_pretokenized=True, add_special_tokens=False)
+        starts = [i for i, w in enumerate(encoding.word_ids[:23]) if i == 0 or w != encoding.word_ids[i - 1]]
+        assert tagged == starts  # each visible word's first piece, and nothing else
+        assert labels[tagged].tolist() == states[:len(starts)].tolist()
+        assert row[:23].tolist() == encoding.ids[:23]
+    assert torch.equal(component.train.labels, recorded_samples[8].components)
+    assert tagging.bayes_ceiling is None and "spelled as synthetic:text" in tagging.source
+    with pytest.raises(ConfigError, match="pair tasks need --data synthetic"):
+        load_task("synthetic:order", context)
 
 
 def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_context):
