@@ -475,7 +475,7 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
     if not math.isfinite(row["loss"]):  # the last update broke the weights: not a finished run
         raise TrainingDiverged(run.spec, run.seed, counters["step"], row["loss"], counters["last_finite_loss"],
                                counters["flops"])
-    if run.config.probe_every_eval:
+    if run.config.probe_every_eval and fabric.is_global_zero:  # only rank 0 writes the row; the others need not wait
         if probe is not None:
             row.update(run_probes(run.objective, corpus, probe, finetune=False))
         if downstream is not None:
@@ -601,12 +601,13 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     if not fit(fabric, run, corpus, probe, progress, stop_after_steps, downstream):
         return None
     result, tick = run_result(fabric, run, corpus), time.perf_counter()
-    if probe is not None:
+    # Probes and downstream tasks read one copy of the final weights, so rank 0 alone runs them (every rank holds the
+    # same weights; the others would only repeat its work) and the others wait at the barrier below.
+    if probe is not None and fabric.is_global_zero:
         result.update(probes=run_probes(run.objective, corpus, probe), probe_seconds=time.perf_counter() - tick)
-    if downstream is not None:
+    if downstream is not None and fabric.is_global_zero:
         tick = time.perf_counter()
-        result.update(downstream=downstream.evaluate(run.objective, progress and fabric.is_global_zero,
-                                                     desc=f"{run_name(spec, seed)} downstream"),
+        result.update(downstream=downstream.evaluate(run.objective, progress, desc=f"{run_name(spec, seed)} downstream"),
                       downstream_seconds=time.perf_counter() - tick)
     if fabric.is_global_zero:
         write_json(run_dir / "result.json", result)

@@ -11,12 +11,15 @@ import math
 import os
 import signal
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 from lightning_fabric import Fabric
 
+import bench.train
 from bench.data import load_corpus
+from bench.probes import ProbeConfig
 from backbone import ConfigError
 from bench.train import RunStopped, TrainConfig, TrainingDiverged, agree_on_folder, train_run
 from objectives import CausalLM, MaskedLM
@@ -61,6 +64,12 @@ def train(fabric: Fabric, out: Path) -> None:
     data = corpus()
     for name, (spec, micro_batch) in RUNS.items():
         train_run(fabric, spec, 0, data, config(micro_batch), out / name, progress=False)
+    # probes at every checkpoint and at the end: counted per rank, run on rank 0 only
+    calls, real = [], bench.train.run_probes
+    bench.train.run_probes = lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs)
+    probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
+    train_run(fabric, "mlm", 0, data, replace(config(), probe_every_eval=True), out / "probed", probe, progress=False)
+    (out / f"probes-rank{fabric.global_rank}.json").write_text(json.dumps({"calls": len(calls)}))
 
 
 def stops(fabric: Fabric, out: Path) -> None:

@@ -40,7 +40,7 @@ def run_job(job: str, out: Path) -> None:
 def two_processes(tmp_path_factory) -> dict[str, dict]:
     out = tmp_path_factory.mktemp("ddp")
     run_job("train", out)
-    return {name: json.loads((out / name / "result.json").read_text()) for name in RUNS}
+    return {name: {**json.loads((out / name / "result.json").read_text()), "_out": str(out)} for name in RUNS}
 
 
 @pytest.mark.parametrize("name", ["mlm", "ar", "span", "bernoulli"])
@@ -55,6 +55,14 @@ def test_two_processes_train_like_one(name, two_processes, tmp_path):
     for a, b in zip(two["curve"], one["curve"]):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
         assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
+
+
+def test_probes_run_on_rank_0_only(two_processes, tmp_path):
+    out = Path(two_processes["mlm"]["_out"])
+    calls = [json.loads((out / f"probes-rank{rank}.json").read_text())["calls"] for rank in (0, 1)]
+    result = json.loads((out / "probed" / "result.json").read_text())
+    assert calls == [len(result["curve"]) + 1, 0]  # every checkpoint and the final probes; none on rank 1
+    assert all("tagging_frozen" in row for row in result["curve"]) and "tagging_finetuned" in result["probes"]
 
 
 @pytest.mark.parametrize("name", ["bernoulli", "electra"])
