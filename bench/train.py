@@ -74,7 +74,7 @@ class TrainConfig:
     first_eval: float = 0.05  # share of the budget at the first checkpoint
     eval_windows: int = 128
     probe_every_eval: bool = False  # also fit the frozen probes at every FLOP checkpoint
-    compile: bool = False  # torch.compile every transformer stack (the backbone's, ELECTRA's generator)
+    compile: bool = False  # torch.compile every transformer block (the backbone's, ELECTRA's generator's)
     micro_batch: int | None = None  # windows per forward/backward on each process; None: its whole share at once
     # Recompute each block's activations in the backward pass instead of keeping them. The FLOPs counted stay the
     # model's (one forward, one backward): the recomputation is a memory-for-time trade of the hardware setup, like
@@ -362,7 +362,8 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     for stack in [m for m in objective.modules() if isinstance(m, Transformer)]:
         stack.activation_checkpointing = config.activation_checkpointing
         if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
-            stack.compile()
+            for block in stack.blocks:  # per block: DDP's gradient all-reduce can start as each block's backward ends
+                block.compile()
     module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
     schedule = run_schedule(config, corpus)
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,

@@ -64,3 +64,10 @@ def test_the_autocast_queries_it_calls_exist_in_the_torch_floor():
         assert fused_loss._compute_dtype(torch.ones(1)) == torch.bfloat16
         with torch.autocast("cpu", enabled=False):
             assert not torch.is_autocast_enabled("cpu")
+
+
+def test_chunks_stay_cache_sized_on_a_cpu_and_grow_on_a_gpu():
+    assert fused_loss.chunk_rows(torch.device("cpu"), 30622) == fused_loss.CHUNK_ROWS
+    rows = fused_loss.chunk_rows(torch.device("cuda"), 30622)  # BERT's vocabulary with the sentinels
+    assert rows * 30622 * 4 <= fused_loss.GPU_CHUNK_BYTES < (rows + 1) * 30622 * 4 and rows > fused_loss.CHUNK_ROWS
+    assert fused_loss.chunk_rows(torch.device("cuda"), 10 ** 6) == fused_loss.CHUNK_ROWS  # never below the CPU's
