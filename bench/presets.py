@@ -19,6 +19,7 @@ from typing import Callable
 
 from backbone import ConfigError
 from bench.results import p_value, stat, yardsticks
+from bench.stats import welch_difference_interval
 
 # Welch's p below this is a difference; at or above it, "not significant" (the verdict's threshold)
 ALPHA = 0.05
@@ -102,29 +103,29 @@ def compare(evidence: Evidence, claim: str, yardstick: str, better: tuple[str, s
 
 
 def comparable(evidence: Evidence, claim: str, yardstick: str, first: tuple[str, str], second: tuple[str, str],
-               margin: float) -> dict:
-    """The finding for "`first` is comparable to or better than `second`": reproduced when `first` is not
-    significantly behind and the shortfall stays within `margin` (a share of `second`'s mean); "inconclusive" when the
-    seeds cannot tell (the CIs are wider than the margin)."""
+               margin: float = 0.05) -> dict:
+    """The finding for "`first` is comparable to or better than `second`", as a non-inferiority check: reproduced when
+    the 95 % CI of the difference (Welch's) lies above −margin (a share of `second`'s mean), i.e. these seeds rule out
+    a shortfall larger than the margin; "not reproduced" when `first` is significantly behind; otherwise the seeds
+    cannot tell ("inconclusive")."""
     one, two = evidence.get(first[1], yardstick, first[0]), evidence.get(second[1], yardstick, second[0])
     if not one or not two:
         return {"claim": claim, "outcome": "not measured", "evidence": f"no finished runs with `{yardstick}`"}
     a, b, p = stat(one), stat(two), p_value(one, two)
     difference = a["mean"] - b["mean"]
     allowed = margin * abs(b["mean"])
-    spread = max(a["ci95"] or math.inf, b["ci95"] or math.inf)
-    if difference < 0 and p is not None and p < ALPHA:
-        outcome = "not reproduced"
-    elif spread > 2 * allowed:
-        outcome = "inconclusive (CIs wider than the margin)"
-    elif difference >= -allowed:
+    low, high = welch_difference_interval(one, two)
+    if low > -allowed:
         outcome = "reproduced"
+    elif difference < 0 and p is not None and p < ALPHA:
+        outcome = "not reproduced"
     else:
-        outcome = "not reproduced (behind by more than the margin, not significant)"
-    return {"claim": claim, "outcome": outcome, "p": p, "difference": difference,
+        outcome = "inconclusive (the CI of the difference reaches below −margin)"
+    interval = "no CI (one seed)" if math.isnan(low) else f"95 % CI [{low:+.4f}, {high:+.4f}]"
+    return {"claim": claim, "outcome": outcome, "p": p, "difference": difference, "interval": [low, high],
             "evidence": f"{' '.join(x for x in first if x)} {format_stat(a)} vs {' '.join(x for x in second if x)} "
-                        f"{format_stat(b)} on {yardstick}: difference {difference:+.4f} (margin ±{allowed:.4f}, "
-                        f"{margin:.0%} of the second), Welch p = {format_p(p)}"}
+                        f"{format_stat(b)} on {yardstick}: difference {difference:+.4f}, {interval}, margin "
+                        f"−{allowed:.4f} ({margin:.0%} of the second), Welch p = {format_p(p)}"}
 
 
 def spread(evidence: Evidence, specs: list[str], yardstick: str, variant: str = "") -> float | None:
@@ -207,7 +208,7 @@ def judge_static(evidence: Evidence) -> list[dict]:
                "outcome": "setting", "evidence": f"this run: {epochs}"}
     return [setting] + [comparable(evidence, "RoBERTa: dynamic masking is comparable to or slightly better than "
                                              f"static masking ({yardstick})", yardstick, ("", "mlm"),
-                                   ("", "mlm:static=10"), margin=0.02)
+                                   ("", "mlm:static=10"))
                         for yardstick in ("tagging_finetuned_share", "tagging_frozen_share")]
 
 
@@ -220,8 +221,7 @@ def judge_pairs(evidence: Evidence) -> list[dict]:
     return [own,
         compare(evidence, "A model trained with NSP solves NSP (beats MLM alone)", nsp, ("", "mlm:pair=nsp"),
                 ("", "mlm")),
-        comparable(evidence, "...but not SOP: no better than MLM alone on it", sop, ("", "mlm"), ("", "mlm:pair=nsp"),
-                   margin=0.02),
+        comparable(evidence, "...but not SOP: no better than MLM alone on it", sop, ("", "mlm"), ("", "mlm:pair=nsp")),
         compare(evidence, "A model trained with SOP solves SOP (beats NSP)", sop, ("", "mlm:pair=sop"),
                 ("", "mlm:pair=nsp")),
         compare(evidence, "...and most of NSP (beats MLM alone on it)", nsp, ("", "mlm:pair=sop"), ("", "mlm")),
@@ -270,7 +270,7 @@ def judge_seq_len(evidence: Evidence) -> list[dict]:
                "outcome": "setting", "evidence": "per run, mean over seeds: " + "; ".join(flowed)}
     return [setting] + [comparable(evidence, "BERT's schedule (90 % of the steps at T/4) is as good as the full "
                                              f"length throughout, at equal FLOPs ({yardstick})", yardstick,
-                                   ("schedule", "mlm"), ("fixed", "mlm"), margin=0.02)
+                                   ("schedule", "mlm"), ("fixed", "mlm"))
                         for yardstick in ("tagging_finetuned_share", "tagging_frozen_share")]
 
 
@@ -310,8 +310,9 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         "static-vs-dynamic", "BERT's static masking (10 fixed copies) against dynamic masking, with the data repeated "
                              "for about 40 epochs",
         # 216 training windows: the default budget's 272 steps of 32 read each window about 40 times, each of the 10
-        # static copies about 4 times, as BERT's 40 epochs over 10 copies (the report states the epochs run)
-        {"objectives": "mlm,mlm:static=10", "data": "synthetic:train=216", "seeds": 5},
+        # static copies about 4 times, as BERT's 40 epochs over 10 copies (the report states the epochs run). 10
+        # seeds: with 5, the CI of the difference (± 0.03 on a probe share near 0.3) could not rule out a 5 % gap.
+        {"objectives": "mlm,mlm:static=10", "data": "synthetic:train=216", "seeds": 10},
         PaperTable("Liu et al. 2019 (RoBERTa), Table 1 (medians over 5 seeds)",
                    "Dynamic masking is comparable to or slightly better than static masking.",
                    ("SQuAD 2.0 F1", "MNLI-m", "SST-2"),

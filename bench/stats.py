@@ -1,4 +1,5 @@
-"""Statistics across seeds: mean with a Student-t confidence interval, and Welch's test against a baseline."""
+"""Statistics across seeds: mean with a Student-t confidence interval, and Welch's test against a baseline (its
+p-value, and the confidence interval of the difference it tests)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,13 @@ def welch_p_value(values: list[float], baseline: list[float]) -> float:
         return float("nan")
     result = stats.ttest_ind(values, baseline, equal_var=False)
     return float(result.pvalue)
+
+
+def welch_difference_interval(values: list[float], baseline: list[float],
+                              confidence: float = 0.95) -> tuple[float, float]:
+    """The two-sided confidence interval of mean(values) − mean(baseline) that Welch's test inverts (Welch-
+    Satterthwaite degrees of freedom); (NaN, NaN) when either side has fewer than two values or there is no spread."""
+    if len(values) < 2 or len(baseline) < 2:
+        return float("nan"), float("nan")
+    interval = stats.ttest_ind(values, baseline, equal_var=False).confidence_interval(confidence)
+    return float(interval.low), float(interval.high)

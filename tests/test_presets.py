@@ -9,7 +9,9 @@ from bench import presets as presets_module
 from bench.cli import run
 from bench.compare import main as compare_main, parse_args
 from bench.presets import PRESETS, Evidence, Preset, PaperTable, Variant, comparable, compare
+from bench.stats import welch_difference_interval
 from objectives import parse_objective_list
+from scipy.stats import t as scipy_t
 
 ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "ANCHORS.md"
 
@@ -79,13 +81,27 @@ def test_a_direction_is_reproduced_only_when_the_seeds_separate_it():
     assert compare(separated, "c > a", "y", ("", "c"), ("", "a"))["outcome"] == "not measured"
 
 
-def test_comparable_needs_cis_narrower_than_the_margin():
-    close = evidence({"a": [0.700, 0.701, 0.702], "b": [0.701, 0.702, 0.703]})
+def test_comparable_is_non_inferiority_within_the_margin():
+    close = evidence({"a": [0.700, 0.701, 0.702], "b": [0.701, 0.702, 0.703]})  # behind by 0.001, CI ± 0.002
     assert comparable(close, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"] == "reproduced"
     wide = evidence({"a": [0.5, 0.7, 0.9], "b": [0.6, 0.7, 0.8]})
     assert comparable(wide, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"].startswith("inconclusive")
     behind = evidence({"a": [0.60, 0.61, 0.62], "b": [0.70, 0.71, 0.72]})
     assert comparable(behind, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"] == "not reproduced"
+    ahead = evidence({"a": [0.80, 0.81, 0.82], "b": [0.70, 0.71, 0.72]})  # better is comparable or better
+    assert comparable(ahead, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"] == "reproduced"
+
+
+def test_the_difference_interval_is_welchs_by_hand():
+    a, b = [0.61, 0.66, 0.58, 0.70], [0.52, 0.55, 0.57]
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    var = lambda v: sum((x - mean(v)) ** 2 for x in v) / (len(v) - 1)  # noqa: E731
+    se2 = var(a) / len(a) + var(b) / len(b)
+    df = se2 ** 2 / ((var(a) / len(a)) ** 2 / (len(a) - 1) + (var(b) / len(b)) ** 2 / (len(b) - 1))
+    half = scipy_t.ppf(0.975, df) * se2 ** 0.5
+    low, high = welch_difference_interval(a, b)
+    assert (low, high) == pytest.approx((mean(a) - mean(b) - half, mean(a) - mean(b) + half))
+    assert all(x != x for x in welch_difference_interval([0.5], b))  # one seed: no interval
 
 
 SMALL = ["--model", "tiny", "--seq-len", "32", "--eval-points", "2", "--no-probe-curves", "--quiet"]
