@@ -1,11 +1,11 @@
 """The classic published ablations, each one command: `python -m bench.compare --preset NAME`.
 
 A preset fixes the objectives, data, model, budget and seeds of a comparison (any flag given explicitly still
-overrides it), and names the paper table it re-asks. After the runs, its judge reads the comparison's own
-yardsticks (probes and downstream tasks, bench.results) and states, for each of the paper's claims, whether this run
-reproduces its direction: with the suite's CIs and Welch tests, never new statistics. The paper's numbers are quoted
-from ../shared/ANCHORS.md with their sources; "not reproduced" is a valid outcome, and the report then says what
-differs between the paper's setting and this run.
+overrides it), and names the paper table it re-asks. After the runs, its judge reads the comparison's own yardsticks
+(probes and downstream tasks, bench.results) and states, for each of the paper's claims, whether this run reproduces
+its direction, with the suite's CIs and Welch's test (its p-value and the interval it inverts). The paper's numbers
+are quoted from ../shared/ANCHORS.md with their sources; "not reproduced" is a valid outcome, and the report then says
+what differs between the paper's setting and this run.
 
 A preset that varies what one comparison holds fixed (the budget, the sequence length) runs one comparison per
 variant, each in its own folder under --out, and writes the paper section to --out/report.md.
