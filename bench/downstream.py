@@ -9,7 +9,8 @@ objective and seed:
   chosen, and only that model ever sees the test split.
 Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens: a causal
 model reads left to right and a sequence is represented by its last token (the only one that has seen all of it);
-the others read the whole example and mean-pool its tokens. Downstream FLOPs are reported, never charged to the
+the others read the whole example and mean-pool its tokens, except the embedded pair tasks, "[BOS] a [EOS] b [EOS]",
+which they read at [BOS] as BERT reads pairs at [CLS]. Downstream FLOPs are reported, never charged to the
 pretraining budget.
 
     python -m bench.downstream --run reports/X                     # the tasks the comparison was given
@@ -71,8 +72,18 @@ def reads_left_to_right(objective: Objective) -> bool:
     return objective.probe_attention(objective.backbone.config.max_seq_len)["attention"] == "causal"
 
 
-def pooling(objective: Objective) -> str:
-    return "last token" if reads_left_to_right(objective) else "mean over tokens"
+def reading(objective: Objective, task: Task) -> str:
+    """Where a sequence is read: "last" token for a causal backbone (the only one that has seen all of it); "first"
+    for a bidirectional one on pairs laid out "[BOS] a [EOS] b [EOS]" (BERT reads pairs at [CLS]: the evidence sits
+    at one junction, which a mean over the window dilutes); else the "mean" over the example's tokens."""
+    if reads_left_to_right(objective):
+        return "last"
+    return "first" if task.first_position else "mean"
+
+
+def pooling(objective: Objective, task: Task) -> str:
+    return {"last": "last token", "first": "first position ([BOS])", "mean": "mean over tokens"}[
+        reading(objective, task)]
 
 
 @torch.no_grad()
@@ -98,18 +109,20 @@ def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
                     segments=None if segments is None else segments.to(device))
 
 
-def representations(hidden: Tensor, split: Split, level: str, causal: bool) -> tuple[Tensor, Tensor]:
-    """(rows, d) features and their labels: per sequence, the last token (causal) or the mean over the example's
-    tokens; per token, the positions that carry a tag."""
+def representations(hidden: Tensor, split: Split, level: str, read: str) -> tuple[Tensor, Tensor]:
+    """(rows, d) features and their labels: per sequence, the position(s) `read` names (see reading()); per token,
+    the positions that carry a tag."""
     if level == "token":
         scored = split.labels != IGNORE
         return hidden[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
-    return pool(hidden, split.lengths.to(hidden.device), causal), split.labels.to(hidden.device)
+    return pool(hidden, split.lengths.to(hidden.device), read), split.labels.to(hidden.device)
 
 
-def pool(hidden: Tensor, lengths: Tensor, causal: bool) -> Tensor:
-    if causal:
+def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
+    if read == "last":
         return hidden[torch.arange(len(hidden), device=hidden.device), lengths - 1]
+    if read == "first":
+        return hidden[:, 0]
     inside = (torch.arange(hidden.shape[1], device=hidden.device)[None, :] < lengths[:, None]).to(hidden.dtype)
     return (hidden * inside[..., None]).sum(1) / lengths[:, None].to(hidden.dtype)
 
@@ -148,9 +161,9 @@ def scores(task: Task, predicted: Tensor, split: Split) -> dict[str, float]:
 
 def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tuple[dict, int, StandardizedLinear]:
     """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe)."""
-    backbone, causal = objective.backbone, reads_left_to_right(objective)
-    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, causal)
-    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, causal)
+    backbone, causal, read = objective.backbone, reads_left_to_right(objective), reading(objective, task)
+    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, read)
+    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, read)
     # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
     _, probe_flops, head = fit_linear_probe(train_x, train_y, test_x, torch.zeros(len(test_x), dtype=torch.long),
                                             task.classes, config.probe)
@@ -166,15 +179,15 @@ def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tu
 class Classifier(nn.Module):
     """A backbone read in its objective's mode, with a linear head per sequence or per token."""
 
-    def __init__(self, backbone: Backbone, head: StandardizedLinear, causal: bool, level: str) -> None:
+    def __init__(self, backbone: Backbone, head: StandardizedLinear, read: str, level: str) -> None:
         super().__init__()
-        self.backbone, self.head, self.causal, self.level = backbone, head, causal, level
+        self.backbone, self.head, self.read, self.level = backbone, head, read, level
 
     def forward(self, split: Split) -> Tensor:
-        hidden = forward(self.backbone, self.causal, split)
+        hidden = forward(self.backbone, self.read == "last", split)
         if self.level == "token":
             return self.head(hidden)  # (N, T, classes)
-        return self.head(pool(hidden, split.lengths.to(hidden.device), self.causal))
+        return self.head(pool(hidden, split.lengths.to(hidden.device), self.read))
 
     def loss(self, split: Split) -> Tensor:
         logits = self(split)
@@ -213,12 +226,12 @@ def train_classifier(model: Classifier, task: Task, lr: float, config: FinetuneC
 def finetune(objective: Objective, task: Task, head: StandardizedLinear, config: FinetuneConfig) -> tuple[dict, int]:
     """Fine-tune at each rate of the grid, choose the rate by the dev score (the first of equals), and score only the
     chosen model on the test split. Returns (test scores with the rate and every dev score, FLOPs)."""
-    backbone, causal = objective.backbone, reads_left_to_right(objective)
+    backbone, read = objective.backbone, reading(objective, task)
     device = backbone.token_embedding.weight.device
     dev_scores, best, best_score = {}, None, float("-inf")
     for lr in config.lrs:
         torch.manual_seed(task.seed)  # dropout, where the backbone has any
-        model = Classifier(copy.deepcopy(backbone), copy.deepcopy(head).to(device), causal, task.level)
+        model = Classifier(copy.deepcopy(backbone), copy.deepcopy(head).to(device), read, task.level)
         train_classifier(model, task, lr, config)
         dev_scores[f"{lr:g}"] = scores(task, model.predict(task.dev), task.dev)["score"]
         if dev_scores[f"{lr:g}"] > best_score:
@@ -256,7 +269,7 @@ class Downstream:
             for task in tqdm(self.tasks, desc=desc, unit="task", disable=not progress, leave=False):
                 frozen, frozen_flops, head = frozen_probe(objective, task, self.config)
                 tuned, tuned_flops = finetune(objective, task, head, self.config)
-                results[task.name] = {"frozen": frozen, "finetuned": tuned, "pooling": pooling(objective),
+                results[task.name] = {"frozen": frozen, "finetuned": tuned, "pooling": pooling(objective, task),
                                       "flops": {"frozen": frozen_flops, "finetune": tuned_flops}}
         return results
 

@@ -100,6 +100,7 @@ class Task:
     test: Split
     source: str  # where the examples and splits came from, for the report
     pair: bool = False
+    first_position: bool = False  # "[BOS] a [EOS] b [EOS]" pairs: bidirectional backbones read them at [BOS]
     # the embedded language's tasks: the Bayes classifier's expected accuracy on the test split, by exact inference in
     # the language that generated it (no model can beat it in expectation); None where the truth is unknown
     bayes_ceiling: float | None = None
@@ -516,7 +517,7 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     spelled = " and spelled as synthetic:text" if context.spell else ""
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
                 splits["test"], f"sampled from the embedded language{spelled}; "
-                f"{sizes_text}", pair=name in PAIR_TASK_OF,
+                f"{sizes_text}", pair=name in PAIR_TASK_OF, first_position=name in PAIR_TASK_OF,
                 bayes_ceiling=ceiling)
 
 

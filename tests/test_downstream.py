@@ -12,7 +12,7 @@ from bench.cli import run
 from bench.compare import main as compare_main
 from bench.data import speller, synthetic_language, train_tokenizer, vocab_for_tokenizer
 from bench.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, main as downstream_main,
-                              scores)
+                              reading, representations, scores)
 from bench.probes import ProbeConfig, fit_linear_probe
 from bench.tasks import Split, Task, TaskContext, load_task, parse_task_list
 from objectives import IGNORE, Vocab, build_objective
@@ -224,6 +224,15 @@ def test_embedded_tasks_on_synthetic_text_are_the_samples_spelled_and_tokenized(
         load_task("synthetic:order", context)
 
 
+def test_pairs_are_read_at_bos_by_bidirectional_backbones_and_at_the_end_by_causal_ones(synthetic_context):
+    order, component = (load_task(f"synthetic:{name},size=8", synthetic_context) for name in ("order", "component"))
+    mlm, ar = tiny_objective("mlm:pair=sop", synthetic_context), tiny_objective("ar", synthetic_context)
+    assert (reading(mlm, order), reading(mlm, component), reading(ar, order)) == ("first", "mean", "last")
+    hidden = hidden_states(mlm.backbone, False, order.train)
+    features, _ = representations(hidden, order.train, "sequence", "first")
+    assert torch.equal(features, hidden[:, 0]) and (order.train.tokens[:, 0] == Vocab.BOS).all()
+
+
 def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_context):
     folder = tmp_path / "ner"
     folder.mkdir()
@@ -332,8 +341,7 @@ def test_finetuning_flops_equal_flop_counter_mode(spec, level, text_files, text_
     objective = tiny_objective(spec, context)
     config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=2))
     _, _, head = frozen_probe(objective, task, config)
-    causal = objective.probe_attention(context.seq_len)["attention"] == "causal"
-    model = Classifier(objective.backbone, head, causal, level)
+    model = Classifier(objective.backbone, head, reading(objective, task), level)
     batch = task.train.rows(slice(0, 4))
     measured_step = measure_flops(lambda: model.loss(batch).backward())
     measured_dev = measure_flops(lambda: model.predict(task.dev))
