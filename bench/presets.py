@@ -412,6 +412,10 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
                      **{name: stat(evidence.get(spec, name, variant)) for name in preset.yardsticks}})
     first = next(iter(results.values()))
     setup = first.get("setup", {})
+    runs = [run for result in results.values() for run in result["runs"]]
+    # what the runs cost, however many sessions (--resume) they took: training with its evaluations, probes, tasks
+    runs_seconds = sum(run.get(key) or 0 for run in runs for key in ("wall_seconds", "probe_seconds",
+                                                                     "downstream_seconds"))
     return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
             "paper_columns": list(preset.paper.columns),
             "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],
@@ -421,4 +425,4 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
                         + (" (per comparison: " + ", ".join(f"{name} {r['budget_flops']:.3g}" for name, r in
                                                             results.items()) + ")" if len(results) > 1 else "")
                         + f"; {setup.get('data', '?')}; {first.get('seeds', '?')} seeds",
-            "wall_seconds": wall_seconds}
+            "wall_seconds": wall_seconds, "runs_seconds": runs_seconds}

@@ -390,7 +390,10 @@ def paper_text(paper: dict) -> str:
             f"\n**What differs.** The paper: {paper['paper_setting']}. This run: {paper['this_run']}. The yardsticks "
             "are this suite's probes and tasks on the embedded language, not the paper's benchmarks: a direction can "
             "carry over, the numbers cannot."
-            + (f" Wall time of this command: {wall / 60:.1f} min." if wall else "")]
+            + "".join(f" {part}" for part in (
+                f"The runs took {paper['runs_seconds'] / 60:.1f} min (training with its evaluations, probes and "
+                "downstream tasks, summed over runs)." if paper.get("runs_seconds") else "",
+                f"This command ran {wall / 60:.1f} min." if wall else "") if part)]
     return "\n".join(text)
 
 
