@@ -393,7 +393,8 @@ def paper_text(paper: dict) -> str:
             + "".join(f" {part}" for part in (
                 f"The runs took {paper['runs_seconds'] / 60:.1f} min (training with its evaluations, probes and "
                 "downstream tasks, summed over runs)." if paper.get("runs_seconds") else "",
-                f"This command ran {wall / 60:.1f} min." if wall else "") if part)]
+                f"This session of the command ran {wall / 60:.1f} min (a --resume keeps finished runs)." if wall
+                else "") if part)]
     return "\n".join(text)
 
 
