@@ -11,8 +11,8 @@ from bench import tasks as tasks_module
 from bench.cli import run
 from bench.compare import main as compare_main
 from bench.data import speller, synthetic_language, train_tokenizer, vocab_for_tokenizer
-from bench.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, main as downstream_main,
-                              reading, representations, scores)
+from bench.downstream import (Classifier, FinetuneConfig, context_for_run, finetune, frozen_probe, hidden_states,
+                              main as downstream_main, reading, representations, scores)
 from bench.probes import ProbeConfig, fit_linear_probe
 from bench.tasks import Split, Task, TaskContext, load_task, parse_task_list
 from objectives import IGNORE, Vocab, build_objective
@@ -231,6 +231,16 @@ def test_pairs_are_read_at_bos_by_bidirectional_backbones_and_at_the_end_by_caus
     hidden = hidden_states(mlm.backbone, False, order.train)
     features, _ = representations(hidden, order.train, "sequence", "first")
     assert torch.equal(features, hidden[:, 0]) and (order.train.tokens[:, 0] == Vocab.BOS).all()
+
+
+def test_a_finished_synthetic_text_comparison_spells_its_tasks_again(tmp_path):
+    spell = speller(128)
+    tokenizer = train_tokenizer([" ".join(spell(w) for w in range(i, i + 8)) for i in range(0, 120)] * 2, 60)
+    (tmp_path / "tokenizer.json").write_text(tokenizer.to_str())
+    context = context_for_run(tmp_path, {"data": "synthetic:text", "seq_len": 32})
+    assert context.language is not None and context.tokenizer is not None
+    assert [context.spell(w) for w in (0, 7, 127)] == [spell(w) for w in (0, 7, 127)]
+    assert "spelled as synthetic:text" in load_task("synthetic:component,size=8", context).source
 
 
 def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_context):
