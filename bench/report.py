@@ -379,22 +379,20 @@ def paper_text(paper: dict) -> str:
              *[fmt(ours[label].get(name)) if label in ours else "" for name in paper["yardsticks"]]]
             for label in labels]
     findings = [[f["claim"], f"**{f['outcome']}**", f["evidence"]] for f in paper["findings"]]
-    wall = paper.get("wall_seconds")
     text = [f"## Paper versus this run\n\n**{paper['citation']}.** {paper['claim']}\n",
             table(rows, ["setting", *[f"paper: {c}" for c in paper["paper_columns"]], "ours",
                          *[f"ours: {name} (mean ± 95 % CI)" for name in paper["yardsticks"]]]),
             "\nDoes this run reproduce the paper's direction? Each claim is checked on this comparison's own "
-            "yardsticks, with its CIs and Welch tests (p < 0.05 separates; \"direction only\" means ahead but not "
-            "separated by these seeds).\n",
+            "yardsticks, with its CIs and Welch tests: \"A beats B\" is reproduced when Welch's p < 0.05 separates "
+            "them (\"direction only\": ahead, not separated); \"A is comparable to B\" when the 95 % CI of the "
+            "difference excludes a shortfall of more than the margin (\"inconclusive\": the seeds cannot tell).\n",
             table(findings, ["claim", "outcome", "evidence"]),
             f"\n**What differs.** The paper: {paper['paper_setting']}. This run: {paper['this_run']}. The yardsticks "
             "are this suite's probes and tasks on the embedded language, not the paper's benchmarks: a direction can "
             "carry over, the numbers cannot."
-            + "".join(f" {part}" for part in (
-                f"The runs took {paper['runs_seconds'] / 60:.1f} min (training with its evaluations, probes and "
-                "downstream tasks, summed over runs)." if paper.get("runs_seconds") else "",
-                f"This session of the command ran {wall / 60:.1f} min (a --resume keeps finished runs)." if wall
-                else "") if part)]
+            + (f" The runs took {paper['runs_seconds'] / 60:.1f} min (training with its evaluations, probes and "
+               "downstream tasks, summed over runs; a --resume keeps finished runs)." if paper.get("runs_seconds")
+               else "")]
     return "\n".join(text)
 
 
