@@ -249,10 +249,16 @@ def judge_electra(evidence: Evidence) -> list[dict]:
                        if m["objective"] == "electra"]
         density = result["verdict"]["signal_density_ratio"].get("electra", float("nan")) if multipliers else None
         for m in multipliers:
-            reached = m["kind"] == "=" and m["multiplier"] >= 4
+            # "<" and "=" bound the multiplier from above; ">" only from below (MLM never got there in its run)
+            if m["multiplier"] >= 4 and m["kind"] in ("=", ">"):
+                outcome = "reproduced"
+            elif m["kind"] == ">":
+                outcome = "inconclusive (at least this much: MLM's run never reached ELECTRA's value)"
+            else:
+                outcome = "not reproduced"
             findings.append({"claim": f"ELECTRA's compute multiplier over MLM is about 4× or more ({budget:.2g}, "
                                       f"{m['yardstick']})",
-                             "outcome": "reproduced" if reached else "not reproduced",
+                             "outcome": outcome,
                              "evidence": f"multiplier {m['text']} (signal-density ratio {density:.2f}×)"})
     return findings
 
