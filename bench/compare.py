@@ -194,14 +194,19 @@ def parse_args(argv: list[str] | None):
     if args.config is None:
         return args
     defaults, rates, seeds = config_defaults(args.config)
-    if not any(flag == "--seeds" or flag.startswith("--seeds=") for flag in given) and seeds is not None:
+    if not given_flag(given, "seeds") and seeds is not None:
         defaults["seeds"] = seeds
     parser.set_defaults(**defaults)
     args = parser.parse_args(argv)
-    if not any(flag == "--lr" or flag.startswith("--lr=") for flag in given) and args.objectives == \
+    if not given_flag(given, "lr") and args.objectives == \
             defaults["objectives"]:
         args.config_learning_rates = rates  # one rate per spec; specs with options cannot be written back as --lr
     return args
+
+
+def output_folder(out: Path | None) -> Path:
+    """--out, or reports/<UTC timestamp> by default, as an absolute path."""
+    return (out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
 
 
 def given_flag(given: list[str], dest: str) -> bool:
@@ -364,7 +369,7 @@ def plan(args, fabric: Fabric) -> Plan:
                               corpus.language or corpus.spelled_language, corpus.spell)
         downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
                                 finetune_config(args.finetune_steps, args.finetune_lrs))
-    out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
+    out = output_folder(args.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
     shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
@@ -600,7 +605,7 @@ def run_preset(args: Namespace, argv: list[str] | None) -> list[dict]:
     if not preset.variants:
         return compare(args, argv, lambda results: paper_section(preset, {"": results},
                                                                  time.perf_counter() - started))[1]
-    out = (args.out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
+    out = output_folder(args.out)
     found, diverged = {}, []
     for variant in preset.variants:
         print(f"preset {preset.name}: comparison {variant.name} ({flag_text(variant.flags)})", file=sys.stderr)

@@ -80,13 +80,22 @@ class Evidence:
         return self.values.get((variant, spec, yardstick), [])
 
 
+def label(side: tuple[str, str]) -> str:
+    """A (variant, spec) pair as the evidence names it: "four-times electra", or "mlm" in a single comparison."""
+    return " ".join(part for part in side if part)
+
+
+def not_measured(claim: str, yardstick: str) -> dict:
+    return {"claim": claim, "outcome": "not measured", "evidence": f"no finished runs with `{yardstick}`"}
+
+
 def compare(evidence: Evidence, claim: str, yardstick: str, better: tuple[str, str], worse: tuple[str, str]) -> dict:
     """The finding for a claim "`better` scores above `worse` on `yardstick`" ((variant, spec) pairs): reproduced
     when it is ahead and Welch's test separates them, "direction only" when ahead but not separated, "not
     reproduced" when behind."""
     high, low = evidence.get(better[1], yardstick, better[0]), evidence.get(worse[1], yardstick, worse[0])
     if not high or not low:
-        return {"claim": claim, "outcome": "not measured", "evidence": f"no finished runs with `{yardstick}`"}
+        return not_measured(claim, yardstick)
     a, b, p = stat(high), stat(low), p_value(high, low)
     difference = a["mean"] - b["mean"]
     if difference > 0 and p is not None and p < ALPHA:
@@ -95,11 +104,9 @@ def compare(evidence: Evidence, claim: str, yardstick: str, better: tuple[str, s
         outcome = "direction only, not significant"
     else:
         outcome = "not reproduced" if p is not None and p < ALPHA else "not reproduced (opposite, not significant)"
-    shown = " ".join(part for part in better if part)
-    other = " ".join(part for part in worse if part)
     return {"claim": claim, "outcome": outcome, "p": p, "difference": difference,
-            "evidence": f"{shown} {format_stat(a)} vs {other} {format_stat(b)} on {yardstick}: difference "
-                        f"{difference:+.4f}, Welch p = {format_p(p)}"}
+            "evidence": f"{label(better)} {format_stat(a)} vs {label(worse)} {format_stat(b)} on {yardstick}: "
+                        f"difference {difference:+.4f}, Welch p = {format_p(p)}"}
 
 
 def comparable(evidence: Evidence, claim: str, yardstick: str, first: tuple[str, str], second: tuple[str, str],
@@ -110,7 +117,7 @@ def comparable(evidence: Evidence, claim: str, yardstick: str, first: tuple[str,
     cannot tell ("inconclusive")."""
     one, two = evidence.get(first[1], yardstick, first[0]), evidence.get(second[1], yardstick, second[0])
     if not one or not two:
-        return {"claim": claim, "outcome": "not measured", "evidence": f"no finished runs with `{yardstick}`"}
+        return not_measured(claim, yardstick)
     a, b, p = stat(one), stat(two), p_value(one, two)
     difference = a["mean"] - b["mean"]
     allowed = margin * abs(b["mean"])
@@ -123,8 +130,8 @@ def comparable(evidence: Evidence, claim: str, yardstick: str, first: tuple[str,
         outcome = "inconclusive (the CI of the difference reaches below −margin)"
     interval = "no CI (one seed)" if math.isnan(low) else f"95 % CI [{low:+.4f}, {high:+.4f}]"
     return {"claim": claim, "outcome": outcome, "p": p, "difference": difference, "interval": [low, high],
-            "evidence": f"{' '.join(x for x in first if x)} {format_stat(a)} vs {' '.join(x for x in second if x)} "
-                        f"{format_stat(b)} on {yardstick}: difference {difference:+.4f}, {interval}, margin "
+            "evidence": f"{label(first)} {format_stat(a)} vs {label(second)} {format_stat(b)} on {yardstick}: "
+                        f"difference {difference:+.4f}, {interval}, margin "
                         f"−{allowed:.4f} ({margin:.0%} of the second), Welch p = {format_p(p)}"}
 
 
@@ -264,13 +271,9 @@ def judge_electra(evidence: Evidence) -> list[dict]:
 
 
 def judge_seq_len(evidence: Evidence) -> list[dict]:
-    flowed = []
-    for variant in ("schedule", "fixed"):
-        runs = (evidence.results.get(variant) or {}).get("runs", [])
-        if runs:
-            tokens = sum(r["tokens"] for r in runs) / len(runs)
-            supervised = sum(r["supervised_positions"] for r in runs) / len(runs)
-            flowed.append(f"{variant} {tokens:,.0f} token positions ({supervised:,.0f} supervised)")
+    flowed = [f"{variant} {o['compute']['tokens']:,.0f} token positions ({o['compute']['supervised_positions']:,.0f} "
+              "supervised)" for variant in ("schedule", "fixed")
+              for o in (evidence.results.get(variant) or {}).get("objectives", [])]
     setting = {"claim": "At equal FLOPs the schedule lets more positions flow (BERT's arithmetic: 4.26e10 of them in "
                         "10^6 steps against 1.31e11 for T = 512 throughout, at a third of the FLOPs)",
                "outcome": "setting", "evidence": "per run, mean over seeds: " + "; ".join(flowed)}
@@ -360,8 +363,8 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         {"objectives": "mlm,electra,ar", "seeds": 2},
         PaperTable("Clark et al. 2020 (ELECTRA), Tables 1 and 2 (GLUE dev)",
                    "At equal compute ELECTRA beats BERT (Small: 79.9 vs 75.1 at 1.4e18 FLOPs), and matches RoBERTa "
-                   "with less than ¼ of its compute (89.0 at 7.1e20 vs 88.9 at 3.2e21); the discriminator learns from all "
-                   "T positions instead of 0.15 T (a signal-density ratio of 6.65 at T = 512).",
+                   "with less than ¼ of its compute (89.0 at 7.1e20 vs 88.9 at 3.2e21); the discriminator learns from "
+                   "all T positions instead of 0.15 T (a signal-density ratio of 6.65 at T = 512).",
                    ("GLUE", "train FLOPs"),
                    (("BERT-Small", (75.1, 1.4e18)), ("ELECTRA-Small", (79.9, 1.4e18)),
                     ("RoBERTa-500K", (88.9, 3.2e21)), ("ELECTRA-400K", (89.0, 7.1e20))),

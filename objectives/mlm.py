@@ -187,9 +187,9 @@ class MaskedLM(Objective):
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
         # FLOPs are linear in the projected rows, so the expectation is the count at the expected row number.
-        base = self.backbone.flops(1, seq_len, 0).training_step + self.pair_head_flops(1).training_step
-        per_row = self.backbone.flops(1, seq_len, 1).training_step - self.backbone.flops(1, seq_len, 0).training_step
-        return base + per_row * self.expected_masked_positions(seq_len)
+        unprojected = self.backbone.flops(1, seq_len, 0).training_step
+        per_row = self.backbone.flops(1, seq_len, 1).training_step - unprojected
+        return unprojected + self.pair_head_flops(1).training_step + per_row * self.expected_masked_positions(seq_len)
 
     @property
     def perf_peer(self) -> str | None:
