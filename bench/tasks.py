@@ -516,9 +516,8 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
     spelled = " and spelled as synthetic:text" if context.spell else ""
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language{spelled}; "
-                f"{sizes_text}", pair=name in PAIR_TASK_OF, first_position=name in PAIR_TASK_OF,
-                bayes_ceiling=ceiling)
+                splits["test"], f"sampled from the embedded language{spelled}; {sizes_text}",
+                pair=name in PAIR_TASK_OF, first_position=name in PAIR_TASK_OF, bayes_ceiling=ceiling)
 
 
 def _spelled(name: str, drawn: synthetic.Sample, context: TaskContext) -> Split:
