@@ -12,17 +12,20 @@ Everything that makes runs comparable lives here:
   run of an objective, so curves line up across seeds and objectives;
 - each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, counters; the data
   position is the step) is checkpointed with it, so an interrupted run resumes exactly. There is no RNG state to
-  carry: the masks of a step come from a generator seeded by derive_seed(seed, step) (bench.seeds), and the global
-  RNG (ELECTRA's sampling, dropout) is reseeded from (seed, step, rank) before every step, so each process of a
-  multi-device run draws its own noise and a resumed run draws the same noise as an uninterrupted one, whatever the
-  number of devices;
+  carry: each row of a step's batch is corrupted from its own generator, seeded from (seed, step, row) (bench.seeds,
+  objectives.draws), so a process corrupts only its own rows and they are the rows of the whole batch, on any number
+  of devices; and the global RNG (ELECTRA's sampling, dropout) is reseeded from (seed, step, rank) before every
+  step, so each process draws its own noise and a resumed run draws the same noise as an uninterrupted one;
 - how a step is executed does not change what it computes: micro-batches (--micro-batch) accumulate to the gradient of
   the whole batch, activation checkpointing recomputes the same values, and the FLOPs counted are the model's.
 
 Long runs: the state is also saved every `checkpoint_every` minutes, and SIGTERM or SIGUSR1 (a scheduler's warning
 before it ends a job) saves it at the end of the current step and exits with EXIT_STOPPED; rerunning resumes exactly.
 A training step reads one number from the device, the global loss (with the stop and save requests of every process
-beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal.
+beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal. The counts
+the step needs from the other processes' rows (supervised positions, FLOPs) are integers the hosts add up
+(`sum_on_hosts`) before the step starts, without waiting for any device. The next step's rows are corrupted in a
+background thread while this one runs (`Prefetcher`), into pinned memory on CUDA, and copied without blocking.
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import torch
 from lightning_fabric import Fabric
@@ -54,6 +58,7 @@ from bench.probes import ProbeConfig, run_probes
 from bench.schedule import SeqLenSchedule
 from bench.seeds import derive_seed
 from objectives import Corrupted, Objective, Output, build_objective
+from objectives.draws import RowGenerators
 
 EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
 EXIT_STOPPED = 4  # exit status after a stop signal: the state is saved, rerun with --resume to continue
@@ -190,23 +195,87 @@ def run_name(spec: str, seed: int) -> str:
     return re.sub(r"[^A-Za-z0-9.]+", "-", spec).strip("-") + f"-seed{seed}"
 
 
-def corruption_generator(seed: int, step: int) -> torch.Generator:
-    # A pure function of (seed, step): the masks of step s are the same whether or not the run was resumed.
-    return torch.Generator().manual_seed(derive_seed(seed, step))
+ROW_STREAM = 0  # last part of a row's seed (seed, step, row, ROW_STREAM): apart from the per-process (seed, step, rank)
 
 
-def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int) -> Corrupted:
-    """The global batch of `step`: windows step·B .. step·B + B − 1 (wrapping around `windows`), corrupted afresh
-    every time (dynamic masking, RoBERTa) or, for objectives with static copies, with copy (epoch mod copies) of each
-    window's fixed corruptions (BERT's static masking with dupe_factor)."""
+def row_generators(seed: int, step: int, rows: slice) -> RowGenerators:
+    # A pure function of (seed, step, row): a row's masks are the same whether or not the run was resumed, and
+    # whichever process corrupts it.
+    return RowGenerators([derive_seed(seed, step, row, ROW_STREAM) for row in range(rows.start, rows.stop)])
+
+
+def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int,
+                   rows: slice | None = None) -> Corrupted:
+    """Rows `rows` (by default all) of the global batch of `step`: windows step·B .. step·B + B − 1 (wrapping
+    around `windows`), corrupted afresh every time (dynamic masking, RoBERTa), each row from its own generator, or,
+    for objectives with static copies, with copy (epoch mod copies) of each window's fixed corruptions (BERT's static
+    masking with dupe_factor)."""
+    rows = slice(0, batch_size) if rows is None else rows
     position = torch.arange(batch_size) + step * batch_size
     index = position % len(windows)
     if not objective.static_copies:
-        return objective.corrupt(windows[index], corruption_generator(seed, step))
+        return objective.corrupt_rows(windows[index], rows, row_generators(seed, step, rows))
     copies = (position // len(windows)) % objective.static_copies
     return Corrupted.concat([
         objective.corrupt(windows[i:i + 1], torch.Generator().manual_seed(derive_seed(seed, i, copy)))
-        for i, copy in zip(index.tolist(), copies.tolist())])
+        for i, copy in zip(index[rows].tolist(), copies[rows].tolist())])
+
+
+@dataclass(frozen=True)
+class StepCounts:
+    """What a step's global batch holds, summed over the processes' rows."""
+
+    flops: int
+    supervised_positions: int
+    loss_counts: dict[str, int]  # the positions each mean of the loss averages over (Objective.loss_counts)
+
+
+def step_counts(fabric: Fabric, objective: Objective, rows: Corrupted) -> StepCounts:
+    """The global batch's counts from this process's `rows`: each count is a sum over rows (FLOPs are linear in
+    the rows and the projected positions), so the processes' counts add up to the whole batch's."""
+    loss_counts = objective.loss_counts(rows)
+    flops, supervised, *summed = sum_on_hosts(fabric, [objective.flops(rows), objective.counted_positions(rows),
+                                                      *loss_counts.values()])
+    return StepCounts(flops, supervised, dict(zip(loss_counts, summed)))
+
+
+_HOST_GROUPS: dict = {}
+
+
+def sum_on_hosts(fabric: Fabric, values: list[int]) -> list[int]:
+    """Integers summed over every process, exactly (int64), through the hosts: a gloo all-reduce of a CPU tensor,
+    which waits for the other processes but never for a device. On NCCL a gloo group is made once beside it."""
+    if fabric.world_size == 1:
+        return values
+    world = torch.distributed.group.WORLD
+    if torch.distributed.get_backend() != "gloo" and world not in _HOST_GROUPS:
+        _HOST_GROUPS[world] = torch.distributed.new_group(backend="gloo")  # every process gets here at the same step
+    summed = torch.tensor(values, dtype=torch.long)
+    torch.distributed.all_reduce(summed, group=_HOST_GROUPS.get(world))
+    return summed.tolist()
+
+
+class Prefetcher:
+    """Builds the next step's rows in a background thread while the device runs this step: corruption is host-side
+    work of a few to tens of milliseconds per step. A build is a pure function of (step, phase), so a prefetched
+    batch is the one the loop would have built itself; the loop builds it in place when none was asked for."""
+
+    def __init__(self, build: Callable[[int, int], Corrupted]) -> None:
+        self.build = build
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches")
+        self.pending: tuple[tuple[int, int], Future] | None = None
+
+    def start(self, step: int, phase: int) -> None:
+        self.pending = ((step, phase), self.executor.submit(self.build, step, phase))
+
+    def take(self, step: int, phase: int) -> Corrupted:
+        pending, self.pending = self.pending, None
+        if pending is not None and pending[0] == (step, phase):
+            return pending[1].result()
+        return self.build(step, phase)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
 
 
 def run_schedule(config: TrainConfig, corpus: Corpus) -> SeqLenSchedule:
@@ -406,11 +475,11 @@ def restore(fabric: Fabric, run: Run) -> None:
     fabric.barrier()
 
 
-def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> Tensor:
-    """One optimizer step on this process's share of the global batch, in micro-batches of config.micro_batch windows
-    whose gradients add up to the share's. Returns this process's part of the global batch's loss (the processes'
-    parts sum to it) as a tensor on the device: nothing in the step reads a value back from the device (fit reads
-    this one, once). The batch's copies to the device are still plain blocking copies."""
+def train_step(fabric: Fabric, run: Run, rows: Corrupted, loss_counts: dict[str, int]) -> Tensor:
+    """One optimizer step on this process's `rows` of the global batch, in micro-batches of config.micro_batch
+    windows whose gradients add up to the share's; `loss_counts`: the global batch's (step_counts). Returns this
+    process's part of the global batch's loss (the processes' parts sum to it) as a tensor on the device: nothing in
+    the step reads a value back from the device (fit reads this one, once)."""
     world, rank, step = fabric.world_size, fabric.global_rank, run.counters["step"]
     objective, config = run.objective, run.config
     per_rank = config.batch_size // world
@@ -418,16 +487,15 @@ def train_step(fabric: Fabric, run: Run, batch: Corrupted) -> Tensor:
     for group in run.optimizer.param_groups:
         group["lr"] = learning_rate(run.counters["flops"] / config.budget_flops, config)
     torch.manual_seed(derive_seed(run.seed, step, rank))  # see the module docstring
-    totals = objective.loss_counts(batch)  # over the global batch, on the host
     run.optimizer.zero_grad(set_to_none=True)
     parts = []
-    for start in range(rank * per_rank, (rank + 1) * per_rank, size):
-        micro = batch.rows(slice(start, start + size))
+    for start in range(0, per_rank, size):
+        micro = rows.rows(slice(start, start + size))
         # DDP all-reduces the gradients in the backward of the last micro-batch only; before it they accumulate
-        with fabric.no_backward_sync(run.module, enabled=start + size < (rank + 1) * per_rank):
+        with fabric.no_backward_sync(run.module, enabled=start + size < per_rank):
             with fabric.autocast():
-                output = run.module(micro.to(fabric.device))
-            loss = share_of_loss(objective, output, micro, totals, world, whole=size == config.batch_size)
+                output = run.module(micro.to(fabric.device, non_blocking=True))
+            loss = share_of_loss(objective, output, micro, loss_counts, world, whole=size == config.batch_size)
             fabric.backward(loss)
         parts.append(loss.detach())
     if config.grad_clip > 0:
@@ -505,7 +573,14 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
     live = LiveMetrics(run.run_dir, counters["step"], config.log_every, fabric.device, precision.precision,
                        fabric.world_size, enabled=fabric.is_global_zero)
     run.module.train()
-    with stop_on_signals() as request, closing(live):
+    per_rank = config.batch_size // fabric.world_size
+    share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
+
+    def build(step: int, phase: int) -> Corrupted:  # this process's rows of the step's global batch
+        rows = training_batch(objective, windows[phase], run.seed, step, config.batch_size, share)
+        return rows.pin_memory() if fabric.device.type == "cuda" else rows
+
+    with stop_on_signals() as request, closing(live), closing(Prefetcher(build)) as prefetch:
         while counters["flops"] < config.budget_flops:
             step = counters["step"]
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
@@ -514,27 +589,29 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
             # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
             # throughout would read at step s.
             phase = run.schedule.phase_at(counters["flops"], config.budget_flops)
-            batch = training_batch(objective, windows[phase], run.seed, step, config.batch_size)  # the global batch
-            loss_part = train_step(fabric, run, batch)
+            rows = prefetch.take(step, phase)
+            spent = step_counts(fabric, objective, rows)
+            # the next step's phase is known now: its rows are corrupted while this step runs
+            prefetch.start(step + 1, run.schedule.phase_at(counters["flops"] + spent.flops, config.budget_flops))
+            loss_part = train_step(fabric, run, rows, spent.loss_counts)
             save_due = config.checkpoint_every is not None and \
                 time.monotonic() - last_save >= 60 * config.checkpoint_every
             loss, stop, save = agree(fabric, loss_part, request.signal_name is not None, save_due)
             counters["train_seconds"] += time.perf_counter() - tick
-            step_flops = objective.flops(batch)
             if not math.isfinite(loss):  # every rank sees the same loss, so every rank stops here
                 bar.close()
                 raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
-                                       counters["flops"] + step_flops)
-            counts = {"tokens": batch.inputs.numel(), "supervised_positions": objective.counted_positions(batch),
-                      "flops": step_flops}
-            for spent in (counters, counters["phases"][phase]):  # the run's totals, and its phase's
+                                       counters["flops"] + spent.flops)
+            tokens = config.batch_size * rows.inputs.shape[1]
+            counts = {"tokens": tokens, "supervised_positions": spent.supervised_positions, "flops": spent.flops}
+            for totals in (counters, counters["phases"][phase]):  # the run's totals, and its phase's
                 for key, value in counts.items():
-                    spent[key] += value
+                    totals[key] += value
             counters["phases"][phase]["steps"] += 1
             counters.update(step=step + 1, last_finite_loss=loss)
             bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
             bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
-            live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], batch.inputs.numel(), step_flops,
+            live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
                       run.grad_norm, getattr(precision, "scaler", None))
             if counters["flops"] >= grid[counters["next_eval"]]:
                 checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started, downstream)

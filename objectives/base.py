@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from backbone import Backbone, ConfigError
 from backbone.fused_loss import linear_cross_entropy
+from objectives.draws import Randomness, RowGenerators
 
 IGNORE = -100  # target of a position that carries no loss (PyTorch's cross_entropy ignore_index)
 # The one home of the special-token layout: ids 0-4 of every vocabulary (a trained tokenizer holds all five; the
@@ -138,10 +139,17 @@ class Corrupted:
                          self.prefix_len, {k: v[index] for k, v in self.info.items()}, supervised,
                          tuple(offset - low for offset in self.row_offsets[start:stop + 1]))
 
-    def to(self, device: torch.device | str) -> "Corrupted":
-        return Corrupted(self.inputs.to(device), self.targets.to(device), self.attention, self.original.to(device),
-                         self.prefix_len, {k: v.to(device) for k, v in self.info.items()},
-                         self.supervised.to(device), self.row_offsets)
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "Corrupted":
+        return self.apply(lambda tensor: tensor.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Corrupted":
+        """The batch in page-locked host memory, which a CUDA device copies from while the host goes on."""
+        return self.apply(Tensor.pin_memory)
+
+    def apply(self, function) -> "Corrupted":
+        return Corrupted(function(self.inputs), function(self.targets), self.attention, function(self.original),
+                         self.prefix_len, {k: function(v) for k, v in self.info.items()}, function(self.supervised),
+                         self.row_offsets)
 
 
 @dataclass
@@ -217,8 +225,14 @@ class Objective(nn.Module):
         self.options.validate()
 
     # --- the pure half ---
-    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+    def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
         raise NotImplementedError
+
+    def corrupt_rows(self, tokens: Tensor, rows: slice, generator: RowGenerators) -> Corrupted:
+        """Rows `rows` of the corruption of the batch `tokens`, each drawn from its own generator: what one process
+        corrupts of a global batch, equal to the same rows of the whole batch's corruption. The rows are corrupted
+        alone unless an objective's rows depend on the others (NSP's negatives borrow other windows)."""
+        return self.corrupt(tokens[rows], generator)
 
     def check_seq_len(self, seq_len: int) -> None:
         """Raise ConfigError when this objective cannot run on windows of `seq_len` tokens."""

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from backbone import ConfigError
 from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Output, lm_flops, lm_forward
+from objectives.draws import Randomness
 
 
 class CausalLM(Objective):
@@ -16,7 +17,7 @@ class CausalLM(Objective):
     can_generate = True
     tagging_ceiling = "filtering"  # its features at t have seen tokens up to t only
 
-    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+    def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
         # Nothing is random; `generator` is accepted so every objective has the same signature.
         targets = torch.full_like(tokens, IGNORE)
         targets[:, :-1] = tokens[:, 1:]

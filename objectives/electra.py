@@ -21,6 +21,7 @@ from backbone import Backbone, ConfigError, Flops, Transformer
 from backbone.model import init_weights
 from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, Vocab, check_fraction, \
     token_loss
+from objectives.draws import Randomness
 from objectives.masking import RULES, expected_count, rewrite, select_positions
 
 
@@ -73,7 +74,7 @@ class Electra(Objective):
         for module in (self.generator_in, self.generator_head, self.discriminator_head):
             module.apply(init_weights)
 
-    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+    def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
         o = self.options
         selected = select_positions(tuple(tokens.shape), o.rate, o.rule, generator)
         inputs, kind = rewrite(tokens, selected, o.mask, 0.0, self.vocab, generator)

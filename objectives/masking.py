@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from objectives.base import Vocab
+from objectives.draws import Randomness, categorical, integers, uniform
 
 RULES = ("exact", "bernoulli")
 
@@ -27,7 +28,7 @@ def expected_count(seq_len: int, rate: float, rule: str) -> float:
     return float(exact_count(seq_len, rate)) if rule == "exact" else seq_len * rate
 
 
-def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: torch.Generator,
+def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: Randomness,
                      excluded: Tensor | None = None) -> Tensor:
     """Boolean (batch, T) mask of the chosen positions.
 
@@ -35,7 +36,7 @@ def select_positions(shape: tuple[int, int], rate: float, rule: str, generator: 
     "bernoulli": each position independently with probability `rate` (Hugging Face's collator).
     `excluded` positions are never chosen; BERT still counts them in T (its [CLS] and [SEP]).
     """
-    scores = torch.rand(shape, generator=generator)
+    scores = uniform(generator, shape)
     if excluded is not None:
         scores = scores.masked_fill(excluded, -1.0)  # below every draw, so top-k never reaches them
     if rule == "bernoulli":
@@ -49,14 +50,14 @@ def word_index(word_starts: Tensor) -> Tensor:
     return word_starts.long().cumsum(1) - 1
 
 
-def select_whole_words(word_starts: Tensor, count: int, generator: torch.Generator) -> Tensor:
+def select_whole_words(word_starts: Tensor, count: int, generator: Randomness) -> Tensor:
     """Whole-word masking, as BERT's `create_masked_lm_predictions` with `do_whole_word_mask`: go through the words in
     a random order and take each one whole if it still fits in the budget of `count` tokens, else skip it. The loop
     runs over word ranks, for every sequence at once, and stops as soon as every budget is full."""
     batch, seq_len = word_starts.shape
     words = word_index(word_starts)
     lengths = torch.zeros(batch, seq_len, dtype=torch.long).scatter_add_(1, words, torch.ones_like(words))
-    scores = torch.rand(batch, seq_len, generator=generator).masked_fill(lengths == 0, float("inf"))
+    scores = uniform(generator, (batch, seq_len)).masked_fill(lengths == 0, float("inf"))
     order = scores.argsort(dim=1)  # word ids in a random order (empty word slots last)
     lengths_in_order = lengths.gather(1, order)
     taken_in_order = torch.zeros(batch, seq_len, dtype=torch.bool)
@@ -80,7 +81,7 @@ def span_length_distribution(p: float, max_words: int) -> Tensor:
 
 
 def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
-                 generator: torch.Generator) -> tuple[Tensor, Tensor]:
+                 generator: Randomness) -> tuple[Tensor, Tensor]:
     """SpanBERT's span masking: draw a length in words and a random anchor word not yet masked, mask that many
     whole words from the anchor, and repeat until exactly `count` tokens are chosen (the last span is cut at the
     budget, as in SpanBERT). One draw per iteration for every sequence at once.
@@ -103,8 +104,9 @@ def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
         short = chosen < count
         if not short.any():
             break
-        length = torch.multinomial(distribution, batch, replacement=True, generator=generator) + 1
-        anchor = (torch.rand(batch, generator=generator) * num_words).long()
+        # only the rows still short draw: with a generator per row, a row's draws never depend on the others
+        length = categorical(generator, distribution, batch, active=short) + 1
+        anchor = (uniform(generator, (batch,), active=short) * num_words).long()
         low = word_start_at.gather(1, anchor[:, None])
         high = word_start_at.gather(1, torch.minimum(anchor + length, num_words)[:, None])
         fresh = short & ~selected.gather(1, low.clamp(max=seq_len - 1)).squeeze(1)  # SpanBERT skips a masked anchor
@@ -117,17 +119,17 @@ def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
 
 
 def rewrite(tokens: Tensor, selected: Tensor, mask: float, random: float, vocab: Vocab,
-            generator: torch.Generator, unit: Tensor | None = None) -> tuple[Tensor, Tensor]:
+            generator: Randomness, unit: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """BERT's 80/10/10: each selected position becomes [MASK] (p = mask), a random ordinary token (p = random) or
     stays as it is (the rest). Random tokens are never special ids. Positions with the same `unit` id share one
     decision (SpanBERT decides per span); by default every position decides for itself (BERT, per sub-token).
 
     Returns (inputs, rewrite kind per position: UNTOUCHED / MASKED / RANDOM / KEPT).
     """
-    draw = torch.rand(tokens.shape, generator=generator)
+    draw = uniform(generator, tuple(tokens.shape))
     if unit is not None:
         draw = draw.gather(1, unit.clamp(min=0))
-    random_tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, tokens.shape, generator=generator)
+    random_tokens = integers(generator, vocab.first_ordinary, vocab.end_ordinary, tuple(tokens.shape))
     kind = torch.full(tokens.shape, KEPT)
     kind[draw < mask + random] = RANDOM
     kind[draw < mask] = MASKED

@@ -19,6 +19,7 @@ from backbone import Backbone, ConfigError, Flops
 from backbone.model import init_weights
 from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Options, Output, Vocab, check_fraction, \
     check_split, lm_flops, lm_forward
+from objectives.draws import Randomness, RowGenerators
 from objectives.pairs import PAIR_TASKS, SPECIAL_POSITIONS, make_pairs, pair_layout
 from objectives.masking import KEPT, MASKED, RANDOM, RULES, exact_count, expected_count, rewrite, select_positions, \
     select_spans, select_whole_words
@@ -77,7 +78,7 @@ class MaskedLM(Objective):
             self.pair_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))  # BERT's pooler + classifier
             self.pair_head.apply(init_weights)
 
-    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+    def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
         o = self.options
         if o.pair:
             return self.corrupt_pairs(tokens, generator)
@@ -94,12 +95,19 @@ class MaskedLM(Objective):
         targets = torch.where(selected, tokens, IGNORE)
         return Corrupted(inputs, targets, "bidirectional", tokens, info={"rewrite": kind})
 
-    def corrupt_pairs(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
-        """The window as a sentence pair, then BERT's masking of round(rate·T) of its non-special positions."""
+    def corrupt_rows(self, tokens: Tensor, rows: slice, generator: RowGenerators) -> Corrupted:
+        if not self.options.pair:
+            return super().corrupt_rows(tokens, rows, generator)
+        return self.corrupt_pairs(tokens[rows], generator, tokens, rows.start or 0)
+
+    def corrupt_pairs(self, tokens: Tensor, generator: Randomness, batch: Tensor | None = None,
+                      first_row: int = 0) -> Corrupted:
+        """The window as a sentence pair (rows first_row, ... of `batch`, by default the whole batch: see
+        make_pairs), then BERT's masking of round(rate·T) of its non-special positions."""
         o = self.options
-        if o.pair == "nsp" and len(tokens) < 2:
+        if o.pair == "nsp" and len(tokens if batch is None else batch) < 2:
             raise ValueError("mlm:pair=nsp draws its negatives from the other windows of a batch: need 2 or more")
-        pairs = make_pairs(o.pair, tokens, generator)
+        pairs = make_pairs(o.pair, tokens, generator, batch, first_row)
         laid_out, segments, special = pair_layout(pairs, self.vocab)
         selected = select_positions(tuple(laid_out.shape), o.rate, o.rule, generator, excluded=special)
         inputs, kind = rewrite(laid_out, selected, o.mask, o.random, self.vocab, generator)

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from objectives.base import Vocab
+from objectives.draws import Randomness, integers, uniform
 
 PAIR_TASKS = ("nsp", "sop")
 SPECIAL_POSITIONS = 3  # [BOS], the separating [EOS] and the final [EOS]
@@ -43,22 +44,27 @@ def cut_range(content_length: int) -> tuple[int, int]:
     return low, content_length - low
 
 
-def make_pairs(task: str, tokens: Tensor, generator: torch.Generator) -> Pairs:
-    """Cut each window's first T − 3 tokens into two segments and make half of the rows negatives of `task`."""
+def make_pairs(task: str, tokens: Tensor, generator: Randomness, batch: Tensor | None = None,
+               first_row: int = 0) -> Pairs:
+    """Cut each window's first T − 3 tokens into two segments and make half of the rows negatives of `task`.
+    `tokens` are rows first_row, first_row + 1, ... of `batch` (by default the whole batch): NSP's negatives borrow
+    from any window of `batch`, so a process corrupting its own rows of a global batch pairs them as the whole batch
+    would."""
     if task not in PAIR_TASKS:
         raise ValueError(f"unknown pair task {task!r}; choose one of {', '.join(PAIR_TASKS)}")
-    batch, seq_len = tokens.shape
+    batch = tokens if batch is None else batch
+    rows, seq_len = tokens.shape
     content_length = seq_len - SPECIAL_POSITIONS
     low, high = cut_range(content_length)
-    cut = torch.randint(low, high + 1, (batch,), generator=generator)
-    is_next = (torch.rand(batch, generator=generator) < 0.5).long()
-    other = (torch.arange(batch) + torch.randint(1, max(2, batch), (batch,), generator=generator)) % batch
+    cut = integers(generator, low, high + 1, (rows,))
+    is_next = (uniform(generator, (rows,)) < 0.5).long()
+    other = (torch.arange(rows) + first_row + integers(generator, 1, max(2, len(batch)), (rows,))) % len(batch)
     content = tokens[:, :content_length]
-    positions = torch.arange(content_length).expand(batch, content_length)
+    positions = torch.arange(content_length).expand(rows, content_length)
     negative = is_next == 0
     if task == "nsp":
         # b from another window, at the positions it would have held: a true continuation of that other sequence
-        borrowed = torch.where(positions >= cut[:, None], content[other], content)
+        borrowed = torch.where(positions >= cut[:, None], batch[other, :content_length], content)
         return Pairs(torch.where(negative[:, None], borrowed, content), cut, is_next)
     # sop: rotate the content left by h, so b comes first; the first segment is then C − h long
     rotated = content.gather(1, (positions + cut[:, None]) % content_length)

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from backbone import ConfigError
 from objectives.base import IGNORE, Corrupted, Objective, Options, Output, check_fraction, lm_flops, lm_forward
+from objectives.draws import Randomness, uniform
 
 
 @dataclass(frozen=True)
@@ -65,16 +66,16 @@ def packed_lengths(seq_len: int, density: float, mean_span: float) -> SpanLength
     return SpanLengths(raw, noise, spans, inputs, targets, seq_len - inputs - targets)
 
 
-def random_segmentation(batch_size: int, items: int, segments: int, generator: torch.Generator) -> Tensor:
+def random_segmentation(batch_size: int, items: int, segments: int, generator: Randomness) -> Tensor:
     """(batch, segments) positive lengths summing to `items`, uniform over all such compositions (T5's
     `_random_segmentation`): segments − 1 distinct cut points among the items − 1 gaps."""
-    cuts = torch.rand(batch_size, items - 1, generator=generator).topk(segments - 1, dim=1).indices + 1
+    cuts = uniform(generator, (batch_size, items - 1)).topk(segments - 1, dim=1).indices + 1
     bounds = torch.cat([torch.zeros(batch_size, 1, dtype=torch.long), cuts.sort(dim=1).values,
                         torch.full((batch_size, 1), items)], dim=1)
     return bounds.diff(dim=1)
 
 
-def noise_mask(batch_size: int, lengths: SpanLengths, generator: torch.Generator) -> Tensor:
+def noise_mask(batch_size: int, lengths: SpanLengths, generator: Randomness) -> Tensor:
     """(batch, raw) bool, True on noise; segments alternate non-noise, noise, ... starting with non-noise."""
     noise = random_segmentation(batch_size, lengths.noise, lengths.spans, generator)
     non_noise = random_segmentation(batch_size, lengths.raw - lengths.noise, lengths.spans, generator)
@@ -99,7 +100,7 @@ class SpanCorruption(Objective):
         super().check_seq_len(seq_len)
         self.lengths(seq_len)
 
-    def corrupt(self, tokens: Tensor, generator: torch.Generator) -> Corrupted:
+    def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
         batch_size, seq_len = tokens.shape
         lengths = self.lengths(seq_len)
         raw = tokens[:, :lengths.raw]

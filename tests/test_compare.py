@@ -143,8 +143,8 @@ def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, 
     import bench.train
     real_step = bench.train.train_step
 
-    def diverging(fabric, run, batch):
-        loss = real_step(fabric, run, batch)
+    def diverging(fabric, run, batch, loss_counts):
+        loss = real_step(fabric, run, batch, loss_counts)
         return loss * float("nan") if run.spec == "ar" and run.counters["step"] == 2 else loss
 
     monkeypatch.setattr(bench.train, "train_step", diverging)
@@ -318,7 +318,7 @@ def test_bad_learning_rates_are_one_line(text, message):
 
 def test_when_every_run_diverges_the_report_still_says_so(tmp_path, monkeypatch):
     import bench.train
-    monkeypatch.setattr(bench.train, "train_step", lambda fabric, run, batch: torch.tensor(float("nan")))
+    monkeypatch.setattr(bench.train, "train_step", lambda fabric, run, batch, counts: torch.tensor(float("nan")))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
         run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])

@@ -18,10 +18,11 @@ from bench.density import build_on_meta
 from bench.files import read_jsonl
 from bench.probes import ProbeConfig
 from bench.schedule import parse_seq_len, predict_phases
-from bench.train import (EXIT_STOPPED, RunStopped, TrainConfig, TrainingDiverged, agree, build_run_objective,
-                         check_batch_split, check_config, check_memory, configure_matmuls, corruption_generator,
-                         eval_batches, eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, tf32_matmuls,
-                         train_run, train_step, training_batch)
+from bench.seeds import derive_seed
+from bench.train import (EXIT_STOPPED, ROW_STREAM, RunStopped, TrainConfig, TrainingDiverged, agree,
+                         build_run_objective, check_batch_split, check_config, check_memory, configure_matmuls,
+                         eval_batches, eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, step_counts,
+                         tf32_matmuls, train_run, train_step, training_batch)
 from ddp_job import acting_forward
 from objectives import IGNORE, Vocab
 
@@ -91,10 +92,10 @@ def test_bernoulli_runs_count_what_they_executed(corpus, fabric, tmp_path):
     c = config()
     result = train_run(fabric, "mlm:rule=bernoulli", 0, corpus, c, tmp_path, progress=False)
     assert c.budget_flops <= result["flops"]
-    # recount: corrupt each step's windows afresh from (seed, step) and count the chosen positions
+    # recount: corrupt each row of each step's windows afresh, alone, from (seed, step, row), and count the chosen
     objective, windows = build_run_objective("mlm:rule=bernoulli", c, corpus), corpus.windows("train")
-    chosen = [int((objective.corrupt(windows[(torch.arange(BATCH) + step * BATCH) % len(windows)],
-                                     corruption_generator(0, step)).targets != IGNORE).sum())
+    chosen = [sum(int((objective.corrupt(windows[(step * BATCH + row) % len(windows)][None], torch.Generator().manual_seed(
+                  derive_seed(0, step, row, ROW_STREAM))).targets != IGNORE).sum()) for row in range(BATCH))
               for step in range(result["steps"])]
     assert result["supervised_positions"] == sum(chosen)
     assert len(set(chosen)) > 1  # Bernoulli: the count varies from step to step
@@ -144,6 +145,61 @@ def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_
 def poison_training_forward(monkeypatch, spec_class, call: int, action) -> None:
     """Run `action(output)` on the output of the `call`-th training forward (1-based) of objectives of spec_class."""
     monkeypatch.setattr(spec_class, "forward", acting_forward(spec_class, call, action))
+
+
+ROW_SPECS = ["mlm", "mlm:rule=bernoulli", "ar", "electra", "span", "mlm:whole_word=true", "mlm:span=geometric",
+             "mlm:static=2", "mlm:pair=nsp", "mlm:pair=sop"]
+
+
+def worded_objective(spec: str):
+    """`spec` on a vocabulary where a third of the ids continue a word, so whole words and spans have words."""
+    vocab = Vocab.for_tokenizer(60, continuation=torch.arange(160) % 3 == 0)
+    return build_run_objective(spec, TrainConfig(budget_flops=1, model="tiny"),
+                               type("C", (), {"vocab": vocab, "seq_len": 48})())
+
+
+def same_batch(a, b) -> bool:
+    return (a.attention == b.attention and a.prefix_len == b.prefix_len and a.row_offsets == b.row_offsets
+            and all(torch.equal(x, y) for x, y in zip((a.inputs, a.targets, a.original, a.supervised),
+                                                      (b.inputs, b.targets, b.original, b.supervised)))
+            and a.info.keys() == b.info.keys() and all(torch.equal(a.info[k], b.info[k]) for k in a.info))
+
+
+@pytest.mark.parametrize("spec", ROW_SPECS)
+def test_each_process_corrupts_its_rows_as_the_global_batch_has_them(spec):
+    objective = worded_objective(spec)
+    windows = torch.randint(5, 60, (20, 48), generator=torch.Generator().manual_seed(3))
+    for step in (0, 7):  # step 7 wraps around the 20 windows (and, statically masked, uses the second copies)
+        whole = training_batch(objective, windows, 0, step, 8)
+        for share in (slice(0, 4), slice(4, 8), slice(0, 1), slice(3, 6)):  # 2 processes, 8, and any run of rows
+            assert same_batch(training_batch(objective, windows, 0, step, 8, share), whole.rows(share))
+        if spec != "ar":  # the causal LM draws nothing; every other objective's masks change with the seed
+            assert not same_batch(whole, training_batch(objective, windows, 1, step, 8))
+
+
+@pytest.mark.parametrize("spec", [spec for spec in ROW_SPECS if ":pair" not in spec and ":static" not in spec])
+def test_a_rows_corruption_is_its_own_generators_on_that_row_alone(spec):
+    # the independent check on drawing row by row: row r of a batch is what a plain generator seeded (seed, step,
+    # r) makes of window r alone, so no row's draws depend on the others (spans draw only while a row is short)
+    objective = worded_objective(spec)
+    windows = torch.randint(5, 60, (8, 48), generator=torch.Generator().manual_seed(4))
+    whole = training_batch(objective, windows, 2, 5, 8)
+    for row in range(8):
+        alone = objective.corrupt(windows[row][None], torch.Generator().manual_seed(derive_seed(2, 5, row, ROW_STREAM)))
+        assert same_batch(alone, whole.rows(slice(row, row + 1)))
+
+
+@pytest.mark.parametrize("spec", ROW_SPECS)
+def test_the_processes_counts_add_up_to_the_global_batchs(spec):
+    # step_counts sums each process's FLOPs and counts: exact only if every count is a sum over rows
+    objective = worded_objective(spec)
+    windows = torch.randint(5, 60, (8, 48), generator=torch.Generator().manual_seed(6))
+    whole = training_batch(objective, windows, 0, 1, 8)
+    shares = [whole.rows(slice(start, start + 2)) for start in range(0, 8, 2)]
+    assert sum(objective.flops(share) for share in shares) == objective.flops(whole)
+    assert sum(objective.counted_positions(share) for share in shares) == objective.counted_positions(whole)
+    for name, count in objective.loss_counts(whole).items():
+        assert sum(objective.loss_counts(share)[name] for share in shares) == count
 
 
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:pair=nsp"])
@@ -210,7 +266,8 @@ def test_a_training_step_reads_one_number_from_the_device(spec, micro_batch, cor
         run.counters["step"] = step
         batch = training_batch(run.objective, windows, 0, step, BATCH)  # corruption is host-side, before the step
         with DeviceReads() as reads:
-            loss, _, _ = agree(fabric, train_step(fabric, run, batch), False, False)
+            spent = step_counts(fabric, run.objective, batch)
+            loss, _, _ = agree(fabric, train_step(fabric, run, batch, spent.loss_counts), False, False)
         # PyTorch's AdamW keeps its step counts on the host (unless fused, as on CUDA): reading them waits for nothing
         counts = [state["step"] for state in run.optimizer.state.values()]
         device_reads = [name for name, tensor in reads.calls if not any(tensor is count for count in counts)]
