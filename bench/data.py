@@ -27,6 +27,7 @@ from typing import Callable
 
 import datasets
 import torch
+from filelock import FileLock
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from torch import Tensor
 
@@ -330,6 +331,18 @@ def _cache_dir(data_path: Path | None) -> Path:
     return folder
 
 
+@contextlib.contextmanager
+def one_process_at_a_time(data_path: Path | None):
+    """Data preparation (training the tokenizer, tokenizing into datasets' cache) by one process at a time, the
+    order Fabric's rank_zero_first gives, but held by a file lock in the cache folder: every process of a
+    multi-device run loads the corpus before the processes are joined into a group (bench.compare checks it all
+    before launching them), so there is no group to wait on yet. The first process prepares; the others then find
+    the tokenizer and the tokenized windows in the cache. Processes with caches of their own (nodes without a shared
+    cache folder) each prepare theirs."""
+    with FileLock(str(_cache_dir(data_path) / "prepare.lock")):
+        yield
+
+
 def _tokenizer(train_docs: datasets.Dataset, options: TextOptions, data_path: Path | None) -> tuple[Tokenizer, str]:
     if options.tokenizer:
         path = Path(options.tokenizer).expanduser()
@@ -376,10 +389,11 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
         raise ConfigError(f"{spec} holds {len(docs)} non-empty document(s); need at least 2 (one to hold out)")
     heldout = min(HELDOUT_MAX_DOCUMENTS, max(1, round(HELDOUT_SHARE * len(docs))))
     split = docs.train_test_split(test_size=heldout, shuffle=True, seed=SPLIT_SEED)
-    tokenizer, tokenizer_text = _tokenizer(split["train"], options, data_path)
+    with one_process_at_a_time(data_path):
+        tokenizer, tokenizer_text = _tokenizer(split["train"], options, data_path)
+        train = _pack(split["train"], tokenizer, seq_len, options.num_proc)
+        test = _pack(split["test"], tokenizer, seq_len, options.num_proc)
     vocab = vocab_for_tokenizer(tokenizer)
-    train = _pack(split["train"], tokenizer, seq_len, options.num_proc)
-    test = _pack(split["test"], tokenizer, seq_len, options.num_proc)
     if len(train) == 0 or len(test) == 0:
         raise ConfigError(f"{spec} is too small for one window of {seq_len} tokens in each split "
                           f"({len(train)} training, {len(test)} held-out windows); use more text or a shorter "
@@ -409,10 +423,11 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     key = hashlib.sha256(json.dumps([spelling_version, asdict(synthetic_options)], sort_keys=True).encode()
                          ).hexdigest()[:16]
     path = _cache_dir(None) / f"synthetic-text-{key}" / "corpus.txt"
-    if not path.exists():
-        total = synthetic_options.train + synthetic_options.heldout
-        words = synthetic.sample(language, total, 64, 2 * synthetic_options.seed).words.tolist()
-        write_atomic(path, "".join(" ".join(spell(w) for w in line) + "\n" for line in words))
+    with one_process_at_a_time(None):
+        if not path.exists():
+            total = synthetic_options.train + synthetic_options.heldout
+            words = synthetic.sample(language, total, 64, 2 * synthetic_options.seed).words.tolist()
+            write_atomic(path, "".join(" ".join(spell(w) for w in line) + "\n" for line in words))
     # fewer pieces than word types, so that many words are split into pieces
     text = replace(options, vocab_size=min(options.vocab_size, synthetic_options.words // 2))
     docs = _load_files(str(path), "text")

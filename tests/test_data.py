@@ -1,5 +1,7 @@
 import json
 import random
+import subprocess
+import sys
 
 import datasets
 import pytest
@@ -57,6 +59,38 @@ def test_text_file_becomes_windows_with_a_trained_tokenizer(text_file):
     assert torch.equal(again.windows("train")[:], train)
     loaded = load_corpus(f"text:{text_file}", 32, TextOptions(tokenizer=str(cached[0])))
     assert torch.equal(loaded.windows("heldout")[:], corpus.windows("heldout")[:])
+
+
+PREPARE = """
+import sys, time
+import bench.data
+from bench.data import TextOptions, load_corpus
+real, log = bench.data.train_tokenizer, sys.argv[2]
+
+def counted(*args, **kwargs):
+    with open(log, "a") as file:
+        file.write("trained\\n")
+    time.sleep(2)  # a window in which the other process would train too, were nothing holding it back
+    return real(*args, **kwargs)
+
+bench.data.train_tokenizer = counted
+corpus = load_corpus("text:" + sys.argv[1], 16, TextOptions(vocab_size=200))
+print(len(corpus.train), int(corpus.windows("train")[:].sum()))
+"""
+
+
+def test_the_processes_of_a_run_prepare_the_data_one_at_a_time(tmp_path):
+    # every process of a multi-device run loads the corpus before the processes form a group: the first trains the
+    # tokenizer and tokenizes; the other waits for it, then reads both from the cache
+    path = tmp_path / "corpus.txt"
+    english_like(path, 400, seed=3)
+    log = tmp_path / "trained.log"
+    processes = [subprocess.Popen([sys.executable, "-c", PREPARE, str(path), str(log)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [process.communicate(timeout=300) for process in processes]
+    assert all(process.returncode == 0 for process in processes), [error for _, error in outputs]
+    assert log.read_text().splitlines() == ["trained"]
+    assert outputs[0][0] == outputs[1][0]  # the same windows in both
 
 
 def test_jsonl_parquet_folders_and_globs(tmp_path, text_file):
