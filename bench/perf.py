@@ -1,19 +1,25 @@
 """Speed against the tools researchers would otherwise use, measured in one run.
 
-    python -m bench.perf [--model small] [--seq-len 128] [--batch-size 32] [--precision 32-true|bf16-mixed] [--json]
+    python -m bench.perf [--model small] [--seq-len 128] [--batch-size 32] [--precision 32-true|bf16-mixed]
+                         [--accelerator cpu|cuda] [--json]
 
 Per objective, one training step (corruption, forward, backward, AdamW) of the suite against its Hugging Face peer at
 the same width, depth, heads, vocabulary, length and batch, dropout off on both: mlm vs BertForMaskedLM fed by
 DataCollatorForLanguageModeling; ar vs GPT2LMHeadModel; electra vs ElectraForMaskedLM + ElectraForPreTraining with
 ELECTRA's recipe; span vs the AR peer at the same packed length (what span corruption costs elsewhere). MFU is model FLOP/s (the suite's own count for ours,
 FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype, measured in the same run. Also: MLM
-masking against the collator, and KV-cached generation against recomputing the prefix for every new token.
+masking against the collator, one process's share of a batch (its own rows) against corrupting the whole batch, and
+KV-cached generation against recomputing the prefix for every new token.
+With `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training),
+every timing synchronises the device, fp32 matmuls run in TF32 as bench.train runs them, and MFU is against the
+device's peak from Lightning's table instead of a measured matrix product.
 The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from typing import Callable
 
@@ -24,7 +30,9 @@ from tabulate import tabulate
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
+from bench.live import peak_flops
 from bench.schedule import single_seq_len
+from bench.train import configure_matmuls, tf32_matmuls, training_batch
 from objectives import SPECIAL_TOKENS, Objective, Vocab, build_objective
 
 OBJECTIVES = ("mlm", "ar", "electra", "span")
@@ -32,34 +40,47 @@ DESCRIPTION = "Speed against the tools researchers would otherwise use, measured
 AUTOCAST_DTYPES = {"32-true": None, "bf16-mixed": torch.bfloat16}  # the precisions bench.perf times
 
 
-def median_seconds(step: Callable[[], object], repeats: int, warmup: int = 1) -> float:
-    """Median wall time of `repeats` calls after `warmup` untimed ones."""
+def synchronize(device: torch.device) -> None:
+    """Wait until the device has finished what was launched: a GPU runs asynchronously, so a clock read without
+    this times the launches, not the work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_seconds(step: Callable[[], object], repeats: int, warmup: int = 1,
+                   device: torch.device = torch.device("cpu")) -> float:
+    """Median wall time of `repeats` calls after `warmup` untimed ones, each call's device work included."""
     for _ in range(warmup):
         step()
     times = []
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         step()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
 
 
-def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 5) -> float:
-    """FLOP/s of a large square matrix product in `dtype`, the best of a few: the roof MFU is measured against."""
-    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-    best = min(median_seconds(lambda: a @ b, 1, warmup=1 if i == 0 else 0) for i in range(repeats))
+def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 5,
+                device: torch.device = torch.device("cpu")) -> float:
+    """FLOP/s of a large square matrix product in `dtype`, the best of a few: the roof MFU is measured against where
+    Lightning's table has no entry (CPUs, GPUs it does not list)."""
+    a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
+    best = min(median_seconds(lambda: a @ b, 1, warmup=1 if i == 0 else 0, device=device) for i in range(repeats))
     return 2 * size ** 3 / best
 
 
-def autocast(dtype: torch.dtype | None):
-    return torch.autocast("cpu", dtype=dtype) if dtype is not None else contextlib.nullcontext()
+def autocast(dtype: torch.dtype | None, device: torch.device = torch.device("cpu")):
+    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
 
 
-def train_step(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], dtype: torch.dtype | None) -> Callable:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+def train_step(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], dtype: torch.dtype | None,
+               device: torch.device = torch.device("cpu")) -> Callable:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if device.type == "cuda" else None)
 
     def step() -> None:
-        with autocast(dtype):
+        with autocast(dtype, device):
             loss = loss_of()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -67,13 +88,16 @@ def train_step(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], dtyp
     return step
 
 
-def ours(spec: str, model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repeats: int) -> dict:
+def ours(spec: str, model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repeats: int,
+         device: torch.device = torch.device("cpu")) -> dict:
+    """One training step of `spec`: corruption on the host (tokens stay there), the step on `device`."""
     torch.manual_seed(0)
-    objective = build_objective(spec, Backbone(resolve_model(model, vocab.size, max_seq_len=tokens.shape[1])), vocab)
+    backbone = Backbone(resolve_model(model, vocab.size, max_seq_len=tokens.shape[1]))
+    objective = build_objective(spec, backbone, vocab).to(device)
     generator = torch.Generator().manual_seed(0)
     flops = objective.flops(objective.corrupt(tokens, torch.Generator().manual_seed(0)))
-    seconds = median_seconds(train_step(objective, lambda: objective(objective.corrupt(tokens, generator)).loss,
-                                        dtype), repeats)
+    loss_of = lambda: objective(objective.corrupt(tokens, generator).to(device)).loss  # noqa: E731
+    seconds = median_seconds(train_step(objective, loss_of, dtype, device), repeats, device=device)
     return {"objective": objective, "seconds": seconds, "flops_per_step": flops}
 
 
@@ -111,17 +135,20 @@ def peer_models(model: str, vocab_size: int, seq_len: int):
     return bert, gpt2, generator, discriminator
 
 
-def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype) -> dict[str, tuple[Callable, Callable]]:
-    """{name: (training step, one forward+backward for counting FLOPs)}"""
+def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype,
+               device: torch.device = torch.device("cpu")) -> dict[str, tuple[Callable, Callable]]:
+    """{name: (training step, one forward+backward for counting FLOPs)}; the collator runs on the host, as ours."""
     from transformers import DataCollatorForLanguageModeling
     torch.manual_seed(0)
-    bert, gpt2, generator, discriminator = peer_models(model, vocab_size, tokens.shape[1])
+    bert, gpt2, generator, discriminator = (peer.to(device) for peer in peer_models(model, vocab_size,
+                                                                                      tokens.shape[1]))
     collator = DataCollatorForLanguageModeling(hf_tokenizer(vocab_size), mlm_probability=0.15)
     rows = [{"input_ids": row} for row in tokens.tolist()]
+    tokens = tokens.to(device)
 
     def bert_loss() -> torch.Tensor:
         batch = collator(rows)
-        return bert(input_ids=batch["input_ids"], labels=batch["labels"]).loss
+        return bert(input_ids=batch["input_ids"].to(device), labels=batch["labels"].to(device)).loss
 
     def gpt2_loss() -> torch.Tensor:
         return gpt2(input_ids=tokens, labels=tokens).loss
@@ -129,12 +156,12 @@ def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype) -> dict
     electra_modules = torch.nn.ModuleList([generator, discriminator])
 
     def electra_loss() -> torch.Tensor:  # ELECTRA's recipe: 15 % chosen, 85 % [MASK], Gumbel sample, λ = 50
-        chosen = torch.rand(tokens.shape) < 0.15
-        masked = torch.where(chosen & (torch.rand(tokens.shape) < 0.85), 1, tokens)
+        chosen = torch.rand(tokens.shape, device=device) < 0.15
+        masked = torch.where(chosen & (torch.rand(tokens.shape, device=device) < 0.85), 1, tokens)
         logits = generator(input_ids=masked).logits
         generator_loss = F.cross_entropy(logits[chosen], tokens[chosen])
         with torch.no_grad():
-            noise = -torch.log(-torch.log(torch.rand(logits[chosen].shape).clamp_(1e-9, 1)))
+            noise = -torch.log(-torch.log(torch.rand(logits[chosen].shape, device=device).clamp_(1e-9, 1)))
             fake = tokens.clone()
             fake[chosen] = (logits[chosen].float() + noise).argmax(-1)
         labels = (fake != tokens).float()
@@ -144,7 +171,7 @@ def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype) -> dict
     steps = {}
     for name, module, loss_of in (("mlm", bert, bert_loss), ("ar", gpt2, gpt2_loss),
                                   ("electra", electra_modules, electra_loss)):
-        steps[name] = (train_step(module, loss_of, dtype), lambda loss_of=loss_of: loss_of().backward())
+        steps[name] = (train_step(module, loss_of, dtype, device), lambda loss_of=loss_of: loss_of().backward())
     return steps
 
 
@@ -163,14 +190,29 @@ def masking_rates(vocab: Vocab, tokens: torch.Tensor, repeats: int, objective: O
     return {**row, "peer_tokens_per_s": tokens.numel() / peer_seconds}
 
 
-def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, batch_size: int) -> dict:
+def pipeline_rates(objective: Objective, tokens: torch.Tensor, repeats: int, processes: int = 8) -> dict:
+    """The host side of a training step for one of `processes` processes: its own rows of the global batch, each
+    row from its own generator (bench.train.training_batch), against corrupting the whole batch and keeping a share,
+    which every process did before rows had generators of their own."""
+    processes = math.gcd(len(tokens), processes)
+    share = slice(0, len(tokens) // processes)
+    rows = median_seconds(lambda: training_batch(objective, tokens, 0, 1, len(tokens), share), repeats * 4)
+    whole = median_seconds(lambda: objective.corrupt(tokens, torch.Generator().manual_seed(0)).rows(share),
+                           repeats * 4)
+    share_tokens = (share.stop - share.start) * tokens.shape[1]
+    return {"name": f"{objective.spec()} batch, one of {processes} processes (its rows vs the whole batch)",
+            "ours_tokens_per_s": share_tokens / rows, "peer_tokens_per_s": share_tokens / whole}
+
+
+def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, batch_size: int,
+                     device: torch.device = torch.device("cpu")) -> dict:
     """Greedy decoding of `new_tokens` after a 16-token prompt, for `batch_size` sequences at once. At batch 1 a
     cached step is bound by reading the weights once per token, so batching is where the cache pays most."""
     prompt_len = 16
     torch.manual_seed(0)
     objective = build_objective("ar", Backbone(resolve_model(model, vocab.size, max_seq_len=prompt_len + new_tokens)),
-                                vocab).eval()
-    prompt = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, prompt_len))
+                                vocab).eval().to(device)
+    prompt = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, prompt_len)).to(device)
 
     @torch.no_grad()
     def recompute() -> torch.Tensor:
@@ -180,30 +222,48 @@ def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, ba
             tokens = torch.cat([tokens, objective.backbone.logits(hidden[:, -1]).argmax(-1, keepdim=True)], dim=1)
         return tokens
 
-    cached = median_seconds(lambda: objective.generate(prompt, new_tokens, temperature=0), repeats)
-    full = median_seconds(recompute, max(1, repeats // 2))
+    cached = median_seconds(lambda: objective.generate(prompt, new_tokens, temperature=0), repeats, device=device)
+    full = median_seconds(recompute, max(1, repeats // 2), device=device)
     return {"name": f"generation, batch {batch_size} ({new_tokens} tokens, KV cache vs recompute)",
             "ours_tokens_per_s": batch_size * new_tokens / cached, "peer_tokens_per_s": batch_size * new_tokens / full}
 
 
+def perf_device(accelerator: str, precision: str) -> torch.device:
+    """The device to time on, checked: a one-line ConfigError where it is missing or lacks the precision."""
+    if accelerator == "cpu":
+        return torch.device("cpu")
+    if accelerator != "cuda":
+        raise ConfigError(f"--accelerator must be cpu or cuda, got {accelerator!r}")
+    if not torch.cuda.is_available():
+        raise ConfigError("--accelerator cuda: no CUDA device is visible to PyTorch here")
+    device = torch.device("cuda", torch.cuda.current_device())
+    if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
+        raise ConfigError(f"--precision bf16-mixed: {torch.cuda.get_device_name(device)} has no bf16; use 32-true")
+    return device
+
+
 def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, precision: str = "32-true",
-            vocab_size: int = 8192, repeats: int = 5, new_tokens: int = 256) -> tuple[list[dict], str | None]:
+            vocab_size: int = 8192, repeats: int = 5, new_tokens: int = 256,
+            accelerator: str = "cpu") -> tuple[list[dict], str | None]:
     """The rows of the table, and a note when the peers could not be measured."""
     if precision not in AUTOCAST_DTYPES:
         raise ConfigError(f"--precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}")
     dtype = AUTOCAST_DTYPES[precision]
+    device = perf_device(accelerator, precision)
+    configure_matmuls(device, tf32_matmuls(device, precision))  # as bench.train runs them
     vocab = Vocab.for_tokenizer(vocab_size)
     tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, seq_len),
-                           generator=torch.Generator().manual_seed(0))
-    first_peak = matmul_peak(dtype or torch.float32)
+                           generator=torch.Generator().manual_seed(0))  # on the host, where corruption runs
+    device_peak = peak_flops(device, precision)  # a GPU's from Lightning's table; a CPU's is measured
+    first_peak = device_peak or matmul_peak(dtype or torch.float32, device=device)
     note, peers = None, {}
     try:
-        peers = peer_steps(model, vocab.size, tokens, dtype)
+        peers = peer_steps(model, vocab.size, tokens, dtype, device)
     except ImportError:
         note = 'the peer columns need transformers: pip install -e ".[perf]"'
     rows, peer_seconds = [], {}
     for spec in OBJECTIVES:
-        measured = ours(spec, model, vocab, tokens, dtype, repeats)
+        measured = ours(spec, model, vocab, tokens, dtype, repeats, device)
         row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
                "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]
                / measured["seconds"]}
@@ -211,15 +271,17 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         if peer in peers:
             if peer not in peer_seconds:
                 step, counted = peers[peer]
-                peer_seconds[peer] = (median_seconds(step, repeats), measure_flops(counted))
+                peer_seconds[peer] = (median_seconds(step, repeats, device=device), measure_flops(counted))
             seconds, flops = peer_seconds[peer]
             row.update(peer_tokens_per_s=tokens.numel() / seconds, peer_flops_per_s=flops / seconds)
         rows.append(row)
     mlm = build_objective("mlm", Backbone(preset("tiny", vocab.size, max_seq_len=seq_len)), vocab)
     rows.append(masking_rates(vocab, tokens, repeats, mlm))
+    rows.append(pipeline_rates(mlm, tokens, repeats))
     for generation_batch in (1, 8):
-        rows.append(generation_rates(model, vocab, new_tokens, max(1, repeats // 2), generation_batch))
-    peak = max(first_peak, matmul_peak(dtype or torch.float32))  # the machine's best, measured before and after
+        rows.append(generation_rates(model, vocab, new_tokens, max(1, repeats // 2), generation_batch, device))
+    # measured: the device's best, before and after
+    peak = device_peak or max(first_peak, matmul_peak(dtype or torch.float32, device=device))
     for row in rows:
         if "peer_tokens_per_s" in row:
             row["ratio"] = row["ours_tokens_per_s"] / row["peer_tokens_per_s"]
@@ -227,6 +289,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         if "peer_flops_per_s" in row:
             row["peer_mfu"] = row.pop("peer_flops_per_s") / peak
         row["matmul_peak_flops"] = peak
+        row["peak_source"] = "Lightning's table" if device_peak else "measured matrix product"
     return rows, note
 
 
@@ -250,19 +313,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed steps per measurement, median kept (default 5)")
     parser.add_argument("--new-tokens", type=int, default=256, help="tokens generated in the generation row "
                                                                    "(default 256)")
+    parser.add_argument("--accelerator", default="cpu", choices=["cpu", "cuda"],
+                        help="where the models run; corruption and the collator stay on the host (default cpu)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     args = parser.parse_args(argv)
     for name in ("seq_len", "batch_size", "repeats", "new_tokens"):
         if getattr(args, name) < (2 if name == "seq_len" else 1):
             raise ConfigError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
     rows, note = measure(args.model, args.seq_len, args.batch_size, args.precision, args.vocab_size, args.repeats,
-                         args.new_tokens)
+                         args.new_tokens, args.accelerator)
     if args.json:
         print(dumps(rows, indent=2))
         return
+    where = (torch.cuda.get_device_name() if args.accelerator == "cuda" else f"{torch.get_num_threads()} CPU threads")
     print(f"One training step at {args.model}, T = {args.seq_len}, batch {args.batch_size}, vocabulary "
-          f"{args.vocab_size}, {args.precision}, {torch.get_num_threads()} threads; matrix-multiply peak "
-          f"{rows[0]['matmul_peak_flops'] / 1e9:.0f} GFLOP/s.\n")
+          f"{args.vocab_size}, {args.precision}, {where}; matrix-multiply peak {rows[0]['matmul_peak_flops'] / 1e9:,.0f} "
+          f"GFLOP/s ({rows[0]['peak_source']}).\n")
     print(format_table(rows))
     if note:
         print(f"\n{note}")

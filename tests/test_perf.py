@@ -5,6 +5,8 @@ import pytest
 import torch
 
 from backbone import Backbone, preset
+from bench import perf
+from bench.cli import run
 from bench.perf import format_table, main, measure
 from objectives import Vocab, build_objective
 
@@ -32,6 +34,8 @@ def test_perf_runs_on_the_tiny_preset_and_counts_with_the_objectives():
         assert row["ours_tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0 and 0 < row["mfu"]
         assert row["ratio"] == pytest.approx(row["ours_tokens_per_s"] / row["peer_tokens_per_s"])
     assert any(name.startswith("masking") for name in by_name)
+    pipeline = next(row for name, row in by_name.items() if "processes" in name)
+    assert "one of 4 processes" in pipeline["name"] and pipeline["ratio"] > 0  # batch 4: a row per process
     assert sum(name.startswith("generation") for name in by_name) == 2
     assert "ours tokens/s" in format_table(rows)
 
@@ -53,3 +57,19 @@ def test_perf_without_transformers_prints_its_own_figures(monkeypatch, capsys):
     main(["--model", "tiny", "--seq-len", "16", "--batch-size", "4", "--repeats", "1", "--new-tokens", "4",
           "--vocab-size", "64"])
     assert "need transformers" in capsys.readouterr().out
+
+
+def test_perf_on_cuda_without_a_gpu_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, ["--accelerator", "cuda", "--model", "tiny"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == "error: --accelerator cuda: no CUDA device is visible to PyTorch here"
+
+
+def test_perf_times_the_device_work_not_the_launches(monkeypatch):
+    # a GPU runs asynchronously: every timed call must be fenced by a synchronisation on both sides
+    events = []
+    monkeypatch.setattr(perf, "synchronize", lambda device: events.append("sync"))
+    perf.median_seconds(lambda: events.append("step"), repeats=2, warmup=1, device=torch.device("cuda"))
+    assert events == ["step", "sync", "step", "sync", "sync", "step", "sync"]
