@@ -19,7 +19,7 @@ from bench.files import read_jsonl
 from bench.probes import ProbeConfig
 from bench.schedule import parse_seq_len, predict_phases
 from bench.seeds import derive_seed
-from bench.train import (EXIT_STOPPED, ROW_STREAM, RunStopped, TrainConfig, TrainingDiverged, agree,
+from bench.train import (EXIT_STOPPED, ROW_STREAM, Prefetcher, RunStopped, TrainConfig, TrainingDiverged, agree,
                          build_run_objective, check_batch_split, check_config, check_memory, configure_matmuls,
                          eval_batches, eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, step_counts,
                          tf32_matmuls, train_run, train_step, training_batch)
@@ -145,6 +145,23 @@ def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_
 def poison_training_forward(monkeypatch, spec_class, call: int, action) -> None:
     """Run `action(output)` on the output of the `call`-th training forward (1-based) of objectives of spec_class."""
     monkeypatch.setattr(spec_class, "forward", acting_forward(spec_class, call, action))
+
+
+def test_the_prefetcher_hands_over_only_the_batch_asked_for():
+    built = []
+
+    def build(step, phase):
+        built.append((step, phase))
+        return step, phase
+
+    prefetch = Prefetcher(build)
+    prefetch.start(1, 0)
+    assert prefetch.take(1, 0) == (1, 0) and built == [(1, 0)]  # built in the background, handed over
+    prefetch.start(2, 0)
+    assert prefetch.take(2, 1) == (2, 1)  # not what was prefetched: built in place
+    assert prefetch.take(3, 1) == (3, 1)  # nothing prefetched
+    prefetch.close()
+    assert built.count((2, 1)) == 1 and built.count((3, 1)) == 1  # (2, 0) may or may not have run before the close
 
 
 ROW_SPECS = ["mlm", "mlm:rule=bernoulli", "ar", "electra", "span", "mlm:whole_word=true", "mlm:span=geometric",
