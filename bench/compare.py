@@ -306,8 +306,9 @@ def git_revision() -> str:
         here = Path(__file__).parent
         revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
                                   timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        # reports/ is left out: regenerating a committed report rewrites tracked files, which is not a code change
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)reports"],
+                               cwd=here, capture_output=True, text=True, timeout=10).stdout.strip()
         return (revision + (" (with uncommitted changes)" if dirty else "")) if revision else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

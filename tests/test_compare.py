@@ -9,7 +9,7 @@ from PIL import Image
 
 from backbone import ConfigError
 from bench.cli import run
-from bench.compare import build_parser, main
+from bench.compare import build_parser, git_revision, main
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1"]
@@ -391,3 +391,23 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
     with pytest.raises(SystemExit):
         run(main, [*flags, "--seq-len", "16:0.5,32:0.5", "--out", str(out), "--resume"])
     assert "different settings" in capsys.readouterr().err
+
+
+def test_the_git_revision_is_dirty_for_code_changes_but_not_for_regenerated_reports(tmp_path, monkeypatch):
+    import bench.compare
+    repository = tmp_path / "repository"
+    (repository / "bench").mkdir(parents=True)
+    (repository / "reports").mkdir()
+    for path in ("bench/compare.py", "reports/report.md"):
+        (repository / path).write_text("first\n")
+    git = lambda *args: subprocess.run(["git", "-C", str(repository), *args], check=True, capture_output=True)  # noqa
+    git("init", "-q")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "empty")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "files")
+    monkeypatch.setattr(bench.compare, "__file__", str(repository / "bench" / "compare.py"))
+    assert "uncommitted" not in git_revision()
+    (repository / "reports" / "report.md").write_text("regenerated\n")
+    assert "uncommitted" not in git_revision()
+    (repository / "bench" / "compare.py").write_text("changed\n")
+    assert git_revision().endswith("(with uncommitted changes)")
