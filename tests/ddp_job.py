@@ -26,9 +26,11 @@ from objectives import CausalLM, MaskedLM
 
 SEQ_LEN, BATCH = 16, 4
 DATA = "synthetic:train=64,heldout=16,words=64,states=4"
-# name: (spec, micro-batch); the first four are compared with one process, the pairs with each other
+# name: (spec, micro-batch); the first five are compared with one process, the pairs with each other. NSP's
+# negatives borrow windows from the other process's rows of the global batch.
 RUNS = {"mlm": ("mlm", None), "ar": ("ar", None), "span": ("span", None), "bernoulli": ("mlm:rule=bernoulli", None),
-        "bernoulli-micro": ("mlm:rule=bernoulli", 1), "electra": ("electra", None), "electra-micro": ("electra", 1)}
+        "nsp": ("mlm:pair=nsp", None), "bernoulli-micro": ("mlm:rule=bernoulli", 1), "electra": ("electra", None),
+        "electra-micro": ("electra", 1)}
 
 
 def config(micro_batch: int | None = None) -> TrainConfig:
