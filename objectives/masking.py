@@ -84,7 +84,8 @@ def select_spans(word_starts: Tensor, count: int, p: float, max_words: int,
                  generator: Randomness) -> tuple[Tensor, Tensor]:
     """SpanBERT's span masking: draw a length in words and a random anchor word not yet masked, mask that many
     whole words from the anchor, and repeat until exactly `count` tokens are chosen (the last span is cut at the
-    budget, as in SpanBERT). One draw per iteration for every sequence at once.
+    budget, as in SpanBERT). One draw per iteration for every sequence at once (with a generator per row, only the
+    rows still short draw).
 
     Returns (selected (batch, T) bool, span id per position: the position where its span starts, -1 where not
     selected)."""
