@@ -251,7 +251,8 @@ def log_likelihood_from(language: Language, words: Tensor, start: Tensor | int =
 
 
 # The embedded pair tasks (objectives.pairs, bench.tasks synthetic:order and synthetic:same-source). A window w of T
-# words is sampled from time 0; its first C = T − 3 words are cut at h, uniform over a range symmetric under
+# words is sampled from time `start` of a fresh sequence (0 for a window that opens a sequence); its first C = T − 3
+# words are cut at h, uniform over a range symmetric under
 # h -> C − h, into a = w[:h] and b = w[h:C]; the pair is shown as x then y, label 1 ("is next") being (x, y) = (a, b),
 # with prior 1/2. What is shown is the C words in their shown order, `content` = x ++ y, and `first_length` = len(x).
 # The last 3 words of the window are never shown and sum out of every likelihood below; the cut's prior is the same
@@ -266,27 +267,27 @@ def _check_pairs(content: Tensor, first_length: Tensor) -> None:
                          f"[{first_length.min()}, {first_length.max()}]")
 
 
-def order_posterior(language: Language, content: Tensor, first_length: Tensor) -> Tensor:
+def order_posterior(language: Language, content: Tensor, first_length: Tensor, start: int = 0) -> Tensor:
     """(N,): P(label 1 | x, y) for sentence-order prediction, where label 0 shows the window's segments swapped:
-    the hypotheses are "x ++ y is a sequence from time 0" (cut at len(x)) and "y ++ x is" (cut at C − len(x)), so
-    P = p(x ++ y) / (p(x ++ y) + p(y ++ x))."""
+    the hypotheses are "x ++ y are the words from time `start`" (cut at len(x)) and "y ++ x are" (cut at
+    C − len(x)), so P = p(x ++ y) / (p(x ++ y) + p(y ++ x))."""
     _check_pairs(content, first_length)
     N, C = content.shape
     swapped = content.gather(1, (torch.arange(C) + first_length[:, None]) % C)  # y ++ x
-    both = log_likelihood(language, torch.cat([content, swapped]))
+    both = log_likelihood_from(language, torch.cat([content, swapped]), start)
     return torch.sigmoid(both[:N] - both[N:])
 
 
-def same_source_posterior(language: Language, content: Tensor, first_length: Tensor) -> Tensor:
+def same_source_posterior(language: Language, content: Tensor, first_length: Tensor, start: int = 0) -> Tensor:
     """(N,): P(label 1 | x, y) for next-sentence prediction, where label 0 takes y from the same positions h..C−1 of
     another, independent window (its component drawn afresh): P = p(x ++ y) / (p(x ++ y) + p(x) q_h(y)), with q_h(y)
-    the likelihood of y as the words at times h..C−1 of a fresh sequence."""
+    the likelihood of y as the words at times start + h .. start + C − 1 of a fresh sequence."""
     _check_pairs(content, first_length)
     N, C = content.shape
-    joint = log_likelihood(language, content)
-    first = log_likelihood_from(language, content, 0, first_length)
+    joint = log_likelihood_from(language, content, start)
+    first = log_likelihood_from(language, content, start, first_length)
     second_words = content.gather(1, (torch.arange(C) + first_length[:, None]).clamp_max(C - 1))  # y, then padding
-    second = log_likelihood_from(language, second_words, first_length, C - first_length)
+    second = log_likelihood_from(language, second_words, start + first_length, C - first_length)
     return torch.sigmoid(joint - first - second)
 
 

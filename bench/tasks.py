@@ -16,7 +16,7 @@ A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and n
 - synthetic:tagging|component|order|same-source: the embedded language's tasks, sampled afresh from the true
   distribution (they need --data synthetic): hidden-state tagging, mixture-component classification, whether two
   halves are in their original order (SOP), whether two halves come from the same sequence (NSP); the pairs are made
-  as mlm:pair=sop and mlm:pair=nsp make theirs.
+  as mlm:pair=sop and mlm:pair=nsp make theirs, from windows in the middle of a sequence (times T .. 2T − 1).
 
 Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
 is "a [EOS] b [EOS]". Examples are truncated to the window and padded with [PAD] after their last token. Every user
@@ -490,8 +490,12 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     for number, (split, count) in enumerate(sizes.items()):
         # seeds of their own: never the corpus's samples (seeds 2·seed and 2·seed + 1 of the small integers)
         seed = derive_seed(1 + SYNTHETIC_TASKS.index(name), number)
-        drawn = synthetic.sample(language, count, window, seed)
-        tokens, lengths = drawn.words + first, torch.full((count,), window, dtype=torch.long)
+        # Pairs are cut from the middle of a sequence: a window that opens one starts with words that say so (the
+        # chain's first states), a cue a swapped pair breaks and any encoder reads next to [BOS]; with it the order
+        # task rewarded every model for the window's start rather than for the order of its segments.
+        start = window if name in PAIR_TASK_OF else 0
+        drawn = synthetic.sample(language, count, start + window, seed)
+        tokens, lengths = drawn.words[:, start:] + first, torch.full((count,), window, dtype=torch.long)
         if context.spell is not None:
             # The words spelled and tokenized as synthetic:text writes them, cut to the window. No ceiling: the cut
             # falls at a word piece, and a truncated window's component evidence is not the sampled window's.
@@ -509,7 +513,7 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
             splits[split], pairs = _synthetic_pairs(name, tokens, lengths, context.vocab,
                                                     torch.Generator().manual_seed(seed))
             if split == "test":  # from the pairs as shown: words in shown order and where the separator falls
-                posterior = PAIR_POSTERIORS[name](language, pairs.content - first, pairs.first_length)
+                posterior = PAIR_POSTERIORS[name](language, pairs.content - first, pairs.first_length, start)
                 ceiling = synthetic.binary_ceiling(posterior)
     level, labels = ("token", [f"{k}.{s}" for k in range(K) for s in range(S)]) if name == "tagging" \
         else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])

@@ -177,9 +177,15 @@ def segments_of(row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return row[1:separators[0]], row[separators[0] + 1:-1]
 
 
+def mid_sequence(sample, context):
+    """The windows the pair tasks cut their pairs from: times T .. 2T − 1 of each sampled sequence, as tokens."""
+    assert sample.words.shape[1] == 2 * context.seq_len
+    return sample.words[:, context.seq_len:] + context.vocab.first_ordinary
+
+
 def test_order_negatives_are_exact_swaps_of_sampled_windows(synthetic_context, recorded_samples):
     order = load_task("synthetic:order,size=32", synthetic_context)
-    windows = recorded_samples[32].words + synthetic_context.vocab.first_ordinary
+    windows = mid_sequence(recorded_samples[32], synthetic_context)
     content = synthetic_context.seq_len - 3
     assert 0 < order.train.labels.sum() < 32
     for row, window, label in zip(order.train.tokens, windows, order.train.labels):
@@ -191,7 +197,7 @@ def test_order_negatives_are_exact_swaps_of_sampled_windows(synthetic_context, r
 
 def test_same_source_negatives_take_the_second_half_of_another_window(synthetic_context, recorded_samples):
     same = load_task("synthetic:same-source,size=32", synthetic_context)
-    windows = recorded_samples[32].words + synthetic_context.vocab.first_ordinary
+    windows = mid_sequence(recorded_samples[32], synthetic_context)
     content = synthetic_context.seq_len - 3
     assert 0 < same.train.labels.sum() < 32
     for i, (row, label) in enumerate(zip(same.train.tokens, same.train.labels)):

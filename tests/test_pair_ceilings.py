@@ -67,22 +67,23 @@ def _cut_prior(cut, content_length):
     return 1 / (high - low + 1) if low <= cut <= high else 0.0
 
 
-def _story_order(P, x, y):
-    """P(label 1 | shown x, y) for order, from the story: a window of T words from time 0 cut at h, then label 1
-    shows (a, b), label 0 shows (b, a), each with prior 1/2."""
+def _story_order(P, x, y, start=0):
+    """P(label 1 | shown x, y) for order, from the story: a window of T words from time `start` cut at h, then
+    label 1 shows (a, b), label 0 shows (b, a), each with prior 1/2."""
     C = len(x) + len(y)
-    hidden_tail = [None] * SPECIAL_POSITIONS  # the window's last 3 words, never shown
-    positive = 0.5 * _cut_prior(len(x), C) * _prob(P, x + y + hidden_tail)  # w = x ++ y, cut at len(x)
-    negative = 0.5 * _cut_prior(len(y), C) * _prob(P, y + x + hidden_tail)  # w = y ++ x, cut at len(y), swapped
+    before, hidden_tail = [None] * start, [None] * SPECIAL_POSITIONS  # unseen: what precedes, the last 3 words
+    positive = 0.5 * _cut_prior(len(x), C) * _prob(P, before + x + y + hidden_tail)  # w = x ++ y, cut at len(x)
+    negative = 0.5 * _cut_prior(len(y), C) * _prob(P, before + y + x + hidden_tail)  # w = y ++ x, swapped
     return positive / (positive + negative)
 
 
-def _story_same_source(P, x, y):
-    """P(label 1 | shown x, y) for same-source: label 0 shows a = w[:h] beside w'[h:C] of another window w'."""
-    C, T, h = len(x) + len(y), len(x) + len(y) + SPECIAL_POSITIONS, len(x)
-    positive = 0.5 * _cut_prior(h, C) * _prob(P, x + y + [None] * SPECIAL_POSITIONS)
-    negative = 0.5 * _cut_prior(h, C) * _prob(P, x + [None] * (T - h)) * _prob(P, [None] * h + y
-                                                                               + [None] * SPECIAL_POSITIONS)
+def _story_same_source(P, x, y, start=0):
+    """P(label 1 | shown x, y) for same-source: label 0 shows a = w[:h] beside w'[h:C] of another window w', both
+    windows from time `start`."""
+    C, T, h, before = len(x) + len(y), len(x) + len(y) + SPECIAL_POSITIONS, len(x), [None] * start
+    positive = 0.5 * _cut_prior(h, C) * _prob(P, before + x + y + [None] * SPECIAL_POSITIONS)
+    negative = 0.5 * _cut_prior(h, C) * _prob(P, before + x + [None] * (T - h)) * _prob(
+        P, before + [None] * h + y + [None] * SPECIAL_POSITIONS)
     return positive / (positive + negative)
 
 
@@ -125,18 +126,20 @@ def test_log_likelihood_from_handles_rows_of_different_starts_and_lengths(tiny):
 
 
 # ----------------------------------------------------------------------------------------------- the posteriors
-def test_order_posterior_matches_the_generative_story(tiny):
+@pytest.mark.parametrize("start", [0, 2])  # a window opening a sequence, and one from later in it
+def test_order_posterior_matches_the_generative_story(tiny, start):
     P = _lists(tiny)
     content, cut = _shown(tiny, 5, seed=7)
-    expected = [_story_order(P, c[:h], c[h:]) for c, h in zip(content.tolist(), cut.tolist())]
-    assert order_posterior(tiny, content, cut).tolist() == pytest.approx(expected, abs=1e-9)
+    expected = [_story_order(P, c[:h], c[h:], start) for c, h in zip(content.tolist(), cut.tolist())]
+    assert order_posterior(tiny, content, cut, start).tolist() == pytest.approx(expected, abs=1e-9)
 
 
-def test_same_source_posterior_matches_the_generative_story(tiny):
+@pytest.mark.parametrize("start", [0, 2])
+def test_same_source_posterior_matches_the_generative_story(tiny, start):
     P = _lists(tiny)
     content, cut = _shown(tiny, 5, seed=8)
-    expected = [_story_same_source(P, c[:h], c[h:]) for c, h in zip(content.tolist(), cut.tolist())]
-    assert same_source_posterior(tiny, content, cut).tolist() == pytest.approx(expected, abs=1e-9)
+    expected = [_story_same_source(P, c[:h], c[h:], start) for c, h in zip(content.tolist(), cut.tolist())]
+    assert same_source_posterior(tiny, content, cut, start).tolist() == pytest.approx(expected, abs=1e-9)
 
 
 def test_posteriors_refuse_an_empty_segment(tiny):
@@ -162,14 +165,16 @@ def _read_pairs(split, vocab):
 
 
 @pytest.mark.parametrize("name", ["order", "same-source"])
-def test_task_ceiling_is_the_mean_best_posterior_of_its_test_pairs_by_enumeration(tiny, name):
+def test_task_ceiling_is_the_mean_best_posterior_of_its_test_pairs_from_time_T(tiny, name):
+    # the task's windows are times T .. 2T − 1 of their sequences; the posteriors at a later start are checked by
+    # enumeration above (start 2; T = 7 would take 3^14 paths per row)
     context = _context(tiny, WINDOW)
     task = load_task(f"synthetic:{name},size=8", context)
     content, cut = _read_pairs(task.test, context.vocab)
-    story = _story_order if name == "order" else _story_same_source
-    P = _lists(tiny)
-    best = [max(p, 1 - p) for p in (story(P, c[:h], c[h:]) for c, h in zip(content.tolist(), cut.tolist()))]
-    assert task.bayes_ceiling == pytest.approx(sum(best) / len(best), abs=1e-9)
+    posterior = (order_posterior if name == "order" else same_source_posterior)(tiny, content, cut, WINDOW)
+    assert task.bayes_ceiling == pytest.approx(binary_ceiling(posterior), abs=1e-12)
+    assert binary_ceiling(posterior) != pytest.approx(binary_ceiling(
+        (order_posterior if name == "order" else same_source_posterior)(tiny, content, cut, 0)), abs=1e-6)
     assert task.describe()["bayes_ceiling"] == task.bayes_ceiling
 
 
@@ -212,7 +217,7 @@ def test_ceiling_is_the_bayes_classifiers_accuracy_on_sampled_examples(language,
     context = _context(language, 16)
     task = load_task(f"synthetic:{name},size=4000", context)
     content, cut = _read_pairs(task.test, context.vocab)
-    posterior = (order_posterior if name == "order" else same_source_posterior)(language, content, cut)
+    posterior = (order_posterior if name == "order" else same_source_posterior)(language, content, cut, 16)
     assert binary_ceiling(posterior) == pytest.approx(task.bayes_ceiling, abs=1e-12)
     hits = ((posterior > 0.5).long() == task.test.labels).double()
     best = torch.maximum(posterior, 1 - posterior)
@@ -221,7 +226,8 @@ def test_ceiling_is_the_bayes_classifiers_accuracy_on_sampled_examples(language,
     if expected == "chance":
         assert task.bayes_ceiling == pytest.approx(0.5, abs=1e-9)
     else:
-        assert task.bayes_ceiling > 0.7 and hits.mean().item() > 0.5 + 8 * 0.5 / len(hits) ** 0.5
+        # well above chance, even without the cue of a window that opens a sequence (0.63 for this order task)
+        assert task.bayes_ceiling > 0.6 and hits.mean().item() > 0.5 + 8 * 0.5 / len(hits) ** 0.5
 
 
 # ----------------------------------------------------------------------------------------------- long sequences
