@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 from itertools import accumulate
-from typing import TypeVar
+from typing import Callable, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -146,7 +146,8 @@ class Corrupted:
         """The batch in page-locked host memory, which a CUDA device copies from while the host goes on."""
         return self.apply(Tensor.pin_memory)
 
-    def apply(self, function) -> "Corrupted":
+    def apply(self, function: Callable[[Tensor], Tensor]) -> "Corrupted":
+        """The batch with `function` applied to each of its tensors."""
         return Corrupted(function(self.inputs), function(self.targets), self.attention, function(self.original),
                          self.prefix_len, {k: function(v) for k, v in self.info.items()}, function(self.supervised),
                          self.row_offsets)
