@@ -48,18 +48,21 @@ def transformer_flops(batch_size: int, seq_len: int, d_model: int, d_ff: int, n_
 def _register_cpu_attention_formulas() -> None:
     # torch's FlopCounterMode has formulas for the CUDA fused attention kernels but not for the CPU one, so on CPU it
     # silently leaves attention out. Reuse torch's own SDPA formulas for the CPU op and its backward.
-    aten = torch.ops.aten
-    forward_op = aten._scaled_dot_product_flash_attention_for_cpu
-    backward_op = aten._scaled_dot_product_flash_attention_for_cpu_backward
-    if forward_op not in flop_counter.flop_registry:
-        @flop_counter.register_flop_formula(forward_op)
-        def _forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-            return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+    aten, registry = torch.ops.aten, flop_counter.flop_registry
 
-    if backward_op not in flop_counter.flop_registry:
-        @flop_counter.register_flop_formula(backward_op)
-        def _backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-            return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    def forward(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    def backward(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return flop_counter.sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+    for op, formula in ((aten._scaled_dot_product_flash_attention_for_cpu, forward),
+                        (aten._scaled_dot_product_flash_attention_for_cpu_backward, backward)):
+        if op not in registry:
+            flop_counter.register_flop_formula(op)(formula)
+            # torch 2.4 files a packet's formula under each of its overloads, but the counter looks formulas up by
+            # packet: without this the CPU attention would still count 0 there (tests/test_backbone.py checks it)
+            registry.setdefault(op, registry.get(op.default))
 
 
 def measure_flops(step: Callable[[], object]) -> int:

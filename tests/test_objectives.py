@@ -179,7 +179,9 @@ def test_electra_labels_and_loss():
     assert torch.equal(fake[~selected], tokens[~selected])  # only the generator's positions change
     assert torch.equal(labels, (fake != tokens).float())
     assert (labels[selected] == 0).any() and (labels[selected] == 1).any()  # some samples hit the original
-    m = output.metrics
+    # metrics stay 0-d tensors until the loop reads them (no host sync per step); approx is given plain floats,
+    # since pytest 9 iterates over what it is given and a 0-d tensor cannot be iterated
+    m = {name: float(value) for name, value in output.metrics.items()}
     assert output.loss.item() == pytest.approx(m["generator_loss"] + 50 * m["discriminator_loss"], rel=1e-6)
     assert m["replaced_fraction"] == pytest.approx(labels.mean().item())
     assert output.supervised_positions == 16 * 32 + 16 * 16
@@ -321,16 +323,24 @@ def test_micro_batch_gradients_add_up_to_the_whole_batch(spec):
             weigh(objective, objective(micro), micro, totals, 1, whole=micro_size == 4).backward()
         return [p.grad.clone() for p in objective.parameters() if p.grad is not None]
 
+    def close(a: torch.Tensor, b: torch.Tensor) -> bool:
+        # Splitting the batch reorders float32 sums (u = 2^-24 = 6e-8 per addition) of up to n = 4 rows x 16
+        # positions x 64 hidden units = 4,096 terms, which can move an element by n·u = 2.4e-4 of the terms' summed
+        # magnitude, and an element near zero is a cancellation of terms as large as the tensor's largest: so each
+        # tensor is held to 1e-4 of its largest element, not element by element (measured across these objectives
+        # with torch 2.13 and 2.14: at most 6.3e-6; a wrong weighting below is off by 0.44)
+        return bool((a - b).abs().max() <= 1e-4 * b.abs().max())
+
     whole = gradients(4)
     for size in (1, 2):
         for a, b in zip(gradients(size), whole, strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+            assert close(a, b), (size, (a - b).abs().max().item(), b.abs().max().item())
     if spec == "electra:rule=bernoulli":
         # one weight per micro-batch (its share of the rows) is not the whole batch's gradient when rows hold
         # different numbers of masked positions: each mean needs its own count
         def by_rows(objective, output, micro, totals, world, whole):
             return output.loss * len(micro.targets) / len(batch.targets)
-        assert any(not torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(gradients(1, by_rows), whole))
+        assert any(not close(a, b) for a, b in zip(gradients(1, by_rows), whole))
 
 
 @pytest.mark.parametrize("spec", list(REGISTRY))
