@@ -23,7 +23,7 @@ import socket
 import sys
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import datasets
 import torch
@@ -305,14 +305,30 @@ def _text_column(dataset: datasets.Dataset, text_field: str, where: str) -> data
     return dataset.filter(lambda batch: [bool(t and t.strip()) for t in batch["text"]], batched=True)
 
 
-def train_tokenizer(texts, vocab_size: int) -> Tokenizer:
-    """A BERT-style uncased WordPiece tokenizer with the suite's special tokens at ids 0-4."""
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+def train_tokenizer(texts: Iterable[str], vocab_size: int) -> Tokenizer:
+    """A BERT-style uncased WordPiece tokenizer with the suite's special tokens at ids 0-4, the same file for the same
+    texts on every machine and in every run. `texts` is read twice: pass a list or a dataset column, not a generator.
+
+    The library's trainer alone is not deterministic (huggingface/tokenizers#1794): it gives each word-continuing
+    piece "##c" its id while iterating over a hash map of word counts, whose order changes from process to process,
+    and it breaks ties between equally frequent merges by those ids, so two trainings differ in ids and even in
+    pieces. Handing it every "##c" the texts will need, in sorted order, as tokens it already has leaves nothing to
+    that order; they are ordinary vocabulary afterwards, only the five special tokens stay special."""
+    if iter(texts) is texts:
+        texts = list(texts)
+    normalizer, pre_tokenizer = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    continuing = sorted({"##" + char for text in texts
+                         for word, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(text))
+                         for char in word[1:]})
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=[*SPECIAL_TOKENS, *continuing],
+                                        show_progress=False)
+    trained = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    trained.normalizer, trained.pre_tokenizer = normalizer, pre_tokenizer
+    trained.train_from_iterator(texts, trainer=trainer)
+    tokenizer = Tokenizer(models.WordPiece(trained.get_vocab(), unk_token="[UNK]"))
+    tokenizer.normalizer, tokenizer.pre_tokenizer = normalizer, pre_tokenizer
     tokenizer.decoder = decoders.WordPiece()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False)
-    tokenizer.train_from_iterator(texts, trainer=trainer)
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     return tokenizer
 
 
@@ -356,16 +372,23 @@ def _tokenizer(train_docs: datasets.Dataset, options: TextOptions, data_path: Pa
         if wrong:
             raise ConfigError(f"{path} must hold {', '.join(SPECIAL_TOKENS)} as ids 0-4 ({', '.join(wrong)} are not "
                               "there); let the suite train one instead")
-        return tokenizer, f"loaded from {path} ({tokenizer.get_vocab_size()} ids)"
-    key = hashlib.sha256(f"{train_docs._fingerprint}|{options.vocab_size}".encode()).hexdigest()[:16]
+        return tokenizer, f"loaded from {path} ({tokenizer.get_vocab_size()} ids, {fingerprint(tokenizer)})"
+    # the trainer's version is in the key: a cache written by the earlier, non-deterministic training is not reused
+    key = hashlib.sha256(f"{train_docs._fingerprint}|{options.vocab_size}|trainer 2".encode()).hexdigest()[:16]
     path = _cache_dir(data_path) / f"tokenizer-{key}.json"
     if path.exists():
-        tokenizer = Tokenizer.from_file(str(path))
+        tokenizer, how = Tokenizer.from_file(str(path)), "trained on the training documents earlier, read from"
     else:
-        tokenizer = train_tokenizer((row["text"] for row in train_docs), options.vocab_size)
+        tokenizer, how = train_tokenizer(train_docs["text"], options.vocab_size), "trained on the training documents"
+        how += ", cached at"
         write_atomic(path, tokenizer.to_str())
-    return tokenizer, (f"WordPiece, {tokenizer.get_vocab_size()} pieces, trained on the training documents "
-                       f"(cached at {path})")
+    return tokenizer, f"WordPiece, {tokenizer.get_vocab_size()} pieces, {how} {path} ({fingerprint(tokenizer)})"
+
+
+def fingerprint(tokenizer: Tokenizer) -> str:
+    """'sha256 0123456789ab': the hash of the tokenizer as tokenizer.json holds it, so two reports can tell whether
+    they read the same tokens."""
+    return "sha256 " + hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:12]
 
 
 def _pack(docs: datasets.Dataset, tokenizer: Tokenizer, seq_len: int, num_proc: int | None) -> datasets.Dataset:

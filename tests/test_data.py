@@ -13,7 +13,7 @@ from bench.cli import run
 from bench.compare import main
 from bench.data import TextOptions, load_corpus, train_tokenizer
 from bench.train import TrainConfig, build_run_objective, training_batch
-from objectives import IGNORE, Vocab
+from objectives import IGNORE, SPECIAL_TOKENS, Vocab
 from objectives.masking import exact_count, select_spans, span_length_distribution
 
 WORDS = ("the of and to in is was that for it with as on be at by this had not are but from or have an they which "
@@ -224,6 +224,32 @@ def test_unknown_hub_dataset_offline_fails_at_once(tmp_path, capsys, monkeypatch
         run(main, ["--data", "hf:no-such/dataset", "--out", str(tmp_path / "out")])
     assert exit_info.value.code == 2 and "cannot be reached" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+TRAIN = """
+import sys
+from bench.data import train_tokenizer
+print(train_tokenizer(open(sys.argv[1]).read().splitlines(), 300).to_str())
+"""
+
+
+def test_two_trainings_of_the_tokenizer_on_one_corpus_give_the_same_file(tmp_path):
+    # The library's own trainer numbers its "##" pieces in a hash map's order, seeded anew for every map: on this
+    # corpus five plain trainings in one process gave five different files, and so did three processes.
+    path = tmp_path / "corpus.txt"
+    english_like(path, 400, seed=5)
+    texts = path.read_text().splitlines()
+    files = [train_tokenizer(texts, 300).to_str() for _ in range(3)]
+    files.append(subprocess.run([sys.executable, "-c", TRAIN, str(path)], capture_output=True, text=True,
+                                check=True).stdout.rstrip("\n"))
+    assert all(file == files[0] for file in files)
+    tokenizer = Tokenizer.from_str(files[0])
+    assert [tokenizer.id_to_token(i) for i in range(5)] == ["[PAD]", "[MASK]", "[BOS]", "[EOS]", "[UNK]"]
+    # the "##" pieces handed to the trainer are ordinary vocabulary afterwards: only the five stay special
+    assert [token.content for token in tokenizer.get_added_tokens_decoder().values()] == list(SPECIAL_TOKENS)
+    encoding = tokenizer.encode(texts[0])
+    assert "[UNK]" not in encoding.tokens and tokenizer.decode(encoding.ids) == texts[0].lower()
+    assert any(token.startswith("##") for line in texts[:50] for token in tokenizer.encode(line).tokens)
 
 
 def test_foreign_tokenizers_are_refused(tmp_path, text_file):
