@@ -27,6 +27,7 @@ from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.data import Corpus, TextOptions, load_corpus
 from bench.density import build_on_meta, position_row
 from bench.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
+from bench.environment import describe as describe_versions, package_versions, version_note
 from bench.files import read_json, write_atomic, write_json
 from bench.presets import describe_presets, flag_text, get_preset, paper_section
 from bench.probes import ProbeConfig
@@ -193,7 +194,7 @@ def parse_args(argv: list[str] | None):
         return preset_args(parser, args, argv, given)
     if args.config is None:
         return args
-    defaults, rates, seeds = config_defaults(args.config)
+    defaults, rates, seeds, versions = config_defaults(args.config)
     if not given_flag(given, "seeds") and seeds is not None:
         defaults["seeds"] = seeds
     parser.set_defaults(**defaults)
@@ -201,6 +202,13 @@ def parse_args(argv: list[str] | None):
     if not given_flag(given, "lr") and args.objectives == \
             defaults["objectives"]:
         args.config_learning_rates = rates  # one rate per spec; specs with options cannot be written back as --lr
+    args.config_versions = versions
+    # The tokenizer is part of what a comparison was: WordPiece training differs between library versions, so the
+    # rerun reads the folder's own file rather than training another, as long as it tokenizes the same text.
+    tokenizer = (args.config if args.config.is_dir() else args.config.parent) / "tokenizer.json"
+    if tokenizer.is_file() and not given_flag(given, "tokenizer") and all(
+            getattr(args, name) == defaults[name] for name in ("data", "text_field", "vocab_size")):
+        args.reused_tokenizer = (tokenizer, "--config")
     return args
 
 
@@ -232,8 +240,9 @@ def preset_args(parser: Parser, args: Namespace, argv: list[str] | None, given: 
     return args
 
 
-def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None]:
-    """(flag defaults, peak rate per spec, seeds) that rerun the comparison `path` (its config.json) recorded."""
+def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None, dict[str, str] | None]:
+    """(flag defaults, peak rate per spec, seeds, package versions) that rerun the comparison `path` (its
+    config.json) recorded; versions are None for a folder written before they were recorded."""
     path = path / "config.json" if path.is_dir() else path
     try:
         saved = read_json(path)
@@ -264,7 +273,7 @@ def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None]:
                         finetune_lrs=",".join(f"{lr:g}" for lr in downstream["finetune_lrs"]))
     results = path.with_name("results.json")
     seeds = read_json(results).get("seeds") if results.is_file() else None
-    return defaults, rates, seeds or None
+    return defaults, rates, seeds or None, saved.get("versions")
 
 
 def check_args(args) -> None:
@@ -330,6 +339,7 @@ class Plan:
     downstream: Downstream | None  # labelled tasks, loaded and checked
     schedule: SeqLenSchedule  # --seq-len, a plain length being one phase
     accounting: dict | None  # a schedule's predicted positions per phase and per objective (schedule_accounting)
+    versions_note: str | None = None  # how this run's package versions differ from the folder it reruns/resumes
 
 
 def plan(args, fabric: Fabric) -> Plan:
@@ -353,8 +363,16 @@ def plan(args, fabric: Fabric) -> Plan:
                          checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision),
                          log_every=args.log_every, seq_len_schedule=schedule)
     check_config(config, fabric.world_size)
-    text = TextOptions(args.text_field, args.vocab_size, args.tokenizer, args.num_proc)
+    out = output_folder(args.out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file, not a folder")
+    reused = getattr(args, "reused_tokenizer", None)
+    if args.resume and args.tokenizer is None and (out / "tokenizer.json").is_file():
+        reused = (out / "tokenizer.json", "--resume")  # the runs already trained read their tokens with it
+    text = TextOptions(args.text_field, args.vocab_size, str(reused[0]) if reused else args.tokenizer, args.num_proc)
     corpus = load_corpus(args.data, longest, text)
+    if reused:
+        corpus.tokenizer += f"; the comparison's own, reused by {reused[1]}"
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
     shape = resolve_model(args.model, corpus.vocab.size, longest)
     objectives = [build_on_meta(spec, shape, corpus.vocab) for spec in specs]
@@ -370,9 +388,6 @@ def plan(args, fabric: Fabric) -> Plan:
                               corpus.language or corpus.spelled_language, corpus.spell)
         downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
                                 finetune_config(args.finetune_steps, args.finetune_lrs))
-    out = output_folder(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder")
     shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
     # a plain length is recorded as the int it always was, so older folders resume and rerun unchanged
     settings = {"data": args.data, "seq_len": schedule.recorded(), "text_field": args.text_field,
@@ -385,9 +400,27 @@ def plan(args, fabric: Fabric) -> Plan:
     if downstream is not None:  # absent otherwise, so folders from before downstream tasks still resume
         settings["downstream"] = downstream.settings()
     accounting = schedule_accounting(specs, objectives, schedule, config)
-    check_resume(out, settings, args.resume)
+    saved = check_resume(out, settings, args.resume)
     settings["execution"] = {k: getattr(config, k) for k in EXECUTION}
-    return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream, schedule, accounting)
+    versions_note = record_versions(settings, saved, out, args)
+    if versions_note and fabric.is_global_zero:
+        print(f"warning: {versions_note}", file=sys.stderr)
+    return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream, schedule, accounting,
+                versions_note)
+
+
+def record_versions(settings: dict, saved: dict | None, out: Path, args: Namespace) -> str | None:
+    """Put the package versions in what config.json records and say how they differ from the folder's: a resumed
+    comparison keeps the versions it was started with and lists each later session that ran on others; a rerun
+    (--config) records its own and is compared with its original's."""
+    current = package_versions()
+    if saved is None:
+        settings["versions"] = current
+        return version_note(args.config, args.config_versions, current) if args.config else None
+    settings["versions"] = saved.get("versions")
+    note = version_note(out, settings["versions"], current)
+    settings["resumed_with"] = saved.get("resumed_with", []) + ([current] if note else [])
+    return note
 
 
 def schedule_accounting(specs: list[str], objectives: list[Objective], schedule: SeqLenSchedule,
@@ -416,16 +449,20 @@ def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: Tra
                                                       objective.expected_supervised_positions)]
 
 
-def check_resume(out: Path, settings: dict, resume: bool) -> None:
+def check_resume(out: Path, settings: dict, resume: bool) -> dict | None:
+    """The config.json of the comparison --resume continues (None for a fresh --out), refused unless it was
+    started with the same settings."""
     if not (out / "config.json").exists():
-        return
+        return None
     if not resume:
         raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose another --out")
     saved = read_json(out / "config.json")
-    saved.pop("execution", None)  # how the steps ran may change between sessions; what they compute may not
-    if saved != settings:
-        changed = ", ".join(k for k in settings if saved.get(k) != settings[k])
+    # how the steps ran, and on which package versions, may change between sessions; what they compute may not
+    compared = {k: v for k, v in saved.items() if k not in ("execution", "versions", "resumed_with")}
+    if compared != settings:
+        changed = ", ".join(k for k in settings if compared.get(k) != settings[k])
         raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")
+    return saved
 
 
 def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> tuple[list[dict], list[dict]]:
@@ -499,7 +536,8 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
         "vocabulary": f"{corpus.vocab.size} ids ({corpus.vocab.num_ordinary} ordinary, "
                       f"{corpus.vocab.first_ordinary} special, {corpus.vocab.num_sentinels} sentinels)",
         "device": f"{device_name(fabric.device)} × {fabric.world_size}, precision {args.precision}",
-        "environment": f"python {platform.python_version()}, torch {torch.__version__}",
+        "environment": describe_versions(package_versions()) + (f" ({plan_.versions_note})"
+                                                               if plan_.versions_note else ""),
         "live metrics": (f"every {config.log_every} steps in runs/NAME/logs/from-step-S/metrics.csv (CSV; "
                          "TensorBoard beside it where installed)" if config.log_every else "off (--log-every 0)"),
         "git revision": git_revision(),

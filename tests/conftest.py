@@ -2,9 +2,16 @@ import pytest
 import torch
 
 from backbone import Backbone, preset
+from bench.environment import describe, package_versions
 from objectives import Vocab, build_objective
 
 VOCAB = Vocab.for_words(40, num_sentinels=30)
+
+
+def pytest_report_header() -> str:
+    # what the tests ran on, in every run's header (CI's fresh environments included): the ranges in pyproject.toml
+    # are only as honest as the versions they were tested with
+    return "objective-bench key packages: " + describe(package_versions())
 
 
 def random_tokens(batch_size: int, seq_len: int, seed: int = 0, vocab: Vocab = VOCAB) -> torch.Tensor:

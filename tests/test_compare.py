@@ -411,3 +411,52 @@ def test_the_git_revision_is_dirty_for_code_changes_but_not_for_regenerated_repo
     assert "uncommitted" not in git_revision()
     (repository / "bench" / "compare.py").write_text("changed\n")
     assert git_revision().endswith("(with uncommitted changes)")
+
+
+def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_folders_tokenizer(tmp_path, capsys,
+                                                                                               monkeypatch):
+    import bench.compare
+    import bench.data
+    from bench.environment import package_versions
+
+    corpus = tmp_path / "data" / "corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("".join(f"the {w} of {w}ing and {w}s to {w}er world\n" for w in
+                              ("walk", "talk", "sing", "read", "play", "work", "jump", "cook") * 40))
+    flags = ["--model", "tiny", "--seq-len", "16", "--batch-size", "4", "--budget", "2e8", "--eval-points", "2",
+             "--data", f"text:{corpus}", "--vocab-size", "60", "--objectives", "mlm", "--seeds", "1", "--quiet"]
+    first = tmp_path / "first"
+    main([*flags, "--out", str(first)])
+    installed = package_versions()
+    assert json.loads((first / "config.json").read_text())["versions"] == installed
+    setup = json.loads((first / "results.json").read_text())["setup"]
+    assert setup["environment"].startswith(f"python {installed['python']}, torch {installed['torch']}, "
+                                           f"lightning-fabric {installed['lightning-fabric']}")
+    trained = setup["tokenizer"]
+    assert "trained on the training documents" in trained and "sha256 " in trained
+    assert "warning" not in capsys.readouterr().err
+
+    # another machine: other versions, and no cached tokenizer (training one would give other pieces elsewhere)
+    other = {**installed, "torch": "9.9.9"}
+    monkeypatch.setattr(bench.compare, "package_versions", lambda: other)
+    shutil.rmtree(corpus.parent / ".objective-bench")
+    monkeypatch.setattr(bench.data, "train_tokenizer", lambda *a, **k: pytest.fail("the tokenizer was trained again"))
+    again = tmp_path / "again"
+    main(["--config", str(first), "--out", str(again), "--quiet"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1 and f"torch {installed['torch']} → 9.9.9" in warnings[0], warnings
+    assert (again / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
+    setup = json.loads((again / "results.json").read_text())["setup"]
+    assert "reused by --config" in setup["tokenizer"] and trained.split("sha256 ")[1][:12] in setup["tokenizer"]
+    assert "torch 9.9.9" in setup["environment"] and "was made with other package versions" in setup["environment"]
+    assert json.loads((again / "config.json").read_text())["versions"] == other
+    assert numbers(json.loads((again / "results.json").read_text())) == \
+        numbers(json.loads((first / "results.json").read_text()))
+
+    # --resume on other versions: the versions it was started with stay recorded, the later session is listed
+    main([*flags, "--out", str(first), "--resume"])
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1 and str(first) in warnings[0]
+    config = json.loads((first / "config.json").read_text())
+    assert config["versions"] == installed and config["resumed_with"] == [other]
+    assert "reused by --resume" in json.loads((first / "results.json").read_text())["setup"]["tokenizer"]
