@@ -12,7 +12,8 @@ masking against the collator, one process's share of a batch (its own rows) agai
 KV-cached generation against recomputing the prefix for every new token.
 With `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training),
 every timing synchronises the device, fp32 matmuls run in TF32 as bench.train runs them, and MFU is against the
-device's peak from Lightning's table instead of a measured matrix product.
+device's dense peak (bench.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a
+measured matrix product.
 The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
 """
 
@@ -30,7 +31,7 @@ from tabulate import tabulate
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
-from bench.live import peak_flops
+from bench.live import device_peak
 from bench.schedule import single_seq_len
 from bench.train import configure_matmuls, tf32_matmuls, training_batch
 from objectives import SPECIAL_TOKENS, Objective, Vocab, build_objective
@@ -65,7 +66,7 @@ def median_seconds(step: Callable[[], object], repeats: int, warmup: int = 1,
 def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 5,
                 device: torch.device = torch.device("cpu")) -> float:
     """FLOP/s of a large square matrix product in `dtype`, the best of a few: the roof MFU is measured against where
-    Lightning's table has no entry (CPUs, GPUs it does not list)."""
+    no table lists the device (CPUs, unknown GPUs)."""
     a, b = (torch.randn(size, size, dtype=dtype, device=device) for _ in range(2))
     best = min(median_seconds(lambda: a @ b, 1, warmup=1 if i == 0 else 0, device=device) for i in range(repeats))
     return 2 * size ** 3 / best
@@ -254,8 +255,8 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
     vocab = Vocab.for_tokenizer(vocab_size)
     tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, seq_len),
                            generator=torch.Generator().manual_seed(0))  # on the host, where corruption runs
-    device_peak = peak_flops(device, precision)  # a GPU's from Lightning's table; a CPU's is measured
-    first_peak = device_peak or matmul_peak(dtype or torch.float32, device=device)
+    listed = device_peak(device, precision)  # a GPU's from the datasheets' table; a CPU's is measured
+    first_peak = listed[0] if listed else matmul_peak(dtype or torch.float32, device=device)
     note, peers = None, {}
     try:
         peers = peer_steps(model, vocab.size, tokens, dtype, device)
@@ -281,7 +282,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
     for generation_batch in (1, 8):
         rows.append(generation_rates(model, vocab, new_tokens, max(1, repeats // 2), generation_batch, device))
     # measured: the device's best, before and after
-    peak = device_peak or max(first_peak, matmul_peak(dtype or torch.float32, device=device))
+    peak = listed[0] if listed else max(first_peak, matmul_peak(dtype or torch.float32, device=device))
     for row in rows:
         if "peer_tokens_per_s" in row:
             row["ratio"] = row["ours_tokens_per_s"] / row["peer_tokens_per_s"]
@@ -289,7 +290,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         if "peer_flops_per_s" in row:
             row["peer_mfu"] = row.pop("peer_flops_per_s") / peak
         row["matmul_peak_flops"] = peak
-        row["peak_source"] = "Lightning's table" if device_peak else "measured matrix product"
+        row["peak_source"] = listed[1] if listed else "measured matrix product"
     return rows, note
 
 

@@ -411,15 +411,39 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     assert len(list(csv.DictReader(open(tmp_path / "logs" / "from-step-0" / "metrics.csv")))) == 2
 
 
-def test_mfu_uses_lightnings_peak_for_the_precision(monkeypatch):
+@pytest.mark.parametrize("name, precision, expected", [
+    ("NVIDIA H200", "bf16-mixed", 989.4e12),  # Lightning's table has no entry for the name H200 reports
+    ("NVIDIA H200 NVL", "bf16-mixed", 835e12),
+    ("NVIDIA H100 80GB HBM3", "bf16-mixed", 989.4e12),  # SXM
+    ("NVIDIA H100 80GB HBM3", "32-true", 494.7e12),  # TF32
+    ("NVIDIA H100 PCIe", "16-mixed", 756e12),
+    ("NVIDIA H100 NVL", "bf16-mixed", 835e12),  # dense, where Lightning's table lists the sparse 1978.8e12
+    ("NVIDIA A100-SXM4-80GB", "32-true", 156e12),
+    ("NVIDIA A100 80GB PCIe", "64-true", 19.5e12),
+    ("NVIDIA A10G", "bf16-mixed", 125e12),  # not taken for an A100
+    ("NVIDIA L40S", "bf16-mixed", 362.05e12),
+    ("NVIDIA L4", "bf16-mixed", 121e12),
+    ("Tesla V100-SXM2-16GB", "bf16-mixed", None),  # no bf16 units
+    ("NVIDIA GeForce GTX 1080", "bf16-mixed", None),  # not listed
+])
+def test_peak_flops_are_the_datasheets_dense_figures(name, precision, expected):
     import bench.live
 
-    asked = []
+    assert bench.live.peak_flops(name, precision) == expected
+
+
+def test_mfu_uses_the_suites_peak_then_lightnings(monkeypatch):
+    import bench.live
+
+    asked, cuda = [], torch.device("cuda", 0)
     monkeypatch.setattr(bench.live, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
-    cuda = torch.device("cuda", 0)
-    assert bench.live.peak_flops(cuda, "bf16-mixed") == 1e15 and bench.live.peak_flops(cuda, "32-true") == 1e15
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    assert bench.live.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Some Future GPU")
+    assert bench.live.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
+    assert bench.live.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
     assert asked == [torch.bfloat16, "tfloat32"]
-    assert bench.live.peak_flops(torch.device("cpu"), "32-true") is None
+    assert bench.live.device_peak(torch.device("cpu"), "32-true") is None
 
 
 SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
