@@ -292,8 +292,9 @@ def check_args(args) -> None:
     on_cpu = args.accelerator == "cpu" or (args.accelerator == "auto" and not torch.cuda.is_available())
     if on_cpu and args.precision == "16-mixed":  # before Fabric, which would warn and switch to bf16 silently
         raise ConfigError("--precision 16-mixed needs a GPU; on CPU use bf16-mixed")
+    # pre-Ampere GPUs emulate bf16, many times slower, and torch counts emulation as support unless told not to
     if not on_cpu and args.precision == "bf16-mixed" and torch.cuda.is_available() and \
-            not torch.cuda.is_bf16_supported():  # pre-Ampere GPUs emulate bf16, many times slower
+            not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError(f"--precision bf16-mixed: this GPU ({torch.cuda.get_device_name()}) has no bf16 units; use "
                           "16-mixed")
     if any(word in args.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):

@@ -238,7 +238,7 @@ def perf_device(accelerator: str, precision: str) -> torch.device:
     if not torch.cuda.is_available():
         raise ConfigError("--accelerator cuda: no CUDA device is visible to PyTorch here")
     device = torch.device("cuda", torch.cuda.current_device())
-    if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported():
+    if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError(f"--precision bf16-mixed: {torch.cuda.get_device_name(device)} has no bf16; use 32-true")
     return device
 

@@ -170,7 +170,24 @@ def make_optimizer(module: torch.nn.Module, config: TrainConfig, device: torch.d
     """AdamW; on CUDA its fused kernel (one launch for all parameters, and no host reads of the step counts). On
     CPU the default implementation, whose numbers every CPU result so far was made with."""
     return torch.optim.AdamW(optimizer_groups(module, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6,
-                             fused=True if device.type == "cuda" else None)
+                             fused=fused_on(device))
+
+
+def fused_on(device: torch.device) -> bool | None:
+    return True if device.type == "cuda" else None
+
+
+def match_optimizer_to_device(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
+    """After loading a checkpoint: load_state_dict restores the saving machine's `fused` flag with the moments, so a
+    CPU checkpoint resumed on a GPU would run unfused and a GPU one on a CPU fused. Set it for this device, with the
+    step counts where that implementation keeps them (on the device when fused, on the host otherwise)."""
+    fused = fused_on(device)
+    for group in optimizer.param_groups:
+        group["fused"] = fused
+        for parameter in group["params"]:
+            state = optimizer.state.get(parameter, {})
+            if "step" in state:
+                state["step"] = state["step"].to(parameter.device if fused else "cpu", torch.float32)
 
 
 def eval_grid(config: TrainConfig) -> list[float]:
@@ -456,6 +473,7 @@ def restore(fabric: Fabric, run: Run) -> None:
         return
     state = run.state(fabric)
     fabric.load(run.checkpoint_path, state, weights_only=True)
+    match_optimizer_to_device(run.optimizer, fabric.device)
     run.counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
     run.counters.setdefault("last_finite_loss", None)
     counters, schedule = run.counters, run.schedule

@@ -348,7 +348,8 @@ def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
     from bench.compare import check_args, parse_args
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: False)
+    # torch counts emulation as support (True on V100 and T4) unless asked not to
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
     with pytest.raises(ConfigError, match="Tesla V100.*no bf16 units; use 16-mixed"):
         check_args(parse_args(["--accelerator", "cuda", "--precision", "bf16-mixed"]))

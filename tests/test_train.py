@@ -542,3 +542,36 @@ def test_a_schedule_is_evaluated_on_the_batches_of_its_final_length(corpus):
 def test_a_schedule_that_does_not_fit_the_corpus_or_objective_is_one_line(spec, text, message, corpus):
     with pytest.raises(ConfigError, match=message):
         build_run_objective(spec, schedule_config(text), corpus)
+
+
+def test_a_resumed_optimizer_runs_the_implementation_of_its_device_not_of_the_checkpoints():
+    import copy
+
+    from bench.train import match_optimizer_to_device
+
+    def optimizer(fused):
+        torch.manual_seed(0)
+        module = torch.nn.Linear(4, 3)
+        return module, torch.optim.AdamW(module.parameters(), lr=1e-2, fused=fused)
+
+    def step(module, optimizer):
+        module(torch.ones(2, 4)).square().sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    on_gpu = optimizer(True)  # fused, as a CUDA run saves it (CPU has a fused AdamW too since 2.4)
+    step(*on_gpu)
+    saved = copy.deepcopy(on_gpu[1].state_dict())  # a copy: loading aliases the tensors, and a step updates them
+    plain = optimizer(None)
+    plain[0].load_state_dict(on_gpu[0].state_dict())
+    plain[1].load_state_dict(copy.deepcopy(saved))
+    assert plain[1].param_groups[0]["fused"] is True  # what load_state_dict restores: the saving machine's choice
+    match_optimizer_to_device(plain[1], torch.device("cpu"))
+    assert plain[1].param_groups[0]["fused"] is None
+    assert all(state["step"].device.type == "cpu" for state in plain[1].state.values())
+    reference = optimizer(None)  # never fused: what a CPU run that was never interrupted computes
+    reference[0].load_state_dict(on_gpu[0].state_dict())
+    reference[1].load_state_dict({**saved, "param_groups": [{**g, "fused": None} for g in saved["param_groups"]]})
+    step(*plain)
+    step(*reference)
+    assert all(torch.equal(a, b) for a, b in zip(plain[0].parameters(), reference[0].parameters()))
