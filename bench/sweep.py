@@ -76,7 +76,10 @@ def sweep(fabric: Fabric, specs: list[str], rates: list[float], corpus: Corpus, 
                 losses[f"{rate:g}"] = None
                 flops += error.record["flops"]
                 continue
-            losses[f"{rate:g}"], flops = run["curve"][-1]["loss"], flops + run["flops"]
+            # rank 0's read of the curve decides: another node's view of a shared folder can lag (NFS caches)
+            losses[f"{rate:g}"] = run["curve"][-1]["loss"] if fabric.is_global_zero else None
+            flops += run["flops"]
+        losses = fabric.broadcast(losses, src=0)  # so every rank chooses the same rate
         finite = {rate: loss for rate, loss in losses.items() if loss is not None and math.isfinite(loss)}
         if not finite:
             raise ConfigError(f"--lr-sweep: {spec} diverged at every rate ({', '.join(losses)}); try lower rates")

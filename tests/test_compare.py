@@ -461,3 +461,30 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
     config = json.loads((first / "config.json").read_text())
     assert config["versions"] == installed and config["resumed_with"] == [other]
     assert "reused by --resume" in json.loads((first / "results.json").read_text())["setup"]["tokenizer"]
+
+
+def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
+    # another node can read a shared folder's curve late (NFS caches): there it is empty, or stale
+    import bench.sweep
+    from bench.train import TrainConfig
+
+    class Fabric:
+        def __init__(self, rank: int, sent: list) -> None:
+            self.is_global_zero, self.sent = rank == 0, sent
+
+        def broadcast(self, value, src=0):
+            if self.is_global_zero:
+                self.sent.append(value)
+                return value
+            return self.sent.pop(0)
+
+    def train_run(fabric, spec, seed, corpus, config, run_dir, progress):
+        loss = {1e-3: 2.0, 3e-3: 1.5}[config.lr]
+        curve = [{"loss": loss}] if fabric.is_global_zero else [{"loss": 3.0 - loss}] if config.lr == 1e-3 else []
+        return {"curve": curve, "flops": 10}
+
+    monkeypatch.setattr(bench.sweep, "train_run", train_run)
+    sent, config = [], TrainConfig(budget_flops=100)
+    chosen = [bench.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
+              for rank in (0, 1)]
+    assert chosen[0] == chosen[1] and chosen[1]["mlm"]["chosen"] == 3e-3 and chosen[1]["mlm"]["flops"] == 20
