@@ -731,14 +731,33 @@ def agree_on_folder(fabric: Fabric, out: Path) -> Path:
         out.mkdir(parents=True, exist_ok=True)
         marker.touch()
     fabric.barrier()
-    seen = fabric.all_reduce(torch.tensor(float(marker.exists()), device=fabric.device), reduce_op="min")
+    seen = fabric.all_reduce(torch.tensor(float(sees(marker)), device=fabric.device), reduce_op="min")
     fabric.barrier()
     if fabric.is_global_zero:
         marker.unlink()
     if seen.item() < 1:
-        raise ConfigError(f"--out {out} is not one folder that every process sees; on several nodes, give an --out on "
-                          "a filesystem they all share")
+        raise ConfigError(f"--out {out} is not one folder that every process sees (waited {FOLDER_WAIT_SECONDS:g} s); "
+                          "on several nodes, give an --out on a filesystem they all share")
     return out
+
+
+FOLDER_WAIT_SECONDS = 60.0  # an NFS client keeps an earlier "not there" for up to its acdirmax, 30-60 s by default
+
+
+def sees(path: Path, poll_seconds: float = 1.0) -> bool:
+    """Whether this process sees `path`, waiting up to FOLDER_WAIT_SECONDS for it: on NFS a folder this node looked
+    at before rank 0 wrote into it can stay cached as it was. Listing the folder makes the client read it again."""
+    deadline = time.monotonic() + FOLDER_WAIT_SECONDS
+    while True:
+        try:
+            os.listdir(path.parent)
+        except OSError:
+            pass
+        if path.exists():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(poll_seconds)
 
 
 def finished_result(run_dir: Path) -> dict | None:

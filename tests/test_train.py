@@ -575,3 +575,20 @@ def test_a_resumed_optimizer_runs_the_implementation_of_its_device_not_of_the_ch
     step(*plain)
     step(*reference)
     assert all(torch.equal(a, b) for a, b in zip(plain[0].parameters(), reference[0].parameters()))
+
+
+def test_a_folder_seen_late_is_waited_for_and_one_never_seen_is_refused_after_the_wait(tmp_path, monkeypatch):
+    import bench.train
+
+    marker, listed = tmp_path / ".shared-x", []
+    marker.touch()
+    real_exists, real_listdir = Path.exists, os.listdir
+    answers = iter([False, False, True])  # an NFS client's cached "not there", twice, then the truth
+    monkeypatch.setattr(Path, "exists", lambda path: next(answers) if path == marker else real_exists(path))
+    monkeypatch.setattr(os, "listdir", lambda path: listed.append(path) or real_listdir(path))
+    monkeypatch.setattr(bench.train, "FOLDER_WAIT_SECONDS", 30.0)
+    assert bench.train.sees(marker, poll_seconds=0.01) and listed == [tmp_path] * 3  # the folder re-read each time
+    monkeypatch.setattr(Path, "exists", lambda path: False if path == marker else real_exists(path))
+    monkeypatch.setattr(bench.train, "FOLDER_WAIT_SECONDS", 0.05)
+    started = time.monotonic()
+    assert not bench.train.sees(marker, poll_seconds=0.01) and time.monotonic() - started >= 0.05
