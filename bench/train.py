@@ -46,6 +46,7 @@ from typing import Callable, Iterator
 
 import torch
 from lightning_fabric import Fabric
+from lightning_fabric.strategies import DDPStrategy
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -98,13 +99,24 @@ def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int
     """Fabric for these flags; with launch=False the processes are not started yet, so checks that can fail run
     once, in one process, and print one line."""
     try:
-        fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=strategy,
+        fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=ddp_settings(strategy),
                         precision=precision)
     except (ValueError, RuntimeError, TypeError) as error:  # Fabric reports bad flags this way
         raise ConfigError(f"Fabric: {str(error).splitlines()[0]}") from None
     if launch:
         launch_processes(fabric)
     return fabric
+
+
+def ddp_settings(strategy: str) -> object:
+    """"ddp" (and "ddp_spawn", which the tests launch from pytest) as a DDPStrategy with the suite's settings; any
+    other strategy as named. Gradients are views of DDP's all-reduce buckets, so no step copies them into and out of
+    the buckets; buffers are not re-broadcast before every forward, since the only ones are RoPE's tables, which each
+    rank builds from the same config (and a resumed run reloads nothing else)."""
+    if strategy not in ("ddp", "ddp_spawn"):
+        return strategy
+    return DDPStrategy(start_method="spawn" if strategy == "ddp_spawn" else "popen", gradient_as_bucket_view=True,
+                       broadcast_buffers=False)
 
 
 def launch_processes(fabric: Fabric) -> None:

@@ -72,6 +72,9 @@ def train(fabric: Fabric, out: Path) -> None:
     probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
     train_run(fabric, "mlm", 0, data, replace(config(), probe_every_eval=True), out / "probed", probe, progress=False)
     (out / f"probes-rank{fabric.global_rank}.json").write_text(json.dumps({"calls": len(calls)}))
+    wrapped = fabric.setup_module(torch.nn.Linear(2, 2))._forward_module  # the DDP module the suite's strategy builds
+    (out / f"ddp-rank{fabric.global_rank}.json").write_text(json.dumps(
+        {"gradient_as_bucket_view": wrapped.gradient_as_bucket_view, "broadcast_buffers": wrapped.broadcast_buffers}))
 
 
 def stops(fabric: Fabric, out: Path) -> None:
@@ -116,5 +119,5 @@ JOBS = {"train": train, "stops": stops, "shared": shared}
 
 if __name__ == "__main__":
     job, out = sys.argv[1], Path(sys.argv[2])
-    fabric = Fabric(accelerator="cpu", devices=2, strategy="ddp_spawn")
+    fabric = Fabric(accelerator="cpu", devices=2, strategy=bench.train.ddp_settings("ddp_spawn"))  # as the suite runs
     fabric.launch(JOBS[job], out)

@@ -65,6 +65,16 @@ def test_probes_run_on_rank_0_only(two_processes, tmp_path):
     assert all("tagging_frozen" in row for row in result["curve"]) and "tagging_finetuned" in result["probes"]
 
 
+def test_ddp_keeps_gradients_in_its_buckets_and_does_not_rebroadcast_buffers(two_processes):
+    # the runs above trained like one process with these settings: RoPE's tables are each rank's own, identical
+    out = Path(two_processes["mlm"]["_out"])
+    for rank in (0, 1):
+        seen = json.loads((out / f"ddp-rank{rank}.json").read_text())
+        assert seen == {"gradient_as_bucket_view": True, "broadcast_buffers": False}
+    assert make_fabric("cpu", devices=2, strategy="ddp", launch=False).strategy._ddp_kwargs == {
+        "gradient_as_bucket_view": True, "broadcast_buffers": False}
+
+
 @pytest.mark.parametrize("name", ["bernoulli", "electra"])
 def test_micro_batches_under_ddp_train_like_the_whole_share(name, two_processes):
     whole, micro = two_processes[name], two_processes[f"{name}-micro"]
