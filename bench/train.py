@@ -451,13 +451,30 @@ class Run:
                 "precision": fabric.strategy.precision.state_dict()}
 
 
+def fresh_compile_caches(blocks: int) -> None:
+    """Before a compiled run: every block shares one forward's code, and dynamo keeps a few compiled entries per
+    code (8 by default) across everything the process compiled, so a comparison's later runs, or one run's many
+    blocks (each a guard on its own module), silently ran uncompiled past the limit. Each run starts from empty
+    caches, with room for each of its blocks in training and evaluation, with and without gradients."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    config, name = torch._dynamo.config, "recompile_limit"
+    if not hasattr(config, name):  # its name before torch 2.6
+        name = "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), 4 * blocks))
+
+
 def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path) -> Run:
     """Seed, build the objective, compile it if asked, and hand it to Fabric with its optimizer."""
     check_config(config, fabric.world_size)
     configure_matmuls(fabric.device, config.tf32)
     fabric.seed_everything(seed, verbose=False)
     objective = build_run_objective(spec, config, corpus)
-    for stack in [m for m in objective.modules() if isinstance(m, Transformer)]:
+    stacks = [m for m in objective.modules() if isinstance(m, Transformer)]
+    if config.compile:
+        fresh_compile_caches(sum(len(stack.blocks) for stack in stacks))
+    for stack in stacks:
         stack.activation_checkpointing = config.activation_checkpointing
         if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
             for block in stack.blocks:  # per block: DDP's gradient all-reduce can start as each block's backward ends

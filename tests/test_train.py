@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import bench.train
-from backbone import ConfigError, preset
+from backbone import ConfigError, Transformer, preset
 from bench.data import load_corpus
 from bench.density import build_on_meta
 from bench.files import read_jsonl
@@ -592,3 +592,22 @@ def test_a_folder_seen_late_is_waited_for_and_one_never_seen_is_refused_after_th
     monkeypatch.setattr(bench.train, "FOLDER_WAIT_SECONDS", 0.05)
     started = time.monotonic()
     assert not bench.train.sees(marker, poll_seconds=0.01) and time.monotonic() - started >= 0.05
+
+
+def test_each_compiled_run_starts_from_empty_compile_caches_with_room_for_its_blocks(corpus, fabric, tmp_path,
+                                                                                     monkeypatch):
+    # four objectives with probes compile the same block code many times over: past dynamo's limit of 8 entries,
+    # later runs went on uncompiled, silently
+    import torch._dynamo
+
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
+    name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
+    monkeypatch.setattr(torch._dynamo.config, name, 8)
+    for spec in ("mlm", "electra"):  # electra: the generator's blocks too
+        run = setup_run(fabric, spec, 0, corpus, config(compile=True), tmp_path / spec)
+        blocks = sum(len(m.blocks) for m in run.objective.modules() if isinstance(m, Transformer))
+        assert getattr(torch._dynamo.config, name) >= 4 * blocks
+    assert len(resets) == 2
+    setup_run(fabric, "mlm", 0, corpus, config(), tmp_path / "eager")
+    assert len(resets) == 2  # an eager run leaves the caches alone
