@@ -393,20 +393,45 @@ class StopRequest:
         self.signal_name = signal.Signals(signum).name
 
 
+_active_request: StopRequest | None = None  # the handler in place, so that nested scopes share one
+
+
 @contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
-    """SIGTERM and SIGUSR1 ask for a save and a clean exit while training; the previous handlers come back after.
+    """SIGTERM and SIGUSR1 ask for a save and a clean exit; the previous handlers come back after. Installed once for
+    a whole command (bench.compare), so that a signal arriving between steps (in an evaluation, the final probes,
+    between runs) is still there at the next safe point; a nested scope (train_run, fit) shares the outer request.
     Python delivers signals to the main thread only, so elsewhere (a notebook's worker thread) nothing changes."""
+    global _active_request
+    if _active_request is not None:
+        yield _active_request
+        return
     request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield request
         return
     previous = {number: signal.signal(number, request) for number in STOP_SIGNALS}
+    _active_request = request
     try:
         yield request
     finally:
+        _active_request = None
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+def current_stop_request() -> StopRequest:
+    """The handler stop_on_signals installed (a fresh, never-signalled request outside one)."""
+    return _active_request or StopRequest()
+
+
+def stop_agreed(fabric: Fabric, request: StopRequest) -> bool:
+    """Whether any process was asked to stop, the same answer on every process (a collective: call it where all
+    of them pass)."""
+    asked = request.signal_name is not None
+    if fabric.world_size == 1:
+        return asked
+    return bool(fabric.all_reduce(torch.tensor(float(asked), device=fabric.device), reduce_op="max").item())
 
 
 class TrainingDiverged(RuntimeError):
@@ -674,15 +699,23 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
             if stop_after_steps is not None and counters["step"] >= stop_after_steps:
                 bar.close()
                 return False
-    bar.close()
-    counters["wall_seconds"] = time.perf_counter() - started
+        bar.close()
+        counters["wall_seconds"] = time.perf_counter() - started
+        # a signal that arrived during the last evaluation: its checkpoint (at the budget) is saved, so stop now,
+        # before the final probes; --resume runs them from there
+        if stop_agreed(fabric, request):
+            raise stopped(fabric, run, request.signal_name)
     return True
 
 
 def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
     """Say (once, on rank 0) that the state is saved and how to go on; the exception ends the command."""
-    message = (f"stopped by {signal_name or 'a signal to another process'} after step {run.counters['step']} of "
-               f"{run.spec} seed {run.seed}: the state is saved in {run.checkpoint_path}; run the same command with "
+    return stop_message(fabric, f"after step {run.counters['step']} of {run.spec} seed {run.seed}: the state is saved "
+                                f"in {run.checkpoint_path}", signal_name)
+
+
+def stop_message(fabric: Fabric, where: str, signal_name: str | None) -> RunStopped:
+    message = (f"stopped by {signal_name or 'a signal to another process'} {where}; run the same command with "
                "--resume to continue")
     if fabric.is_global_zero:
         print(message, file=sys.stderr, flush=True)
@@ -720,24 +753,29 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     run_dir. Resumes from run_dir's checkpoint when there is one. With `probe`, probes the final backbone (and, with
     config.probe_every_eval, the frozen backbone at every checkpoint); with `downstream`, the same for its tasks.
     Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
-    being finite."""
-    run = setup_run(fabric, spec, seed, corpus, config, run_dir)
-    restore(fabric, run)
-    if not fit(fabric, run, corpus, probe, progress, stop_after_steps, downstream):
-        return None
-    result, tick = run_result(fabric, run, corpus), time.perf_counter()
-    # Probes and downstream tasks read one copy of the final weights, so rank 0 alone runs them (every rank holds the
-    # same weights; the others would only repeat its work) and the others wait at the barrier below.
-    if probe is not None and fabric.is_global_zero:
-        result.update(probes=run_probes(run.objective, corpus, probe), probe_seconds=time.perf_counter() - tick)
-    if downstream is not None and fabric.is_global_zero:
-        tick = time.perf_counter()
-        result.update(downstream=downstream.evaluate(run.objective, progress, desc=f"{run_name(spec, seed)} downstream"),
-                      downstream_seconds=time.perf_counter() - tick)
-    if fabric.is_global_zero:
-        write_json(run_dir / "result.json", result)
-    fabric.barrier()
-    return result
+    being finite, RunStopped after a stop signal (at the end of its step, after the evaluation it arrived in, or once
+    result.json is written when it arrived during the final probes and tasks)."""
+    with stop_on_signals() as request:  # the command's, when it installed one
+        run = setup_run(fabric, spec, seed, corpus, config, run_dir)
+        restore(fabric, run)
+        if not fit(fabric, run, corpus, probe, progress, stop_after_steps, downstream):
+            return None
+        result, tick = run_result(fabric, run, corpus), time.perf_counter()
+        # Probes and downstream tasks read one copy of the final weights, so rank 0 alone runs them (every rank holds
+        # the same weights; the others would only repeat its work) and the others wait at the barrier below.
+        if probe is not None and fabric.is_global_zero:
+            result.update(probes=run_probes(run.objective, corpus, probe), probe_seconds=time.perf_counter() - tick)
+        if downstream is not None and fabric.is_global_zero:
+            tick = time.perf_counter()
+            scores = downstream.evaluate(run.objective, progress, desc=f"{run_name(spec, seed)} downstream")
+            result.update(downstream=scores, downstream_seconds=time.perf_counter() - tick)
+        if fabric.is_global_zero:
+            write_json(run_dir / "result.json", result)
+        fabric.barrier()
+        if stop_agreed(fabric, request):  # arrived during the final probes or tasks: their results are kept
+            raise stop_message(fabric, f"after {run_name(spec, seed)} finished (its result.json is written)",
+                               request.signal_name)
+        return result
 
 
 def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:

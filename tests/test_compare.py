@@ -1,5 +1,7 @@
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -10,6 +12,7 @@ from PIL import Image
 from backbone import ConfigError
 from bench.cli import run
 from bench.compare import build_parser, git_revision, main
+from bench.train import EXIT_STOPPED
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1"]
@@ -488,3 +491,42 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
     chosen = [bench.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
               for rank in (0, 1)]
     assert chosen[0] == chosen[1] and chosen[1]["mlm"]["chosen"] == 3e-3 and chosen[1]["mlm"]["flops"] == 20
+
+
+def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_resume_finishes_it(tmp_path,
+                                                                                                  monkeypatch):
+    # Before, the handler lived only while a run stepped: a SIGTERM during a run's final probes was dropped and the
+    # comparison went on to the next seed; one during the Bayes references killed the command (status 143)
+    import bench.compare
+    import bench.train
+
+    flags = [*TINY, "--objectives", "mlm", "--seeds", "2"]
+    main([*flags, "--out", str(tmp_path / "straight")])
+    real_probes, real_bayes = bench.train.run_probes, bench.compare.bayes_references
+
+    def probes_signalled(*args, finetune=True):
+        if finetune:  # the final probes (the curves' frozen probes skip fine-tuning)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_probes(*args, finetune=finetune)
+
+    stopped = tmp_path / "stopped"
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.train, "run_probes", probes_signalled)
+        with pytest.raises(SystemExit) as exit_info:
+            main([*flags, "--out", str(stopped)])
+    assert exit_info.value.code == EXIT_STOPPED
+    assert (stopped / "runs" / "mlm-seed0" / "result.json").exists() and not (stopped / "runs" / "mlm-seed1").exists()
+
+    def bayes_signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_bayes(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.compare, "bayes_references", bayes_signalled)
+        with pytest.raises(SystemExit) as exit_info:
+            main([*flags, "--out", str(stopped), "--resume"])
+    assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the command's handler is gone with it
+    main([*flags, "--out", str(stopped), "--resume"])
+    assert numbers(json.loads((stopped / "results.json").read_text())) == \
+        numbers(json.loads((tmp_path / "straight" / "results.json").read_text()))

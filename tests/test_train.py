@@ -611,3 +611,42 @@ def test_each_compiled_run_starts_from_empty_compile_caches_with_room_for_its_bl
     assert len(resets) == 2
     setup_run(fabric, "mlm", 0, corpus, config(), tmp_path / "eager")
     assert len(resets) == 2  # an eager run leaves the caches alone
+
+
+def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_nothing_is_lost(corpus, fabric,
+                                                                                                tmp_path, monkeypatch,
+                                                                                                capsys):
+    import bench.train
+
+    probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
+    straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", probe, progress=False)
+    real_evaluation, real_probes = bench.train.checkpoint_evaluation, bench.train.run_probes
+
+    def last_evaluation_signalled(fabric, run, *args, **kwargs):
+        if run.counters["flops"] >= run.config.budget_flops:  # the evaluation at the budget, after the last step
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real_evaluation(fabric, run, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.train, "checkpoint_evaluation", last_evaluation_signalled)
+        with pytest.raises(RunStopped) as stopped:
+            train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False)
+    assert stopped.value.code == EXIT_STOPPED and "stopped by SIGTERM after step" in stopped.value.message
+    assert not (tmp_path / "evaluation" / "result.json").exists()  # the final probes were not run ...
+    saved = torch.load(tmp_path / "evaluation" / "checkpoint.pt", weights_only=True)["counters"]
+    assert saved["step"] == straight["steps"]  # ... but every step and evaluation is saved
+    resumed = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False)
+    assert without_timings(resumed) == without_timings(straight)
+
+    def probes_signalled(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_probes(*args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.train, "run_probes", probes_signalled)
+        with pytest.raises(RunStopped) as stopped:
+            train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False)
+    assert "after mlm-seed0 finished" in stopped.value.message
+    finished = json.loads((tmp_path / "probes" / "result.json").read_text())  # the probes' work is kept
+    assert without_timings(finished) == without_timings(json.loads(json.dumps(straight)))
+    capsys.readouterr()
