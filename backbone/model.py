@@ -26,16 +26,23 @@ ATTENTION_MODES = ("bidirectional", "causal", "prefix")
 
 
 def rope_tables(head_dim: int, max_len: int, base: float = 10000.0) -> tuple[Tensor, Tensor]:
+    """(cos, signed sin), each (max_len, head_dim): features are rotated in pairs (0, 1), (2, 3), ..., so each
+    angle is repeated for both of its pair, and the sin carries the minus sign of the pair's first feature."""
     inverse_frequency = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
     angles = torch.outer(torch.arange(max_len, dtype=torch.float64), inverse_frequency)
-    return angles.cos().float(), angles.sin().float()
+    sign = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    return (angles.cos().repeat_interleave(2, dim=-1).float(),
+            (angles.sin().unsqueeze(-1) * sign).flatten(-2).float())
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    # x: (batch, heads, T, head_dim); rotate each (even, odd) pair of features by a position-dependent angle.
-    even, odd = x[..., 0::2], x[..., 1::2]
-    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)
-    return rotated.flatten(-2).type_as(x)
+    """x: (batch, heads, T, head_dim); each (even, odd) pair of features rotated by its position's angle:
+    (even·cos − odd·sin, odd·cos + even·sin), as x·cos + swapped(x)·signed sin: whole-width passes over x in x's
+    dtype (bf16 activations are not promoted to fp32 tables) instead of strided halves stacked back together. In
+    fp32 every value is bit for bit the pairwise formula's, since negating a factor and adding instead of
+    subtracting are exact (not with addcmul, whose fused multiply-add rounds once: tests/test_backbone.py)."""
+    swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
+    return x * cos.to(x.dtype) + swapped * sin.to(x.dtype)
 
 
 def attention_mask(mode: str, seq_len: int, past_len: int, prefix_len: int | Tensor | None,

@@ -154,3 +154,28 @@ def test_the_activation_estimate_follows_what_autograd_keeps():
     assert kept <= estimate_checkpointed < plain / 2
     # each block's input, and the final norm's input (with its per-token statistics)
     assert kept == pytest.approx(8 * 64 * config.d_model * (config.n_layer + 1), rel=0.05)
+
+
+def test_rope_is_the_pairwise_rotation_bit_for_bit_in_fp32():
+    from backbone.model import apply_rope, rope_tables
+
+    x = torch.randn(2, 3, 16, 8, generator=torch.Generator().manual_seed(0))
+    cos, sin = rope_tables(8, 16)
+    # the reference: each (even, odd) pair rotated by angle t · base^(-2i/d), computed in float64 then rounded
+    angles = torch.outer(torch.arange(16, dtype=torch.float64),
+                         10000.0 ** (-torch.arange(0, 8, 2, dtype=torch.float64) / 8))
+    c, s = angles.cos().float(), angles.sin().float()
+    even, odd = x[..., 0::2], x[..., 1::2]
+    expected = torch.stack((even * c - odd * s, even * s + odd * c), dim=-1).flatten(-2)
+    assert torch.equal(apply_rope(x, cos, sin), expected)
+    leaf, reference = x.clone().requires_grad_(), x.clone().requires_grad_()  # and the gradients, bit for bit
+    grad = torch.randn_like(x)
+    even, odd = reference[..., 0::2], reference[..., 1::2]
+    pairwise = torch.stack((even * c - odd * s, even * s + odd * c), dim=-1).flatten(-2)
+    assert torch.equal(torch.autograd.grad(apply_rope(leaf, cos, sin), leaf, grad)[0],
+                       torch.autograd.grad(pairwise, reference, grad)[0])
+    # norms are kept, and position 0 is not rotated
+    torch.testing.assert_close(apply_rope(x, cos, sin).norm(dim=-1), x.norm(dim=-1))
+    assert torch.equal(apply_rope(x, cos, sin)[:, :, 0], x[:, :, 0])
+    # in bf16 the rotation stays in bf16
+    assert apply_rope(x.bfloat16(), cos, sin).dtype == torch.bfloat16
