@@ -61,6 +61,8 @@ def attention_mask(mode: str, seq_len: int, past_len: int, prefix_len: int | Ten
     # prefix: key j is visible from query i when j <= i (causal part) or j lies inside the prefix.
     positions = torch.arange(seq_len, device=device)
     causal = positions[None, :] <= positions[:, None]
+    if isinstance(prefix_len, int):  # one prefix for the batch (span corruption's): no copy to the device per forward
+        return causal | (positions < prefix_len), False
     prefix = torch.as_tensor(prefix_len, device=device).reshape(-1, 1, 1, 1)  # (batch or 1, 1, 1, 1)
     return causal | (positions < prefix), False
 

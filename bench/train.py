@@ -599,8 +599,11 @@ def agree(fabric: Fabric, loss_part: Tensor, stop: bool, save: bool) -> tuple[fl
     process stop at the same step; one that stopped alone would leave the others waiting in a collective."""
     if fabric.world_size == 1:
         return loss_part.item(), stop, save
-    flags = torch.tensor([float(stop), float(save)], dtype=loss_part.dtype, device=loss_part.device)
-    total, stops, saves = fabric.all_reduce(torch.cat([loss_part.reshape(1), flags]), reduce_op="sum").tolist()
+    # the flags are filled on the device (torch.tensor(list, device=cuda) would be a blocking copy), and the
+    # all-reduce is torch's own: Fabric's runs a barrier before it, a second wait at every step
+    values = torch.cat([loss_part.reshape(1), *(loss_part.new_full((1,), float(flag)) for flag in (stop, save))])
+    torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.SUM)
+    total, stops, saves = values.tolist()
     return total, stops > 0, saves > 0
 
 
