@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The device check of issue 22, prepared to run once on one GPU (an H200 lent by the workplace, or any CUDA
+# machine): about 8 minutes, everything under ${OUT:-gpu-check}/. Not part of CI, which has no GPU.
+#   bash scripts/gpu-check.sh            (from the repository root, with the suite installed)
+# It has not run on a GPU yet: where a step fails, the ones after it still run, and summary.txt says which failed.
+set -uo pipefail
+out=${OUT:-gpu-check}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+failed=()
+step() {  # step NAME SECONDS COMMAND...: run it with a time limit, its output in $out/NAME.txt
+    local name=$1 limit=$2
+    shift 2
+    echo "=== $name" | tee -a "$out/summary.txt"
+    if ! timeout "$limit" "$@" >"$out/$name.txt" 2>&1; then
+        failed+=("$name")
+        echo "FAILED (status $?, see $name.txt)" | tee -a "$out/summary.txt"
+    fi
+    tail -3 "$out/$name.txt" | tee -a "$out/summary.txt"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/device.txt" 2>&1
+python -c "import torch; print(torch.__version__, torch.cuda.get_device_name(), \
+torch.cuda.is_bf16_supported(including_emulation=False))" >>"$out/device.txt" 2>&1
+# the tests whose CUDA branches run only where a GPU is (they are skipped or mocked elsewhere)
+step tests 150 python -m pytest -q -x tests/test_perf.py tests/test_fused_loss.py tests/test_backbone.py
+step perf-small 90 python -m bench.perf --accelerator cuda --precision bf16-mixed --model small --json
+step perf-base-512 120 python -m bench.perf --accelerator cuda --precision bf16-mixed --model base --seq-len 512 \
+    --batch-size 32 --repeats 3 --json
+# one training step under the sync debug mode: every implicit host-device synchronisation is a warning
+step sync-debug 60 python - <<'PY'
+import warnings
+from pathlib import Path
+
+import torch
+from bench.data import load_corpus
+from bench.train import TrainConfig, make_fabric, setup_run, step_counts, train_step, training_batch
+
+fabric = make_fabric("cuda", precision="bf16-mixed")
+corpus = load_corpus("synthetic", 128)
+for spec in ("mlm", "ar", "electra", "span"):
+    run = setup_run(fabric, spec, 0, corpus, TrainConfig(budget_flops=1e12, model="small", batch_size=32),
+                    Path("/tmp/gpu-check-step"))
+    rows = training_batch(run.objective, corpus.windows("train"), 0, 0, 32, slice(0, 32)).pin_memory()
+    spent = step_counts(fabric, run.objective, rows)
+    train_step(fabric, run, rows, spent.loss_counts)  # warm-up
+    torch.cuda.synchronize()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        train_step(fabric, run, rows, spent.loss_counts)
+        torch.cuda.set_sync_debug_mode(0)
+    print(spec, len(caught), "implicit synchronisations in one step", *(str(w.message)[:200] for w in caught))
+PY
+# the README's single-GPU command at a small budget: tokens/s, MFU and peak memory are in the runs' live metrics
+step compare 240 python -m bench.compare --objectives mlm,ar,electra,span --accelerator cuda --precision bf16-mixed \
+    --model base --seq-len 512 --batch-size 256 --micro-batch 64 --budget 2e15 --seeds 1 --no-probes --quiet \
+    --out "$out/compare"
+for metrics in "$out"/compare/runs/*/logs/from-step-0/metrics.csv; do
+    echo "$metrics: $(tail -1 "$metrics")" >>"$out/summary.txt"
+done
+echo "failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"
