@@ -1,3 +1,6 @@
+import os
+import signal
+
 import pytest
 import torch
 
@@ -27,3 +30,13 @@ def tiny_objective(spec: str, seq_len: int = 64, vocab: Vocab = VOCAB, model: st
 @pytest.fixture(autouse=True)
 def _deterministic():
     torch.manual_seed(0)
+
+
+def signalling(function, when=lambda *args, **kwargs: True):
+    """`function`, but sending this process SIGTERM first on the calls `when` picks: a scheduler's warning that
+    lands exactly there."""
+    def signalled(*args, **kwargs):
+        if when(*args, **kwargs):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return function(*args, **kwargs)
+    return signalled

@@ -1,5 +1,4 @@
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +12,8 @@ from backbone import ConfigError
 from bench.cli import run
 from bench.compare import build_parser, git_revision, main
 from bench.train import EXIT_STOPPED
+
+from conftest import signalling
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1"]
@@ -502,27 +503,18 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     flags = [*TINY, "--objectives", "mlm", "--seeds", "2"]
     main([*flags, "--out", str(tmp_path / "straight")])
-    real_probes, real_bayes = bench.train.run_probes, bench.compare.bayes_references
-
-    def probes_signalled(*args, finetune=True):
-        if finetune:  # the final probes (the curves' frozen probes skip fine-tuning)
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_probes(*args, finetune=finetune)
-
+    # the final probes (the curves' frozen probes skip fine-tuning)
+    final_probes = signalling(bench.train.run_probes, lambda *args, finetune=True: finetune)
     stopped = tmp_path / "stopped"
     with monkeypatch.context() as patch:
-        patch.setattr(bench.train, "run_probes", probes_signalled)
+        patch.setattr(bench.train, "run_probes", final_probes)
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped)])
     assert exit_info.value.code == EXIT_STOPPED
     assert (stopped / "runs" / "mlm-seed0" / "result.json").exists() and not (stopped / "runs" / "mlm-seed1").exists()
 
-    def bayes_signalled(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)
-        return real_bayes(*args, **kwargs)
-
     with monkeypatch.context() as patch:
-        patch.setattr(bench.compare, "bayes_references", bayes_signalled)
+        patch.setattr(bench.compare, "bayes_references", signalling(bench.compare.bayes_references))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()

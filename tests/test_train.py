@@ -23,6 +23,7 @@ from bench.train import (EXIT_STOPPED, ROW_STREAM, Prefetcher, RunStopped, Train
                          build_run_objective, check_batch_split, check_config, check_memory, configure_matmuls,
                          eval_batches, eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, step_counts,
                          tf32_matmuls, train_run, train_step, training_batch)
+from conftest import signalling
 from ddp_job import acting_forward
 from objectives import IGNORE, Vocab
 
@@ -620,15 +621,11 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
 
     probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
     straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", probe, progress=False)
-    real_evaluation, real_probes = bench.train.checkpoint_evaluation, bench.train.run_probes
-
-    def last_evaluation_signalled(fabric, run, *args, **kwargs):
-        if run.counters["flops"] >= run.config.budget_flops:  # the evaluation at the budget, after the last step
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real_evaluation(fabric, run, *args, **kwargs)
-
+    # the evaluation at the budget, after the last step
+    at_budget = signalling(bench.train.checkpoint_evaluation,
+                           lambda fabric, run, *args, **kwargs: run.counters["flops"] >= run.config.budget_flops)
     with monkeypatch.context() as patch:
-        patch.setattr(bench.train, "checkpoint_evaluation", last_evaluation_signalled)
+        patch.setattr(bench.train, "checkpoint_evaluation", at_budget)
         with pytest.raises(RunStopped) as stopped:
             train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False)
     assert stopped.value.code == EXIT_STOPPED and "stopped by SIGTERM after step" in stopped.value.message
@@ -638,12 +635,8 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
     resumed = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False)
     assert without_timings(resumed) == without_timings(straight)
 
-    def probes_signalled(*args, **kwargs):
-        os.kill(os.getpid(), signal.SIGTERM)
-        return real_probes(*args, **kwargs)
-
     with monkeypatch.context() as patch:
-        patch.setattr(bench.train, "run_probes", probes_signalled)
+        patch.setattr(bench.train, "run_probes", signalling(bench.train.run_probes))
         with pytest.raises(RunStopped) as stopped:
             train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False)
     assert "after mlm-seed0 finished" in stopped.value.message
