@@ -1,9 +1,9 @@
 """What a comparison ran on: the versions of the packages its numbers depend on, recorded in config.json and the
 report, and compared when a folder is rerun (--config) or continued (--resume).
 
-A comparison's numbers follow the torch version in their third digit (kernels, reduction orders), and its data
-follow datasets and tokenizers, so a rerun on other versions is allowed but says so: one warning line, and the
-report names the versions of both. `pip install -e . -c constraints.txt` installs those the committed reports were
+A comparison's numbers can move with the torch version (kernels, reduction orders), and its data with datasets and
+tokenizers, so a rerun on other versions is allowed but says so: one warning line, and the report names the
+versions of both. `pip install -e . -c constraints.txt` installs those the committed reports were
 made with."""
 
 from __future__ import annotations
