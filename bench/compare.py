@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from argparse import Namespace
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -36,7 +36,7 @@ from bench.results import build_results
 from bench.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
-from bench.train import (EXIT_STOPPED, StopRequest, TrainConfig, TrainingDiverged, agree_on_folder, check_batch_split,
+from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, agree_on_folder, check_batch_split,
                          check_config, check_memory, current_stop_request, eval_batches, finished_result,
                          launch_processes, make_fabric, run_name, stop_agreed, stop_message, stop_on_signals,
                          tf32_matmuls, train_run)
@@ -342,7 +342,6 @@ class Plan:
     schedule: SeqLenSchedule  # --seq-len, a plain length being one phase
     accounting: dict | None  # a schedule's predicted positions per phase and per objective (schedule_accounting)
     versions_note: str | None = None  # how this run's package versions differ from the folder it reruns/resumes
-    stop: StopRequest = field(default_factory=StopRequest)  # the command's signal handler (bench.train)
 
 
 def plan(args, fabric: Fabric) -> Plan:
@@ -471,12 +470,12 @@ def check_resume(out: Path, settings: dict, resume: bool) -> dict | None:
 def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> tuple[list[dict], list[dict]]:
     """Train every objective and seed, keeping finished runs on --resume. A diverged run is recorded (its folder
     holds diverged.json) and the others go on. Returns (finished runs, diverged runs)."""
-    runs, diverged = [], []
+    runs, diverged, request = [], [], current_stop_request()
     for spec in plan_.specs:
         for seed in range(seeds):
-            if stop_agreed(fabric, plan_.stop):  # e.g. during the Bayes references, or the report of a preset variant
+            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
                 raise stop_message(fabric, f"before {run_name(spec, seed)} (the finished runs are saved)",
-                                   plan_.stop.signal_name)
+                                   request.signal_name)
             run_dir = plan_.out / "runs" / run_name(spec, seed)
             # rank 0 decides what is finished: every process then takes the same branch
             record, result = fabric.broadcast((read_json(run_dir / "diverged.json") if resume and (
@@ -606,7 +605,6 @@ def compare(args: Namespace, argv: list[str] | None,
     fabric = make_fabric(args.accelerator, args.devices, args.num_nodes, args.strategy, args.precision,
                          launch=False)
     plan_ = plan(args, fabric)
-    plan_.stop = current_stop_request()
     warn_small_steps(fabric, args.batch_size, min(plan_.schedule.lengths))  # the shortest phase's steps are smallest
     # rows are named by the spec as the user wrote it, like the runs; at the length the models are evaluated at
     positions = [{**position_row(objective, plan_.schedule.final), "objective": spec}

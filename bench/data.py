@@ -379,8 +379,8 @@ def _tokenizer(train_docs: datasets.Dataset, options: TextOptions, data_path: Pa
     if path.exists():
         tokenizer, how = Tokenizer.from_file(str(path)), "trained on the training documents earlier, read from"
     else:
-        tokenizer, how = train_tokenizer(train_docs["text"], options.vocab_size), "trained on the training documents"
-        how += ", cached at"
+        tokenizer = train_tokenizer(train_docs["text"], options.vocab_size)
+        how = "trained on the training documents, cached at"
         write_atomic(path, tokenizer.to_str())
     return tokenizer, f"WordPiece, {tokenizer.get_vocab_size()} pieces, {how} {path} ({fingerprint(tokenizer)})"
 

@@ -2,8 +2,9 @@
 gradient norm, throughput (tokens/s per device, the whole step timed, data included), model FLOPs utilisation against
 the device's dense peak (the suite's table of datasheet figures, then Lightning's), peak memory and the loss scale,
 written through Fabric's loggers: CSV always (runs/NAME/logs/from-step-S/metrics.csv, one file per session so a
-resumed run never overwrites what was logged), TensorBoard where it is installed (`pip install -e ".[tensorboard]"`). Rank 0 writes; nothing here synchronises more
-than the step already does (the loss was read by then), except the gradient norm, read at logging steps only.
+resumed run never overwrites what was logged), TensorBoard where it is installed (`pip install -e ".[tensorboard]"`).
+Rank 0 writes; nothing here synchronises more than the step already does (the loss was read by then), except the
+gradient norm, read at logging steps only.
 """
 
 from __future__ import annotations
