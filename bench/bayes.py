@@ -8,13 +8,10 @@ batches each objective is evaluated on, and the best accuracies the probes could
   value depends on the generator, so it has no fixed floor);
 - span, and MLM with SpanBERT span masking: none (their corruption couples positions, which the per-position
   evidence model here cannot express; not computed).
-Ceilings: hidden-state tagging from the whole sequence (smoothing) and from the left context (filtering), and
-component classification, on the probes' test windows.
+The probes' ceilings are bench.probes.probe_ceilings.
 """
 
 from __future__ import annotations
-
-from dataclasses import asdict
 
 import torch
 
@@ -60,8 +57,3 @@ def unigram_losses(objective: Objective, batches: list[Corrupted], corpus: Corpu
     targets = torch.cat([batch.targets[batch.targets != IGNORE] for batch in batches]) - corpus.vocab.first_ordinary
     loss = -log_p[targets].mean().item()
     return {floor.metric: loss for floor in objective.bayes_floors()}
-
-
-def ceilings(corpus: Corpus, windows: slice) -> dict[str, float]:
-    words = corpus.heldout.with_format("torch")[windows]["tokens"] - corpus.vocab.first_ordinary
-    return asdict(synthetic.bayes_ceilings(corpus.language, words))

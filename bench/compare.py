@@ -22,7 +22,7 @@ import torch
 from lightning_fabric import Fabric
 
 from backbone import ConfigError, resolve_model
-from bench.bayes import ceilings, loss_floors, unigram_losses
+from bench.bayes import loss_floors, unigram_losses
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.data import Corpus, TextOptions, load_corpus
 from bench.density import build_on_meta, position_row
@@ -30,22 +30,23 @@ from bench.downstream import Downstream, add_finetune_flags, describe_recipe, fi
 from bench.environment import describe as describe_versions, package_versions, version_note
 from bench.files import read_json, write_atomic, write_json
 from bench.presets import describe_presets, flag_text, get_preset, paper_section
-from bench.probes import ProbeConfig
+from bench.probes import ProbeConfig, input_only_controls, probe_ceilings
 from bench.report import write_preset_report, write_report
 from bench.results import build_results
 from bench.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
 from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, agree_on_folder, check_batch_split,
-                         check_config, check_memory, current_stop_request, eval_batches, finished_result,
-                         launch_processes, make_fabric, run_name, stop_agreed, stop_message, stop_on_signals,
-                         tf32_matmuls, train_run)
+                         check_config, check_memory, control_name, control_run, current_stop_request,
+                         eval_batches, finished_result, launch_processes, make_fabric, run_name, stop_agreed,
+                         stop_message, stop_on_signals, tf32_matmuls, train_run)
 from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
-# The default setup: every objective learns its own task and the yardsticks discriminate, in about 5 minutes for
-# 3 objectives x 3 seeds on 2 CPU cores (README: "The default comparison").
-DEFAULT_BUDGET = 4e11
+# The default setup: every objective learns its own task and beats its untrained control on two yardsticks or more,
+# which discriminate, in under 5 minutes for 3 objectives x 3 seeds on 2 CPU cores (README: "The default
+# comparison"). At 4e11 one ELECTRA seed in three had not yet left its trivial answer.
+DEFAULT_BUDGET = 8e11
 DEFAULT_MODEL = "mini"
 DEFAULT_SEQ_LEN = 64
 DEFAULT_SEEDS = 3
@@ -467,6 +468,34 @@ def check_resume(out: Path, settings: dict, resume: bool) -> dict | None:
     return saved
 
 
+def control_specs(plan_: Plan) -> dict[str, str]:
+    """{control name: the first spec read that way}: one untrained control per way the comparison reads a backbone
+    (objectives read alike share it, since every run of a seed starts from the same initialisation)."""
+    found: dict[str, str] = {}
+    for spec, objective in zip(plan_.specs, plan_.objectives):
+        found.setdefault(control_name(objective), spec)
+    return found
+
+
+def run_controls(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> list[dict]:
+    """Every seed's untrained controls through the yardsticks (bench.train.control_run), kept on --resume; nothing
+    to do when no yardstick runs."""
+    if plan_.probe is None and plan_.downstream is None:
+        return []
+    controls, request = [], current_stop_request()
+    for name, spec in control_specs(plan_).items():
+        for seed in range(seeds):
+            run_dir = plan_.out / "runs" / run_name(name, seed)
+            if stop_agreed(fabric, request):
+                raise stop_message(fabric, f"before {run_dir.name} (the finished runs are saved)", request.signal_name)
+            result = fabric.broadcast(finished_result(run_dir) if resume else None, src=0)
+            if result is None:
+                result = control_run(fabric, spec, seed, plan_.corpus, plan_.config, run_dir, plan_.probe,
+                                     progress=progress, downstream=plan_.downstream)
+            controls.append(result)
+    return controls
+
+
 def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> tuple[list[dict], list[dict]]:
     """Train every objective and seed, keeping finished runs on --resume. A diverged run is recorded (its folder
     holds diverged.json) and the others go on. Returns (finished runs, diverged runs)."""
@@ -504,14 +533,14 @@ def bayes_references(plan_: Plan) -> dict | None:
     corpus, probe = plan_.corpus, plan_.probe
     if corpus.language is None:
         return None
-    test = slice(probe.train_windows, probe.train_windows + probe.test_windows) if probe else slice(None)
     batches = {spec: eval_batches(objective, corpus, plan_.config) for spec, objective in zip(plan_.specs,
                                                                                              plan_.objectives)}
     return {"floors": {spec: loss_floors(objective, batches[spec], corpus)
                        for spec, objective in zip(plan_.specs, plan_.objectives)},
             "unigram": {spec: unigram_losses(objective, batches[spec], corpus)
                         for spec, objective in zip(plan_.specs, plan_.objectives)},
-            "ceilings": ceilings(corpus, test)}
+            "ceilings": probe_ceilings(corpus, probe) if probe else None,
+            "input_only": input_only_controls(corpus, probe) if probe else None}
 
 
 def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], fabric: Fabric,
@@ -552,19 +581,22 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
         setup["learnable range"] = "; ".join(
             f"{spec} {metric}: unigram {bayes['unigram'][spec][metric]:.3f} → Bayes floor {floor:.3f} nats"
             for spec, floors in bayes["floors"].items() for metric, floor in floors.items())
-    probed = next((r["probes"] for r in runs if r.get("probes")), None)
-    if probed:
-        setup["trivial baselines"] = (f"probes by majority class: tagging {probed['tagging_chance']:.3f}, component "
-                                      f"{probed['component_chance']:.3f}; losses: the unigram loss (above); ELECTRA's "
-                                      "discriminator: \"all original\" (its accuracy and label entropy are in "
-                                      "section 4)")
+    if bayes and bayes.get("input_only"):
+        setup["trivial baselines"] = ("probes: what the input alone gives (section 4); losses: the unigram loss "
+                                      "(above); ELECTRA's discriminator: \"all original\" (its accuracy and label "
+                                      "entropy are in section 4)")
     if plan_.downstream is not None:
         setup["downstream"] = describe_recipe(plan_.downstream, runs)
     if plan_.probe is not None:
         probe = plan_.probe
         setup["probes"] = (f"linear probes fitted on {probe.train_windows} held-out windows, scored on the next "
-                           f"{probe.test_windows}; fine-tuning probe: {probe.finetune_steps} steps of "
-                           f"{probe.finetune_batch} windows")
+                           f"{probe.test_windows}, asked about {probe.chosen_rate:.0%} of each window's positions; "
+                           f"fine-tuning probe: {probe.finetune_steps} steps of {probe.finetune_batch} windows")
+    if plan_.probe is not None or plan_.downstream is not None:
+        setup["untrained controls"] = (", ".join(f"{name} (read as {spec})" for name, spec in
+                                                 control_specs(plan_).items())
+                                       + ": each seed's backbone at the initialisation its runs start from, through "
+                                       "the same yardsticks, never trained")
     return setup
 
 
@@ -625,12 +657,13 @@ def compare(args: Namespace, argv: list[str] | None,
                          plan_.corpus, plan_.config, args.sweep_fraction, plan_.out, progress=not args.quiet)
         plan_.learning_rates = {spec: item["chosen"] for spec, item in lr_sweep.items()}
     runs, diverged = run_all(fabric, plan_, args.seeds, args.resume, progress=not args.quiet)
+    controls = run_controls(fabric, plan_, args.seeds, args.resume, progress=not args.quiet)
     if not fabric.is_global_zero:
         return None, []
     results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
                             plan_.schedule.final, bayes, diverged, lr_sweep, baseline=plan_.specs[0],
                             tasks=plan_.downstream.describe() if plan_.downstream else None,
-                            seq_len_schedule=plan_.accounting)
+                            seq_len_schedule=plan_.accounting, controls=controls)
     if paper is not None:
         results["paper"] = paper(results)
     print(f"report: {write_report(plan_.out, results)}")

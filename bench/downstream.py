@@ -313,6 +313,15 @@ def load_run_objective(run_dir: Path, spec: str, settings: dict, context: TaskCo
     return objective
 
 
+def control_objective(control: dict, settings: dict, context: TaskContext) -> Objective:
+    """An untrained control's backbone (bench.train.control_run), rebuilt from its seed: the seeding and
+    construction a run's setup uses, so nothing of it needs to be stored."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(control["seed"])  # what Fabric's seed_everything does to torch's generator
+        backbone = Backbone(resolve_model(settings["model"], context.vocab.size, max_seq_len=context.seq_len))
+        return build_objective(control["read_as"], backbone, context.vocab)
+
+
 def build_parser():
     from bench.cli import Parser
 
@@ -379,6 +388,13 @@ def main(argv: list[str] | None = None) -> None:
         evaluated = downstream.evaluate(objective, progress=not args.quiet, desc=folder.name)
         record["downstream"] = {**(record.get("downstream") or {}), **evaluated}
         write_json(folder / "downstream.json", record["downstream"])
+    controls = results.get("controls") or []
+    for control in tqdm(controls, desc="untrained controls", unit="control", disable=args.quiet):
+        folder = out / "runs" / run_name(control["control"], control["seed"])
+        evaluated = downstream.evaluate(control_objective(control, settings, context), progress=not args.quiet,
+                                        desc=folder.name)
+        control["downstream"] = {**(control.get("downstream") or {}), **evaluated}
+        write_json(folder / "downstream.json", control["downstream"])
     # tasks evaluated before keep their description; a recipe used for other tasks stays on record beside this one
     described = {t["task"]: {k: v for k, v in t.items() if k != "rows"}
                  for t in (results.get("downstream") or {}).get("tasks", []) if "source" in t}
@@ -389,7 +405,8 @@ def main(argv: list[str] | None = None) -> None:
              f"bench.downstream --run: {recipe}"}
     rebuilt = build_results(setup, results["positions"], runs, results["budget_flops"], results["seq_len"],
                             results["bayes"], results["diverged"], results["lr_sweep"], baseline=results["baseline"],
-                            tasks=list(described.values()), seq_len_schedule=results.get("seq_len_schedule"))
+                            tasks=list(described.values()), seq_len_schedule=results.get("seq_len_schedule"),
+                            controls=controls)
     print(f"report: {write_report(out, rebuilt)}")
 
 

@@ -1,12 +1,19 @@
 """Probes: a yardstick that compares objectives whose losses cannot be compared.
 
-A trained backbone is frozen and its final-layer features are read on held-out windows of the embedded language, in
-the objective's natural attention mode over the *uncorrupted* sequence (ar: causal; mlm and electra: bidirectional;
-span: its bidirectional prefix stretched over the whole window). Linear probes then tag every position's hidden state
-(BERT Table 8's "feature-based" column) and classify each sequence's mixture component from mean-pooled features.
-A short fine-tuning probe trains the backbone itself with a linear tagging head for a fixed number of steps.
-Both tasks have a known Bayes ceiling (bench.bayes), so every accuracy has a floor (chance) and a roof.
-Probe compute is counted and reported, but not charged to the pretraining budget.
+A backbone is frozen and its final-layer features are read on held-out windows of the embedded language, in the
+objective's natural attention mode (ar: causal; mlm and electra: bidirectional; span: its bidirectional prefix
+stretched over the whole window). Each probe asks what a position's *context* says, never what its own word says
+(a state is readable from its word, so a probe of the word alone measures the embedding table, which an untrained
+backbone has too):
+- hidden state: the hidden state of a position whose word is hidden. A reader of the whole window sees [MASK] there;
+  a causal reader is read at the position before, which has seen the words up to it (the next state).
+- replaced word: whether the word shown at a position is its own or a replacement drawn from the language's word
+  frequencies (so that how common a word is says nothing); a causal reader sees the words up to the position.
+- component: the window's mixture component ("genre"), from mean-pooled features.
+Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone itself on
+the replaced-word question. Every question has an exact Bayes ceiling (bench.synthetic), and a control of what the
+input alone gives (`input_only_controls`: the prior, a probe on the shown word, a bag of words), which the report
+sets beside the untrained backbone's scores. Probe compute is counted and reported, never charged to the budget.
 """
 
 from __future__ import annotations
@@ -19,8 +26,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from backbone import Backbone
+from bench import synthetic
 from bench.data import Corpus
 from objectives import Objective
+
+QUESTIONS = ("hidden_state", "replaced_word", "component")
+SEES = ("smoothing", "filtering")  # Objective.tagging_ceiling: the whole window, or the left context only
 
 
 @dataclass(frozen=True)
@@ -29,12 +40,81 @@ class ProbeConfig:
     test_windows: int = 128  # the following held-out windows they are scored on
     iterations: int = 40  # L-BFGS iterations of each linear probe
     l2: float = 1e-4  # ridge on the probe weights, so a separable task still has a unique answer
-    # 60 steps of 16 windows at 3e-4: on the default setup its seed-to-seed spread stayed within 1.1x the frozen
-    # probe's (30 steps of 8 at 1e-4 or 3e-4 gave up to 1.75x, 60 of 16 at 1e-3 up to 1.6x)
+    chosen_rate: float = 0.15  # share of each window's positions the position probes ask about
+    # 60 steps of 16 windows at 3e-4, the head starting from the frozen probe
     finetune_steps: int = 60
     finetune_batch: int = 16
     finetune_lr: float = 3e-4
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class ProbeData:
+    """The windows the probes read and what they ask of them: the same for every backbone of a comparison."""
+
+    tokens: Tensor  # (N, T) model ids of the clean windows
+    words: Tensor  # (N, T) the language's word ids
+    states: Tensor  # (N, T) the hidden state alone (the component is asked on its own)
+    components: Tensor  # (N,)
+    chosen: Tensor  # (N, T) bool: the positions asked about
+    shown: Tensor  # (N, T) model ids with the replaced words in
+    replaced: Tensor  # (N, T) bool: chosen positions whose word was replaced
+    replacement: Tensor  # (V,) float64: the distribution replacements are drawn from
+    mask_id: int
+    first: int  # the model id of word 0
+    train: slice
+    test: slice
+
+
+def probe_data(corpus: Corpus, config: ProbeConfig) -> ProbeData:
+    """The first train + test held-out windows; chosen positions and replacements drawn from `config.seed`."""
+    heldout = corpus.heldout.with_format("torch")[:config.train_windows + config.test_windows]
+    tokens, first = heldout["tokens"], corpus.vocab.first_ordinary
+    language, generator = corpus.language, torch.Generator().manual_seed(config.seed)
+    states = language.emission.shape[1]
+    chosen = torch.rand(tokens.shape, generator=generator) < config.chosen_rate
+    replaced = chosen & (torch.rand(tokens.shape, generator=generator) < 0.5)
+    # the word frequencies over the window: a replaced word is as common as a kept one, so only context tells them
+    replacement = synthetic.unigram(language, tokens.shape[1])
+    drawn = torch.multinomial(replacement.float(), tokens.numel(), replacement=True, generator=generator)
+    shown = torch.where(replaced, drawn.reshape(tokens.shape) + first, tokens)
+    return ProbeData(tokens, tokens - first, heldout["states"] % states, heldout["component"], chosen, shown,
+                     replaced, replacement, corpus.vocab.MASK, first, slice(0, config.train_windows),
+                     slice(config.train_windows, None))
+
+
+def question(data: ProbeData, name: str, sees: str) -> tuple[Tensor, Tensor, Tensor]:
+    """A position question as (inputs (N, T), read (N, T) bool, labels (N, T)): the features at the read positions
+    answer the labels there. A causal reader ("filtering") is asked a hidden position's state at the position
+    before it, on the clean window; a reader of the whole window at the position itself, where [MASK] is shown."""
+    if name == "replaced_word":
+        return data.shown, data.chosen, data.replaced.long()
+    if sees == "filtering":
+        read = torch.zeros_like(data.chosen)
+        read[:, :-1] = data.chosen[:, 1:]
+        labels = torch.zeros_like(data.states)
+        labels[:, :-1] = data.states[:, 1:]
+        return data.tokens, read, labels
+    return torch.where(data.chosen, data.mask_id, data.tokens), data.chosen, data.states
+
+
+def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
+    """The Bayes accuracy of each question on the test windows, per kind of reader: the mean of the largest exact
+    posterior (the expected accuracy of the Bayes answer, with less variance than counting its hits)."""
+    data, language = probe_data(corpus, config), corpus.language
+    words, chosen, test = data.words[data.test], data.chosen[data.test], data.test
+    found = {}
+    for sees in SEES:
+        if sees == "filtering":
+            posterior = synthetic.next_state_posterior(language, words)[:, 1:][chosen[:, 1:]]
+        else:
+            posterior = synthetic.hidden_state_posterior(language, words, chosen)[chosen]
+        found[f"hidden_state_{sees}"] = posterior.amax(-1).mean().item()
+        kept = synthetic.kept_word_posterior(language, data.shown[test] - data.first, chosen,
+                                             data.replacement, sees == "filtering")
+        found[f"replaced_word_{sees}"] = synthetic.binary_ceiling(kept[chosen])
+    found["component"] = synthetic.component_posterior(language, words).amax(-1).mean().item()
+    return found
 
 
 @torch.no_grad()
@@ -98,73 +178,99 @@ def majority_accuracy(train_y: Tensor, test_y: Tensor) -> float:
     return (test_y == train_y.bincount().argmax()).float().mean().item()
 
 
-def finetune_tagging(backbone: Backbone, head: StandardizedLinear, attention: dict, tokens: Tensor, states: Tensor,
-                     test_tokens: Tensor, test_states: Tensor, config: ProbeConfig) -> tuple[float, int]:
-    """Fine-tune a copy of the backbone with a copy of the fitted linear tagging probe as its head, for a fixed number
-    of steps (linear probe, then fine-tune: the head starts where the frozen probe ended, so a few steps refine
-    features instead of undoing them to fit a random head). Returns (accuracy, FLOPs)."""
+def input_only_controls(corpus: Corpus, config: ProbeConfig) -> dict[str, dict[str, float]]:
+    """What the input alone gives each question, per kind of reader (Hewitt & Liang's control): for the hidden state,
+    the prior (the most frequent state); for the replaced word, a linear probe on the shown word (one-hot); for the
+    component, a linear probe on the window's bag of words. The same recipe and windows as the backbones'."""
+    data = probe_data(corpus, config)
+    V, train, test = corpus.language.emission.shape[-1], data.train, data.test
+    found = {}
+    for sees in SEES:
+        _, read, labels = question(data, "hidden_state", sees)
+        prior = majority_accuracy(labels[train][read[train]], labels[test][read[test]])
+        shown = F.one_hot(data.shown - data.first, V).float()
+        _, read, labels = question(data, "replaced_word", sees)
+        replaced, _, _ = fit_linear_probe(shown[train][read[train]], labels[train][read[train]],
+                                          shown[test][read[test]], labels[test][read[test]], 2, config)
+        found[sees] = {"hidden_state": prior, "replaced_word": replaced}
+    bag = F.one_hot(data.words, V).float().mean(1)
+    component, _, _ = fit_linear_probe(bag[train], data.components[train], bag[test], data.components[test],
+                                       int(corpus.language.emission.shape[0]), config)
+    for sees in SEES:
+        found[sees]["component"] = component
+    return found
+
+
+def finetune_positions(backbone: Backbone, head: StandardizedLinear, attention: dict, inputs: Tensor, read: Tensor,
+                       labels: Tensor, data: ProbeData, config: ProbeConfig) -> tuple[float, int]:
+    """Fine-tune a copy of the backbone with a copy of the fitted linear probe as its head, for a fixed number of steps,
+    on the read positions of the training windows (linear probe, then fine-tune: the head starts where the frozen
+    probe ended, so a few steps refine features instead of undoing them to fit a random head). Returns (test
+    accuracy, FLOPs)."""
     generator = torch.Generator().manual_seed(config.seed)
     model = copy.deepcopy(backbone).train()
     head = copy.deepcopy(head).to(backbone.token_embedding.weight.device)
     classes = head.linear.out_features
     optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=config.finetune_lr)
     device = head.mean.device
+    train_inputs, train_read, train_labels = inputs[data.train], read[data.train], labels[data.train]
     for step in range(config.finetune_steps):
         for group in optimizer.param_groups:  # warm up: Adam's first steps move every weight by ~lr, signal or not
             group["lr"] = config.finetune_lr * min(1.0, (step + 1) / (config.finetune_steps / 2))
-        rows = torch.randint(len(tokens), (config.finetune_batch,), generator=generator)
-        logits = head(model(tokens[rows].to(device), **attention))
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), states[rows].flatten().to(device))
+        rows = torch.randint(len(train_inputs), (config.finetune_batch,), generator=generator)
+        logits = head(model(train_inputs[rows].to(device), **attention))
+        picked = train_read[rows].to(device)
+        loss = F.cross_entropy(logits[picked].float(), train_labels[rows].to(device)[picked])
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    hidden = features(model, test_tokens, attention)
+    hidden = features(model, inputs[data.test], attention)
+    test_read = read[data.test]
     with torch.no_grad():
-        accuracy = (head(hidden.to(device)).argmax(-1).cpu() == test_states).float().mean().item()
-    seq_len, d = tokens.shape[1], backbone.config.d_model
-    head_flops = lambda n: 2 * n * seq_len * d * classes  # noqa: E731
+        predicted = head(hidden[test_read].to(device)).argmax(-1).cpu()
+    accuracy = (predicted == labels[data.test][test_read]).float().mean().item()
+    seq_len, d = inputs.shape[1], backbone.config.d_model
+    head_flops = lambda n: 2 * n * d * classes  # noqa: E731  (n rows of features)
     flops = (config.finetune_steps * (model.flops(config.finetune_batch, seq_len, 0).training_step
-                                      + 3 * head_flops(config.finetune_batch))
-             + model.flops(len(test_tokens), seq_len, 0).forward + head_flops(len(test_tokens)))
+                                      + 3 * head_flops(config.finetune_batch * seq_len))
+             + model.flops(len(hidden), seq_len, 0).forward + head_flops(int(test_read.sum())))
     return accuracy, flops
 
 
 def run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finetune: bool = True) -> dict:
-    """Tagging (frozen, and fine-tuned when `finetune`) and component classification accuracies, their chance
-    levels, and the FLOPs the probes spent. The global RNG is left untouched, so probing a run mid-way does not
-    change its training."""
+    """The frozen probes' test accuracies (and, when `finetune`, the fine-tuned replaced-word probe's), what the
+    backbone sees ("sees": the ceiling that applies), and the FLOPs the probes spent. The global RNG is left
+    untouched, so probing a run mid-way does not change its training."""
     with torch.random.fork_rng(devices=[]):
         return _run_probes(objective, corpus, config, finetune)
 
 
 def _run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finetune: bool) -> dict:
-    heldout = corpus.heldout.with_format("torch")[:config.train_windows + config.test_windows]
-    tokens, states, components = heldout["tokens"], heldout["states"], heldout["component"]
-    train, test = slice(0, config.train_windows), slice(config.train_windows, None)
-    classes, groups = corpus.language.emission.shape[0] * corpus.language.emission.shape[1], \
-        corpus.language.emission.shape[0]
-    backbone, attention = objective.backbone, objective.probe_attention(corpus.seq_len)
-    hidden = features(backbone, tokens, attention)
-    flops = backbone.flops(len(tokens), corpus.seq_len, 0).forward
-    d = hidden.shape[-1]
-
-    tagging, tagging_flops, tagger = fit_linear_probe(hidden[train].reshape(-1, d), states[train].flatten(),
-                                                      hidden[test].reshape(-1, d), states[test].flatten(), classes,
-                                                      config)
-    pooled = hidden.mean(1)
-    component, component_flops, _ = fit_linear_probe(pooled[train], components[train], pooled[test], components[test],
-                                                  groups, config)
-    result = {
-        "tagging_frozen": tagging,
-        "component": component,
-        "tagging_chance": majority_accuracy(states[train].flatten(), states[test].flatten()),
-        "component_chance": majority_accuracy(components[train], components[test]),
-        "tagging_ceiling": objective.tagging_ceiling,  # which Bayes ceiling this backbone's features can reach
-    }
-    flops += tagging_flops + component_flops
+    data = probe_data(corpus, config)
+    train, test = data.train, data.test
+    backbone, attention, sees = objective.backbone, objective.probe_attention(corpus.seq_len), objective.tagging_ceiling
+    clean, passes = features(backbone, data.tokens, attention), 1
+    result, flops, heads = {"sees": sees}, 0, {}
+    classes = {"hidden_state": corpus.language.emission.shape[1], "replaced_word": 2}
+    for name in ("hidden_state", "replaced_word"):
+        inputs, where, labels = question(data, name, sees)
+        if inputs is data.tokens:  # a causal reader's hidden-state question reads the clean windows
+            hidden = clean
+        else:
+            hidden, passes = features(backbone, inputs, attention), passes + 1
+        result[name], probe_flops, heads[name] = fit_linear_probe(
+            hidden[train][where[train]], labels[train][where[train]], hidden[test][where[test]],
+            labels[test][where[test]], classes[name], config)
+        flops += probe_flops
+    pooled = clean.mean(1)
+    result["component"], probe_flops, _ = fit_linear_probe(pooled[train], data.components[train], pooled[test],
+                                                           data.components[test],
+                                                           int(corpus.language.emission.shape[0]), config)
+    flops += probe_flops + passes * backbone.flops(len(data.tokens), corpus.seq_len, 0).forward
     if finetune:
-        result["tagging_finetuned"], finetune_flops = finetune_tagging(
-            backbone, tagger, attention, tokens[train], states[train], tokens[test], states[test], config)
+        inputs, where, labels = question(data, "replaced_word", sees)
+        result["replaced_word_finetuned"], finetune_flops = finetune_positions(
+            backbone, heads["replaced_word"], attention, inputs, where, labels, data, config)
         flops += finetune_flops
     result["probe_flops"] = flops
     return result

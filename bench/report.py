@@ -48,14 +48,32 @@ def verdict_section(results: dict) -> str:
                 "are off with `--no-probes`; on any text, name labelled tasks with `--downstream`), or the baseline "
                 f"`{results['baseline']}` has no finished run; own losses of different objectives cannot be compared.")
     text = ["## Verdict\n"]
+    if v.get("pretraining"):
+        text.append(f"**{v['pretraining']['sentence']}**\n")
     if results["seeds"] < 2:
         text.append("One seed per objective: the rankings below are point estimates and no claim can be made; run "
                     "with `--seeds 3` or more.\n")
+    if any(y.get("gains") for y in v["yardsticks"]):
+        text.append("Each objective is set beside its own untrained control: the backbones its runs start from, read "
+                    "the same way, through the same yardstick. *Gain* is the difference of means with Welch's 95 % "
+                    "CI, *Holm p* its test corrected across every objective and yardstick, *share of gain* the part "
+                    "of the way from the control to the ceiling that pretraining closed, *ρ* Spearman's rank "
+                    "correlation of the mean curve with compute (the control at 0 FLOPs first). A yardstick on which "
+                    "no objective beats its control ranks nothing.\n")
     for y in v["yardsticks"]:
+        gains = {g["objective"]: g for g in y.get("gains", [])}
         rows = [[row["rank"], row["objective"], fmt({"mean": row["mean"], "ci95": row["ci95"]}),
-                 fmt_p(row["p_vs_baseline"]), fmt_p(row["p_holm"])] for row in y["rows"]]
-        text.append(f"**{y['label'][:1].upper() + y['label'][1:]}** (`{y['yardstick']}`). {y['sentence']}\n\n"
-                    + table(rows, ["rank", "objective", "mean ± 95 % CI", "Welch p", "Holm p"]) + "\n")
+                 fmt_p(row["p_vs_baseline"]), fmt_p(row["p_holm"]), *gain_cells(gains.get(row["objective"]))]
+                for row in y["rows"]]
+        rows += [["", f"*{c['control']}*", fmt(c), "", "", "", "", "", ""] for c in y.get("controls", [])]
+        rows += [["", f"*input only ({READERS.get(sees, sees)})*", f"{value:.3f}", "", "", "", "", "", ""]
+                 for sees, value in y.get("input_only", {}).items()]
+        measures = {True: "", None: "", False: " **Does not measure pretraining at this setup.**"}[
+            y.get("measures_pretraining")]
+        text.append(f"**{y['label'][:1].upper() + y['label'][1:]}** (`{y['yardstick']}`).{measures} {y['sentence']}"
+                    "\n\n" + table(rows, ["rank", "objective", "mean ± 95 % CI", "Welch p", "Holm p",
+                                           "gain over control (95 % CI)", "Holm p of gain", "share of gain", "ρ"])
+                    + "\n")
     if v["multipliers"]:
         names = [y["yardstick"] for y in v["yardsticks"] if any(m["yardstick"] == y["yardstick"]
                                                                  for m in v["multipliers"])]
@@ -71,6 +89,18 @@ def verdict_section(results: dict) -> str:
                     "would be if every supervised position were worth the same.\n\n"
                     + table(rows, ["objective", *labels, "signal density ratio"]))
     return "\n".join(text)
+
+
+READERS = {"smoothing": "whole window", "filtering": "left context"}
+
+
+def gain_cells(gain: dict | None) -> list[str]:
+    if gain is None:
+        return ["", "", "", ""]
+    interval = "" if gain["ci_low"] is None else f" ({gain['ci_low']:+.3f} to {gain['ci_high']:+.3f})"
+    share = "" if gain["share_of_gain"] is None else f"{gain['share_of_gain']:.2f}"
+    rise = "" if gain.get("rise") is None else f"{gain['rise']:.2f}"
+    return [f"{gain['gain']:+.3f}{interval}", fmt_p(gain["p_holm"]), share, rise]
 
 
 def setup_section(setup: dict) -> str:
@@ -205,28 +235,38 @@ def discriminator_text(results: dict) -> str:
 
 
 def probe_table(results: dict) -> str:
-    probed = [o for o in results["objectives"] if o["probes"]]
+    probed = [(o["objective"], o["probes"]) for o in results["objectives"] if o["probes"]]
     if not probed:
         return ""
-    rows = [[o["objective"], fmt(p.get("tagging_frozen")),
-             "" if p["tagging_ceiling_value"] is None else f"{p['tagging_ceiling_value']:.3f} ({p['tagging_ceiling']})",
-             fmt_p(p["tagging_frozen_welch_p_vs_baseline"]), fmt(p.get("tagging_finetuned")), fmt(p.get("component")),
-             f"{p['probe_flops']:.3g}"] for o in probed for p in [o["probes"]]]
-    chance, ceiling = probed[0]["probes"], (results["bayes"] or {}).get("ceilings", {})
-    ceilings_text = ""
-    if ceiling:
-        ceilings_text = (f" Bayes ceilings on the test windows: tagging from the whole sequence (smoothing) "
-                         f"{ceiling['smoothing_accuracy']:.3f}, from the left context only (filtering) "
-                         f"{ceiling['filtering_accuracy']:.3f}; component {ceiling['component_accuracy']:.3f}.")
-    return ("\n\n### Probes on frozen features\n\nLinear probes on each final backbone's features, read in the "
-            "objective's own attention mode over clean windows: hidden-state tagging per position and mixture-"
-            "component classification per sequence (mean-pooled), plus a short fine-tuning probe for tagging. "
-            "Each backbone's tagging is held to the ceiling its features can reach: a causal model sees only the "
-            "left context (filtering), the others the whole window (smoothing). Chance (majority class): tagging "
-            f"{chance['tagging_chance']:.3f}, component {chance['component_chance']:.3f}.{ceilings_text} Probe "
-            "FLOPs are not charged to the budget.\n\n"
-            + table(rows, ["objective", "tagging (frozen)", "its ceiling", "Welch p", "tagging (fine-tuned)",
-                           "component", "probe FLOPs"]))
+    probed += [(f"*{u['control']}*", u["probes"]) for u in results.get("untrained", []) if u["probes"]]
+    readers = dict.fromkeys(p["sees"] for _, p in probed)
+    input_only = (results["bayes"] or {}).get("input_only") or {}
+    ceilings = (results["bayes"] or {}).get("ceilings") or {}
+
+    def cells(values: dict, digits: int = 3) -> list[str]:
+        return [fmt(values.get(key)) if isinstance(values.get(key), dict) else
+                "" if values.get(key) is None else f"{values[key]:.{digits}f}"
+                for key in ("hidden_state", "replaced_word", "replaced_word_finetuned", "component")]
+
+    rows = [[name, READERS.get(p["sees"], p["sees"]), *cells(p), f"{p['probe_flops']:.3g}"] for name, p in probed]
+    rows += [["*input only*", READERS.get(sees, sees), *cells(input_only.get(sees, {})), ""] for sees in readers]
+    rows += [["Bayes ceiling", READERS.get(sees, sees),
+              *cells({"hidden_state": ceilings.get(f"hidden_state_{sees}"),
+                      "replaced_word": ceilings.get(f"replaced_word_{sees}"),
+                      "replaced_word_finetuned": ceilings.get(f"replaced_word_{sees}"),
+                      "component": ceilings.get("component")}), ""] for sees in readers]
+    return ("\n\n### Probes\n\nLinear probes on each backbone's final features, read in the objective's own "
+            "attention mode, asking what a position's context says (raw accuracies on the test windows; the verdict "
+            "divides the position questions by the ceiling that applies). *Hidden state*: the state of a position "
+            "whose word is hidden ([MASK] for a reader of the whole window; a causal reader is read at the position "
+            "before). *Replaced word*: is the word shown at a position its own, or a replacement drawn from the "
+            "language's word frequencies (half of the asked positions)? *Component*: the window's genre, from "
+            "mean-pooled features. The fine-tuned probe trains the backbone on the replaced-word question. Beside "
+            "them, the untrained controls (the same backbones before training), what the input alone gives (the most "
+            "frequent state; a probe on the shown word; a probe on the bag of words) and the Bayes ceiling (the "
+            "exact posterior's expected accuracy). Probe FLOPs are not charged to the budget.\n\n"
+            + table(rows, ["", "reads", "hidden state", "replaced word", "replaced word (fine-tuned)", "component",
+                           "probe FLOPs"]))
 
 
 def downstream_table(results: dict) -> str:
@@ -301,7 +341,7 @@ def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
 
 def plot_yardsticks(results: dict, path: Path) -> bool:
     """One panel per cross-objective yardstick with a curve over FLOPs: what the compute multipliers are read from."""
-    ceilings = (results["bayes"] or {}).get("ceilings", {})
+    ceilings = (results["bayes"] or {}).get("ceilings") or {}
     rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": yardstick.label,
              "value": value}
             for yardstick in yardsticks(results["runs"], ceilings) if yardstick.point is not None
@@ -315,11 +355,19 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
     figure, axes = plt.subplots(rows_, columns, figsize=(5 * columns, 4 * rows_), squeeze=False)
     for ax in axes.flat[len(labels):]:
         ax.set_visible(False)
+    controls = {y["label"]: y.get("controls", []) for y in (results["verdict"] or {}).get("yardsticks", [])}
     for label, ax in zip(labels, axes.flat):
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
                      errorbar=("ci", 95), ax=ax)
+        for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
+            ax.axhline(control["mean"], color="grey", linestyle=style, label=control["control"])
+            if control["ci95"] is not None:
+                ax.axhspan(control["mean"] - control["ci95"], control["mean"] + control["ci95"], color="grey",
+                           alpha=0.15)
+        if controls.get(label):
+            ax.legend(fontsize="small")
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
-    figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds)")
+    figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds; grey: the untrained controls)")
     save_figure(figure, path)
     return True
 

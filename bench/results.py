@@ -13,11 +13,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from bench.stats import summarize, welch_p_value
-from bench.verdict import compute_multiplier, signal_density_ratio, yardstick_verdict
+from bench.verdict import (ALPHA, beats_control, compute_multiplier, gain_over_control, holm_gains,
+                           rise_with_compute, signal_density_ratio, yardstick_verdict)
 
 COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
-PROBE_KEYS = ("tagging_frozen", "tagging_finetuned", "component", "tagging_chance", "component_chance", "probe_flops",
-              "tagging_ceiling")
+PROBE_KEYS = ("hidden_state", "replaced_word", "replaced_word_finetuned", "component", "sees", "probe_flops")
+PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned", "component")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")
 
@@ -80,47 +81,58 @@ def loss_summary(runs: list[dict], floors: dict[str, float], unigram: dict[str, 
     return summary
 
 
-def probe_summary(runs: list[dict], baseline_runs: list[dict], ceilings: dict) -> dict | None:
-    """The probes' accuracies over seeds, the Bayes ceiling that applies to this objective's features, chance, and
-    Welch's test of frozen tagging against the baseline."""
+def probe_summary(runs: list[dict], ceilings: dict, input_only: dict | None) -> dict | None:
+    """The probes' accuracies over seeds, beside the Bayes ceilings that apply to these features (what the backbone
+    sees: the whole window or the left context) and what the input alone gives the same questions."""
     probes = [r["probes"] for r in runs if r.get("probes")]
     if not probes:
         return None
     values = lambda key, ps=probes: [p[key] for p in ps if p.get(key) is not None]  # noqa: E731
-    baseline = [r["probes"]["tagging_frozen"] for r in baseline_runs if r.get("probes")]
-    kind = probes[0].get("tagging_ceiling", "smoothing")
-    summary = {key: stat(values(key)) for key in ("tagging_frozen", "tagging_finetuned", "component") if values(key)}
-    summary.update(tagging_ceiling=kind, tagging_ceiling_value=ceilings.get(f"{kind}_accuracy"),
-                   tagging_chance=probes[0]["tagging_chance"], component_chance=probes[0]["component_chance"],
-                   probe_flops=sum(values("probe_flops")) / len(probes),
-                   tagging_frozen_welch_p_vs_baseline=None if runs is baseline_runs
-                   else p_value(values("tagging_frozen"), baseline))
+    sees = probes[0].get("sees", "smoothing")
+    summary = {key: stat(values(key)) for key in PROBE_SCORES if values(key)}
+    summary.update(sees=sees, ceilings={question: ceilings.get(ceiling_key(question, sees)) for question in QUESTIONS},
+                   input_only=(input_only or {}).get(sees), probe_flops=sum(values("probe_flops")) / len(probes))
     return summary
 
 
+QUESTIONS = ("hidden_state", "replaced_word", "component")
+
+
+def ceiling_key(question: str, sees: str) -> str:
+    """The key of a probe question's Bayes ceiling (bench.probes.probe_ceilings) for a reader that sees `sees`."""
+    return question if question == "component" else f"{question}_{sees}"
+
+
 # The cross-objective yardsticks on the embedded language: (key in results.json, the probe result it reads, divided
-# by the objective's own tagging ceiling?, its label in sentences). Raw losses of different objectives are never one.
-PROBE_YARDSTICKS = (("tagging_frozen_share", "tagging_frozen", True, "frozen tagging (share of its ceiling)"),
-                    ("tagging_finetuned_share", "tagging_finetuned", True, "fine-tuned tagging (share of its ceiling)"),
+# by the ceiling that applies to the reader?, its label in sentences), the main one first: the replaced word is what
+# every objective's features are pushed towards (which word fits here?). Raw losses of different objectives are
+# never one.
+PROBE_YARDSTICKS = (("replaced_word_share", "replaced_word", True, "replaced-word detection (share of its ceiling)"),
+                    ("hidden_state_share", "hidden_state", True, "hidden state from context (share of its ceiling)"),
+                    ("replaced_word_finetuned_share", "replaced_word_finetuned", True,
+                     "fine-tuned replaced-word detection (share of its ceiling)"),
                     ("component", "component", False, "component classification (frozen)"))
 
 
 @dataclass(frozen=True)
 class Yardstick:
-    """A cross-objective measure, higher is better: its value at the budget for a run, and at a curve point (the
-    FLOP checkpoints the compute multipliers are read from) when it has a curve."""
+    """A cross-objective measure, higher is better: its value at the budget for a run (or an untrained control), and
+    at a curve point (the FLOP checkpoints the compute multipliers are read from) when it has a curve; its best
+    possible value where one is known (1 for a share of the Bayes ceiling)."""
 
     name: str
     label: str
     final: Callable[[dict], float | None]  # run -> value
     point: Callable[[dict], float | None] | None = None  # curve row -> value
+    ceiling: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the best value
+    input_only: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the input-only control
 
 
 def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> float | None:
     value = probes.get(key)
     if value is None or not share:
         return value
-    ceiling = ceilings.get(f"{probes.get('tagging_ceiling', 'smoothing')}_accuracy")
+    ceiling = ceilings.get(ceiling_key(key.removesuffix("_finetuned"), probes.get("sees", "smoothing")))
     return None if not ceiling else value / ceiling
 
 
@@ -136,12 +148,25 @@ def average(values: list[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else sum(values) / len(values)
 
 
-def yardsticks(runs: list[dict], ceilings: dict) -> list[Yardstick]:
+def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
+               tasks_described: list[dict] | None = None) -> list[Yardstick]:
     """The probes' yardsticks, then per downstream task its frozen and fine-tuned score, and their GLUE-style average
     over tasks when several ran."""
+    def probe_ceiling(key: str, share: bool) -> Callable[[str], float | None]:
+        return lambda sees: 1.0 if share else ceilings.get(ceiling_key(key, sees))
+
+    def probe_input_only(key: str, share: bool) -> Callable[[str], float | None]:
+        def value(sees: str) -> float | None:
+            found = ((input_only or {}).get(sees) or {}).get(key)
+            ceiling = ceilings.get(ceiling_key(key, sees))
+            return None if found is None else found / ceiling if share and ceiling else None if share else found
+        return value
+
     found = [Yardstick(name, label, lambda run, k=key, s=share: yardstick_value(run.get("probes") or {}, k, s, ceilings),
-                       lambda point, k=key, s=share: yardstick_value(point, k, s, ceilings))
+                       lambda point, k=key, s=share: yardstick_value(point, k, s, ceilings),
+                       probe_ceiling(key, share), probe_input_only(key.removesuffix("_finetuned"), share))
              for name, key, share, label in PROBE_YARDSTICKS]
+    bayes = {t["task"]: t.get("bayes_ceiling") for t in tasks_described or []}
     tasks = task_names(runs)
     for mode, reading in (("finetuned", "fine-tuned"), ("frozen", "frozen probe")):
         point = (lambda row, t=tasks: average([row.get(curve_key(task)) for task in t])) if mode == "frozen" else None
@@ -152,37 +177,115 @@ def yardsticks(runs: list[dict], ceilings: dict) -> list[Yardstick]:
         for task in tasks:
             found.append(Yardstick(f"{task} ({mode})", f"task {task} ({reading})",
                                    lambda run, t=task, m=mode: downstream_value(run, t, m),
-                                   (lambda row, t=task: row.get(curve_key(t))) if mode == "frozen" else None))
+                                   (lambda row, t=task: row.get(curve_key(t))) if mode == "frozen" else None,
+                                   lambda sees, t=task: bayes.get(t)))
     return found
 
 
+def mean_curve(runs: list[dict], point: Callable[[dict], float | None]) -> list[tuple[float, float]]:
+    """(checkpoint, mean over seeds) at the checkpoints every seed reached with a value."""
+    by_checkpoint: dict[float, list[float]] = defaultdict(list)
+    for run in runs:
+        for row in run["curve"]:
+            value = point(row)
+            if value is not None:
+                by_checkpoint[row["checkpoint"]].append(value)
+    return [(flops, sum(v) / len(v)) for flops, v in sorted(by_checkpoint.items()) if len(v) == len(runs)]
+
+
 def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, positions: list[dict],
-            budget: float) -> dict:
-    """Per yardstick: the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
-    objective against the baseline: the compute multiplier on each yardstick with a curve over FLOPs (how much
-    compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
+            budget: float, controls: dict[str, list[dict]] | None = None, input_only: dict | None = None,
+            tasks: list[dict] | None = None) -> dict:
+    """Per yardstick: each objective's gain over its own untrained control (Welch, Holm across the family) and
+    whether any objective has one (else the yardstick does not measure pretraining at this setup, and nothing is
+    ranked on it); the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
+    objective against the baseline: the compute multiplier on each measuring yardstick with a curve over FLOPs (how
+    much compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
+    controls = controls or {}
     density = {row["objective"]: row["supervised_positions"] for row in positions}
-    found, multipliers = [], []
-    for yardstick in yardsticks([r for runs in grouped.values() for r in runs], ceilings):
+    control_of = {spec: runs[0].get("control") for spec, runs in grouped.items()}
+    sees = {spec: (runs[0].get("probes") or {}).get("sees", "smoothing") for spec, runs in grouped.items()}
+    found, family = [], []
+    everything = [r for runs in grouped.values() for r in runs]
+    for yardstick in yardsticks(everything, ceilings, input_only, tasks):
         values = {spec: [v for r in runs for v in [yardstick.final(r)] if v is not None]
                   for spec, runs in grouped.items()}
         if not all(values.values()):
             continue
+        control_values = {name: [v for r in runs for v in [yardstick.final(r)] if v is not None]
+                          for name, runs in controls.items()}
+        gains = []
+        for spec in grouped:
+            control = control_values.get(control_of[spec]) or []
+            if not control:
+                continue
+            gain = {"objective": spec, "control": control_of[spec],
+                    **gain_over_control(values[spec], control, yardstick.ceiling(sees[spec]))}
+            if yardstick.point is not None:  # the mean curve from the control (0 FLOPs) to the budget
+                curve = mean_curve(grouped[spec], yardstick.point)
+                gain["rise"] = rise_with_compute([0.0] + [f for f, _ in curve],
+                                                 [gain["control_mean"]] + [v for _, v in curve])
+            gains.append(gain)
+        family += gains
         found.append({**yardstick_verdict(yardstick.name, values, baseline, label=yardstick.label),
-                      "label": yardstick.label})
+                      "label": yardstick.label, "gains": gains,
+                      "controls": [{"control": name, **stat(v)} for name, v in control_values.items() if v],
+                      "input_only": {s: v for s in dict.fromkeys(sees.values())
+                                     for v in [yardstick.input_only(s)] if v is not None},
+                      "_yardstick": yardstick})
+    holm_gains(family)
+    multipliers = []
+    for item in found:
+        yardstick = item.pop("_yardstick")
+        item["measures_pretraining"] = any(beats_control(g) for g in item["gains"]) if item["gains"] else None
+        if item["measures_pretraining"] is False:
+            best = max(item["gains"], key=lambda g: g["gain"])
+            item["sentence"] = (f"No objective beats its untrained control on {item['label']} (the largest gain, "
+                                f"{best['objective']}'s, is {best['gain']:+.4g}, Holm p = "
+                                f"{_p(best['p_holm'])}): at this setup it does not measure pretraining, and no "
+                                "ranking or compute multiplier is drawn from it.")
+            continue
+        if item["measures_pretraining"] is None:
+            item["sentence"] += " No untrained control was run: whether this measures pretraining is unknown."
         if yardstick.point is None:
             continue  # no curve over FLOPs (fine-tuning runs only at the budget)
         curves = {spec: [[(p["checkpoint"], v) for p in r["curve"] for v in [yardstick.point(p)] if v is not None]
                          for r in runs] for spec, runs in grouped.items()}
         if not all(curve for curve in curves[baseline]):
             continue
+        values = {spec: [v for r in runs for v in [yardstick.final(r)] if v is not None]
+                  for spec, runs in grouped.items()}
         for spec in (spec for spec in grouped if spec != baseline):
             multipliers.append({"objective": spec, "yardstick": yardstick.name,
                                 **compute_multiplier(curves[baseline], values[spec], budget)})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
                       if spec in density and baseline in density}
-    return {"baseline": baseline, "yardsticks": found, "multipliers": multipliers,
-            "signal_density_ratio": density_ratios}
+    return {"baseline": baseline, "pretraining": pretraining_summary(found, list(grouped)), "yardsticks": found,
+            "multipliers": multipliers, "signal_density_ratio": density_ratios}
+
+
+def _p(p: float | None) -> str:
+    return "n/a" if p is None else f"{p:.2g}"
+
+
+def pretraining_summary(found: list[dict], specs: list[str]) -> dict:
+    """Whether pretraining paid at all: per objective, on how many yardsticks it beats its untrained control."""
+    tested = [item for item in found if item["gains"]]
+    wins = {spec: [item["yardstick"] for item in tested for g in item["gains"]
+                   if g["objective"] == spec and beats_control(g)] for spec in specs}
+    if not tested:
+        sentence = ("No untrained control was run, so nothing here says whether pretraining paid: the rankings "
+                    "below may measure only how far each objective moved its features from a random initialisation.")
+    elif not any(wins.values()):
+        sentence = (f"Pretraining did not pay at this setup: no objective beats its untrained control on any of the "
+                    f"{len(tested)} yardsticks (Welch, Holm p < {ALPHA}), so no ranking here says what pretraining "
+                    "taught.")
+    else:
+        sentence = ("Pretraining paid: " + "; ".join(f"{spec} beats its untrained control on {len(wins[spec])} of "
+                                                      f"{len(tested)} yardsticks" for spec in specs)
+                    + f" (Welch, Holm p < {ALPHA} across all of them).")
+    return {"paid": bool(any(wins.values())) if tested else None, "wins": wins, "yardsticks": len(tested),
+            "sentence": sentence}
 
 
 def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None) -> dict | None:
@@ -240,30 +343,41 @@ def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) ->
     return {**accounting, "measured": measured}
 
 
+def by_control(controls: list[dict]) -> dict[str, list[dict]]:
+    grouped: dict[str, list[dict]] = defaultdict(list)
+    for control in controls:
+        grouped[control["control"]].append(control)
+    return dict(grouped)
+
+
 def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_flops: float, seq_len: int,
                   bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None,
                   baseline: str | None = None, tasks: list[dict] | None = None,
-                  seq_len_schedule: dict | None = None) -> dict:
+                  seq_len_schedule: dict | None = None, controls: list[dict] | None = None) -> dict:
     """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
     its runs diverged, nothing is tested against it (rather than silently against another one). `seq_len` is the
-    length the models are evaluated at (a schedule's last); `seq_len_schedule` a schedule's accounting."""
-    grouped = by_objective(runs)
+    length the models are evaluated at (a schedule's last); `seq_len_schedule` a schedule's accounting; `controls`
+    the untrained controls (bench.train.control_run), each objective's gains measured against its own."""
+    grouped, control_groups = by_objective(runs), by_control(controls or [])
     baseline = baseline or next(iter(grouped), None)
-    floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings", {})
-    unigram = (bayes or {}).get("unigram", {})
+    floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings") or {}
+    unigram, input_only = (bayes or {}).get("unigram", {}), (bayes or {}).get("input_only")
     objectives = []
     for spec, spec_runs in grouped.items():
-        baseline_runs = grouped.get(baseline, [])
         objectives.append({"objective": spec, "seeds": len(spec_runs), "compute": compute_summary(spec_runs),
+                           "control": spec_runs[0].get("control"),
                            **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
-                           "probes": probe_summary(spec_runs, baseline_runs, ceilings)})
+                           "probes": probe_summary(spec_runs, ceilings, input_only)})
+    untrained = [{"control": name, "seeds": len(group), "read_as": group[0]["read_as"],
+                  "probes": probe_summary(group, ceilings, input_only)} for name, group in control_groups.items()]
     has_probes = any(r.get("probes") or r.get("downstream") for r in runs)
     return {"budget_flops": budget_flops, "seq_len": seq_len, "baseline": baseline,
             "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup,
-            "verdict": verdict(grouped, baseline, ceilings, positions, budget_flops) if has_probes and baseline in grouped
-            else None,
+            "verdict": verdict(grouped, baseline, ceilings, positions, budget_flops, control_groups, input_only, tasks)
+            if has_probes and baseline in grouped else None,
             "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
-            "downstream": downstream_summary(grouped, tasks),
+            "untrained": untrained,
+            "downstream": downstream_summary({**grouped, **control_groups}, tasks),
             "seq_len_schedule": schedule_summary(grouped, seq_len_schedule),
             "diverged": diverged or [],
-            "runs": runs}
+            "runs": runs, "controls": controls or []}

@@ -303,9 +303,10 @@ def unigram(language: Language, length: int) -> Tensor:
     are propagated through each component's transitions."""
     state = language.initial  # (K, S) p(s_t | component)
     total = torch.zeros(language.emission.shape[-1], dtype=F64)
+    # elementwise products and sums, no matrix product: a probe that draws from it spends no FLOPs a counter sees
     for _ in range(length):
-        total += torch.einsum("k,ks,ksv->v", language.prior, state, language.emission)
-        state = torch.einsum("ks,kst->kt", state, language.transition)
+        total += (language.prior[:, None, None] * state[..., None] * language.emission).sum((0, 1))
+        state = (state[..., None] * language.transition).sum(1)
     return total / length
 
 
@@ -402,3 +403,61 @@ def bayes_ceilings(language: Language, words: Tensor) -> Ceilings:
         filtering_accuracy=filtering.amax(-1).mean().item(),
         component_accuracy=component_posterior(language, words).amax(-1).mean().item(),
     )
+
+
+# The probes' questions (bench.probes): what a position's context says about it, with its own word hidden or perhaps
+# replaced. A reader that sees the whole window (bidirectional) conditions on every word it is shown; a causal reader
+# on the words before the position (and, for the replaced word, the position's own word).
+
+
+def _posterior(language: Language, ev: Tensor) -> Tensor:
+    """(L, K, N, S): p(component k, state s_t | all the evidence)."""
+    alpha, log_z = _forward(language, ev)
+    beta = _backward(language, ev, log_z)
+    return _log_component_filter(language, log_z)[-1].exp()[None, :, :, None] * alpha * beta
+
+
+def hidden_state_posterior(language: Language, words: Tensor, hidden: Tensor) -> Tensor:
+    """(N, L, S): p(state s_t | the words at every position that is not `hidden`), the component summed out: at a
+    hidden position, what its context alone says of its state. `hidden` (N, L) bool."""
+    ev = _emission_evidence(language, words)
+    if hidden.shape != words.shape:
+        raise ValueError(f"hidden must be {tuple(words.shape)}, got {tuple(hidden.shape)}")
+    ev = torch.where(hidden.T[:, None, :, None], 1.0, ev)  # a hidden word is no evidence: every state emits "hidden"
+    return _posterior(language, ev).sum(1).permute(1, 0, 2).contiguous()
+
+
+def next_state_posterior(language: Language, words: Tensor) -> Tensor:
+    """(N, L, S): p(state s_t | x[..t-1]), the component summed out: what the words before a position say of its
+    state (row 0: the initial distribution, nothing seen). What a causal reader at t − 1 can know of position t."""
+    alpha, log_z = _forward(language, _emission_evidence(language, words))
+    component = _log_component_filter(language, log_z).exp()  # (L, K, N): p(k | x[..t])
+    ahead = torch.einsum("lkn,lkns,kst->lnt", component[:-1], alpha[:-1], language.transition)
+    N = words.shape[0]
+    first = torch.einsum("k,ks->s", language.prior, language.initial).expand(N, 1, -1)
+    return torch.cat([first, ahead.transpose(0, 1)], dim=1).contiguous()
+
+
+def kept_word_posterior(language: Language, shown: Tensor, chosen: Tensor, replacement: Tensor,
+                        left_only: bool) -> Tensor:
+    """(N, L): P(the word shown at t is the original | what a reader sees), at the `chosen` positions (N, L) bool,
+    each of which independently kept its word or, with probability 1/2, had it replaced by a draw from
+    `replacement` (V,) (which may draw the original back: it is still "replaced"). `left_only`: a causal reader,
+    which sees the shown words up to and including t; otherwise every shown word. 0 elsewhere.
+
+    A chosen position's evidence is p(shown w | s) = ½ emission[s, w] + ½ q(w); given the state posterior from all
+    the evidence, P(kept) = Σ p(k, s_t | evidence) · ½ emission[k, s, w] / evidence[k, s]."""
+    V = language.emission.shape[-1]
+    if chosen.shape != shown.shape or replacement.shape != (V,):
+        raise ValueError(f"chosen must be {tuple(shown.shape)} and replacement ({V},), got {tuple(chosen.shape)} and "
+                         f"{tuple(replacement.shape)}")
+    emitted = _emission_evidence(language, shown)  # (L, K, N, S): emission[k, s, shown]
+    drawn = replacement.to(F64)[shown.T][:, None, :, None]  # (L, 1, N, 1): q(shown)
+    ev = torch.where(chosen.T[:, None, :, None], 0.5 * emitted + 0.5 * drawn, emitted)
+    if left_only:
+        alpha, log_z = _forward(language, ev)
+        posterior = _log_component_filter(language, log_z).exp()[..., None] * alpha
+    else:
+        posterior = _posterior(language, ev)
+    kept = (posterior * 0.5 * emitted / ev).sum((1, 3)).T  # (N, L)
+    return torch.where(chosen, kept, 0.0)

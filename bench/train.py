@@ -734,6 +734,7 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
     measured = final if final["steps"] else {"steps": counters["step"], **counters}
     return {
         "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
+        "control": control_name(objective),
         "steps": counters["step"],
         "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "phases": [dict(phase) for phase in counters["phases"]],
@@ -779,6 +780,39 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
             raise stop_message(fabric, f"after {run_name(spec, seed)} finished (its result.json is written)",
                                request.signal_name)
         return result
+
+
+def control_name(objective: Objective) -> str:
+    """The untrained control an objective's runs are set beside: its backbone at initialisation, read as the
+    objective reads it (causal or over the whole window; BERT's segment embeddings change the backbone itself)."""
+    causal = objective.probe_attention(objective.backbone.config.max_seq_len)["attention"] == "causal"
+    segments = " with segment embeddings" if objective.backbone.segment_embedding is not None else ""
+    return f"untrained, {'causal' if causal else 'bidirectional'}{segments}"
+
+
+def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+                probe: ProbeConfig | None = None, progress: bool = True,
+                downstream: Downstream | None = None) -> dict | None:
+    """The untrained control of seed `seed`: the very backbone a run of `spec` starts from (the same seeding and
+    construction as setup_run), through the probes and downstream tasks at 0 FLOPs, never trained. Writes
+    run_dir/result.json on rank 0 and returns it there (None elsewhere). Its evaluation FLOPs are reported, never
+    charged: it spends no training compute."""
+    if fabric.is_global_zero:
+        tick = time.perf_counter()
+        configure_matmuls(fabric.device, config.tf32)
+        with torch.random.fork_rng(devices=[]):
+            fabric.seed_everything(seed, verbose=False)
+            objective = build_run_objective(spec, config, corpus).to(fabric.device)
+        result = {"control": control_name(objective), "read_as": spec, "seed": seed,
+                  "attention": objective.attention, "flops": 0}
+        if probe is not None:
+            result["probes"] = run_probes(objective, corpus, probe)
+        if downstream is not None:
+            result["downstream"] = downstream.evaluate(objective, progress, desc=f"{run_dir.name} downstream")
+        result["wall_seconds"] = time.perf_counter() - tick
+        write_json(run_dir / "result.json", result)
+    fabric.barrier()
+    return result if fabric.is_global_zero else None
 
 
 def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:

@@ -11,8 +11,9 @@ import math
 import warnings
 
 import numpy as np
+from scipy import stats
 
-from bench.stats import summarize, welch_p_value
+from bench.stats import summarize, welch_difference_interval, welch_p_value
 
 ALPHA = 0.05
 # crossing kinds: "=" the baseline reaches the target at that many FLOPs; ">" not within the run (the value is the
@@ -123,6 +124,44 @@ def yardstick_verdict(name: str, values: dict[str, list[float]], baseline: str, 
     return {"yardstick": name, "higher_is_better": higher_is_better, "baseline": baseline, "rows": rows,
             "leader": best["objective"], "separated": separated,
             "sentence": _sentence(rows, baseline, label or name, higher_is_better)}
+
+
+# --- what pretraining bought: the gain over the untrained control -----------------------------------------------
+
+def gain_over_control(values: list[float], control: list[float], ceiling: float | None = None) -> dict:
+    """An objective's gain on a yardstick over its own untrained control (the backbones its runs start from): the
+    difference of means, Welch's 95 % CI of it and p-value (None with fewer than two values a side, or no spread),
+    and the share of the available gain closed, (mean − control) / (ceiling − control), where a ceiling is known and
+    lies above the control. p_holm is filled in by `holm_gains` over the whole family."""
+    if not values or not control:
+        raise ValueError("a gain needs values on both sides")
+    mean, control_mean = sum(values) / len(values), sum(control) / len(control)
+    with warnings.catch_warnings():  # scipy warns when both sides have no spread; the numbers are still defined
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = welch_difference_interval(values, control)
+        p = _finite_or_none(welch_p_value(values, control))
+    available = None if ceiling is None else ceiling - control_mean
+    return {"gain": mean - control_mean, "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high), "p": p,
+            "p_holm": None, "control_mean": control_mean,
+            "share_of_gain": (mean - control_mean) / available if available and available > 0 else None}
+
+
+def holm_gains(gains: list[dict]) -> None:
+    """Holm-adjust the gains' p-values across the family (every objective on every yardstick), in place."""
+    for gain, adjusted in zip(gains, holm([g["p"] for g in gains])):
+        gain["p_holm"] = adjusted
+
+
+def beats_control(gain: dict) -> bool:
+    return gain["gain"] > 0 and gain["p_holm"] is not None and gain["p_holm"] < ALPHA
+
+
+def rise_with_compute(flops: list[float], values: list[float]) -> float | None:
+    """Spearman's ρ of a mean curve against its FLOPs (0 for the untrained control): 1 when it only rises; None for
+    a flat curve or fewer than three points."""
+    if len(values) < 3 or len(set(values)) < 2:
+        return None
+    return _finite_or_none(float(stats.spearmanr(flops, values)[0]))
 
 
 # --- the compute multiplier --------------------------------------------------------------------------------------

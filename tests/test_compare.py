@@ -38,8 +38,8 @@ def test_report_sections_and_plots(comparison):
         assert heading in report
     assert "python -m bench.compare" in report and "torch" in report and "git revision" in report
     assert "Welch" in report and "±" in report  # two seeds: intervals and tests
-    assert "### Distance to the Bayes floor" in report and "### Probes on frozen features" in report
-    assert "filtering" in report and "smoothing" in report
+    assert "### Distance to the Bayes floor" in report and "### Probes" in report
+    assert "*untrained, causal*" in report and "*untrained, bidirectional*" in report and "*input only*" in report
     for png in ("loss_vs_flops.png", "excess_loss_vs_flops.png", "signal_density.png"):
         assert f"]({png})" in report
         with Image.open(comparison / png) as image:
@@ -60,12 +60,15 @@ def test_results_json_fields(comparison):
         assert all({"flops", "loss"} <= set(point) for point in result["curve"])
     bayes = results["bayes"]
     assert set(bayes["floors"]) == {"mlm", "ar", "electra", "span"} and bayes["floors"]["span"] == {}
-    assert bayes["ceilings"]["smoothing_accuracy"] >= bayes["ceilings"]["filtering_accuracy"]
-    for result in runs:
+    assert set(bayes["input_only"]) == {"smoothing", "filtering"}
+    for result in runs + results["controls"]:
         probes = result["probes"]
-        assert {"tagging_frozen", "tagging_finetuned", "component", "probe_flops"} <= set(probes)
-        for key, chance in (("tagging_frozen", "tagging_chance"), ("component", "component_chance")):
-            assert 0 <= probes[chance] <= 1 and 0 <= probes[key] <= 1
+        assert {"hidden_state", "replaced_word", "replaced_word_finetuned", "component", "probe_flops"} <= set(probes)
+        assert all(0 <= probes[key] <= 1 for key in ("hidden_state", "replaced_word", "component"))
+    # one control per seed and way of reading: mlm, electra and span read the whole window, ar the left context
+    assert [(c["control"], c["seed"], c["flops"]) for c in results["controls"]] == [
+        (name, seed, 0) for name in ("untrained, bidirectional", "untrained, causal") for seed in (0, 1)]
+    assert {r["objective"]: r["control"] for r in runs}["ar"] == "untrained, causal"
     by_name = {r["objective"]: r for r in runs if r["seed"] == 0}
     assert by_name["ar"]["supervised_positions"] == by_name["ar"]["steps"] * 4 * 31
     assert by_name["mlm"]["supervised_positions"] == by_name["mlm"]["steps"] * 4 * 5  # round(0.15 · 32)
@@ -139,8 +142,8 @@ def test_json_files_hold_no_nan(comparison):
     for path in [comparison / "results.json", *comparison.glob("runs/*/*.json"), *comparison.glob("runs/*/*.jsonl")]:
         for line in ([path.read_text()] if path.suffix == ".json" else path.read_text().splitlines()):
             json.loads(line, parse_constant=reject)
-    baseline = json.loads((comparison / "results.json").read_text())["objectives"][0]
-    assert baseline["probes"]["tagging_frozen_welch_p_vs_baseline"] is None  # a missing number is null
+    baseline = json.loads((comparison / "results.json").read_text())["verdict"]["yardsticks"][0]["rows"]
+    assert next(r for r in baseline if r["objective"] == "mlm")["p_vs_baseline"] is None  # a missing number is null
 
 
 def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
@@ -252,17 +255,27 @@ def test_verdict_and_multipliers_are_in_results_and_report(comparison):
     verdict = results["verdict"]
     assert verdict["baseline"] == "mlm"
     names = [y["yardstick"] for y in verdict["yardsticks"]]
-    assert names == ["tagging_frozen_share", "tagging_finetuned_share", "component"]
+    assert names == ["replaced_word_share", "hidden_state_share", "replaced_word_finetuned_share", "component"]
     for yardstick in verdict["yardsticks"]:
         assert sorted(row["objective"] for row in yardstick["rows"]) == ["ar", "electra", "mlm", "span"]
         assert yardstick["sentence"].endswith(".")
-    # the fine-tuning probe runs only at the budget: multipliers come from the curves of the frozen yardsticks
+        assert sorted((g["objective"], g["control"]) for g in yardstick["gains"]) == [
+            ("ar", "untrained, causal"), ("electra", "untrained, bidirectional"), ("mlm", "untrained, bidirectional"),
+            ("span", "untrained, bidirectional")]
+        assert isinstance(yardstick["measures_pretraining"], bool)
+    # the fine-tuning probe runs only at the budget: multipliers come from the curves of the frozen yardsticks that
+    # measure pretraining (at these tiny shapes, perhaps none)
+    measuring = [y["yardstick"] for y in verdict["yardsticks"] if y["measures_pretraining"]]
     assert {(m["objective"], m["yardstick"]) for m in verdict["multipliers"]} == {
-        (spec, name) for spec in ("ar", "electra", "span") for name in ("tagging_frozen_share", "component")}
+        (spec, name) for spec in ("ar", "electra", "span") for name in measuring
+        if name != "replaced_word_finetuned_share"}
+    assert verdict["pretraining"]["paid"] == bool(measuring)
     positions = {row["objective"]: row["supervised_positions"] for row in results["positions"]}
     assert verdict["signal_density_ratio"]["ar"] == pytest.approx(positions["ar"] / positions["mlm"])
     report = (comparison / "report.md").read_text()
-    assert report.index("## Verdict") < report.index("## 1. Setup") and "Compute multiplier" in report
+    assert report.index("## Verdict") < report.index("## 1. Setup")
+    assert ("Compute multiplier" in report) == bool(verdict["multipliers"])
+    assert verdict["pretraining"]["sentence"] in report
     assert "yardsticks_vs_flops.png" in report
 
 

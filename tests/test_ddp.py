@@ -62,7 +62,7 @@ def test_probes_run_on_rank_0_only(two_processes, tmp_path):
     calls = [json.loads((out / f"probes-rank{rank}.json").read_text())["calls"] for rank in (0, 1)]
     result = json.loads((out / "probed" / "result.json").read_text())
     assert calls == [len(result["curve"]) + 1, 0]  # every checkpoint and the final probes; none on rank 1
-    assert all("tagging_frozen" in row for row in result["curve"]) and "tagging_finetuned" in result["probes"]
+    assert all("hidden_state" in row for row in result["curve"]) and "replaced_word_finetuned" in result["probes"]
 
 
 def test_ddp_keeps_gradients_in_its_buckets_and_does_not_rebroadcast_buffers(two_processes):

@@ -62,6 +62,6 @@ def test_compare_reports_and_probes_the_new_objective(registered, tmp_path):
     half = next(o for o in results["objectives"] if o["objective"] == "half")
     assert half["compute"]["supervised_per_sequence"] == 16
     assert half["floors"] == {} and results["bayes"]["floors"]["half"] == {}
-    assert half["probes"]["tagging_ceiling"] == "smoothing" and 0 <= half["probes"]["tagging_frozen"]["mean"] <= 1
+    assert half["probes"]["sees"] == "smoothing" and 0 <= half["probes"]["hidden_state"]["mean"] <= 1
     report = (out / "report.md").read_text()
     assert "| half " in report and "16 read, 16 predicted" in report

@@ -81,6 +81,19 @@ def test_a_direction_is_reproduced_only_when_the_seeds_separate_it():
     assert compare(separated, "c > a", "y", ("", "c"), ("", "a"))["outcome"] == "not measured"
 
 
+def test_a_claim_on_a_yardstick_that_did_not_beat_its_control_is_not_measurable():
+    separated = {"a": [0.80, 0.81, 0.82], "b": [0.70, 0.71, 0.72]}
+    for measures, outcome in ((False, "not measurable at this scale"), (True, "reproduced"), (None, "reproduced")):
+        found = evidence(separated)
+        found.results[""] = {"verdict": {"yardsticks": [{"yardstick": "y", "measures_pretraining": measures}]}}
+        finding = compare(found, "a > b", "y", ("", "a"), ("", "b"))
+        assert finding["outcome"] == outcome
+        assert comparable(found, "a ~ b", "y", ("", "a"), ("", "b"))["outcome"] == outcome
+    unmeasured = evidence(separated)
+    unmeasured.results[""] = {"verdict": {"yardsticks": [{"yardstick": "y", "measures_pretraining": False}]}}
+    assert "beats its untrained control" in compare(unmeasured, "a > b", "y", ("", "a"), ("", "b"))["evidence"]
+
+
 def test_comparable_is_non_inferiority_within_the_margin():
     close = evidence({"a": [0.700, 0.701, 0.702], "b": [0.701, 0.702, 0.703]})  # behind by 0.001, CI ± 0.002
     assert comparable(close, "a ~ b", "y", ("", "a"), ("", "b"), margin=0.02)["outcome"] == "reproduced"
@@ -116,9 +129,9 @@ def test_a_preset_run_writes_the_paper_beside_this_run(tmp_path):
     assert paper["preset"] == "static-vs-dynamic" and [f["outcome"] for f in paper["findings"]][0] == "setting"
     assert {row["spec"] for row in paper["ours"]} == {"mlm", "mlm:static=10"}
     for row in paper["ours"]:  # our numbers are the verdict's numbers
-        verdict = next(y for y in results["verdict"]["yardsticks"] if y["yardstick"] == "tagging_frozen_share")
+        verdict = next(y for y in results["verdict"]["yardsticks"] if y["yardstick"] == "hidden_state_share")
         mine = next(r for r in verdict["rows"] if r["objective"] == row["spec"])
-        assert row["tagging_frozen_share"]["mean"] == pytest.approx(mine["mean"])
+        assert row["hidden_state_share"]["mean"] == pytest.approx(mine["mean"])
     report = (out / "report.md").read_text()
     assert "## Paper versus this run" in report and "78.7" in report and "Liu et al. 2019 (RoBERTa)" in report
     assert report.index("## Paper versus this run") < report.index("## Verdict")
@@ -127,8 +140,8 @@ def test_a_preset_run_writes_the_paper_beside_this_run(tmp_path):
 def test_a_preset_with_variants_runs_one_comparison_each(tmp_path, monkeypatch):
     budgets = Preset("two-budgets", "mlm at two budgets", {"objectives": "mlm", "seeds": 2},
                      PaperTable("Nobody 2024, Table 1", "More is better.", ("score",), (("small", (1.0,)),), "none"),
-                     (("small", "small/mlm"), ("large", "large/mlm")), ("tagging_frozen_share",),
-                     lambda evidence: [compare(evidence, "large > small", "tagging_frozen_share", ("large", "mlm"),
+                     (("small", "small/mlm"), ("large", "large/mlm")), ("hidden_state_share",),
+                     lambda evidence: [compare(evidence, "large > small", "hidden_state_share", ("large", "mlm"),
                                                ("small", "mlm"))],
                      variants=(Variant("small", {"budget": 2e9}), Variant("large", {"budget": 4e9})))
     monkeypatch.setitem(presets_module.PRESETS, "two-budgets", budgets)

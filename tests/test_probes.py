@@ -1,9 +1,15 @@
+import json
+import tempfile
+from collections import Counter
+from pathlib import Path
+
 import pytest
 import torch
 
 from backbone import measure_flops
 from bench.data import load_corpus
-from bench.probes import ProbeConfig, features, fit_linear_probe, majority_accuracy, run_probes
+from bench.probes import (ProbeConfig, features, fit_linear_probe, input_only_controls, majority_accuracy,
+                          probe_ceilings, probe_data, question, run_probes)
 from bench.train import TrainConfig, build_run_objective
 
 CONFIG = ProbeConfig(train_windows=24, test_windows=8, iterations=20, finetune_steps=3, finetune_batch=4)
@@ -57,7 +63,75 @@ def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, co
     assert run_probes(objective, corpus, CONFIG) == first
     assert torch.equal(torch.rand(1), after_rng)  # the global RNG is where it was
     assert all(torch.equal(a, b) for a, b in zip(before, objective.parameters()))  # fine-tuning used a copy
-    for key in ("tagging_frozen", "tagging_finetuned", "component", "tagging_chance", "component_chance"):
+    for key in ("hidden_state", "replaced_word", "replaced_word_finetuned", "component"):
         assert 0.0 <= first[key] <= 1.0
+    assert first["sees"] == objective.tagging_ceiling
     # every matrix product the probes execute, as FlopCounterMode measures it, equals what they report
     assert measure_flops(lambda: run_probes(objective, corpus, CONFIG)) == first["probe_flops"]
+
+
+# --- the controls ------------------------------------------------------------------------------------------------
+
+def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_path):
+    from bench.downstream import control_objective
+    from bench.tasks import TaskContext
+    from bench.train import control_run, make_fabric, setup_run
+
+    fabric, config = make_fabric("cpu"), TrainConfig(budget_flops=1.0, model="tiny")
+    controls = {spec: control_run(fabric, spec, 1, corpus, config, tmp_path / spec, CONFIG, progress=False)
+                for spec in ("mlm", "electra", "ar")}
+    # scored directly: the backbone a run of that seed starts from, before its first step
+    direct = run_probes(setup_run(fabric, "mlm", 1, corpus, config, tmp_path / "run").objective, corpus, CONFIG)
+    assert controls["mlm"]["probes"] == direct and controls["mlm"]["flops"] == 0
+    assert (controls["mlm"]["control"], controls["ar"]["control"]) == ("untrained, bidirectional", "untrained, causal")
+    # the objective matters only through how its backbone is read: electra reads as mlm does
+    assert controls["electra"]["probes"] == controls["mlm"]["probes"] != controls["ar"]["probes"]
+    assert json.loads((tmp_path / "ar" / "result.json").read_text()) == controls["ar"]
+    # bench.downstream --run rebuilds a control from its seed alone: the same weights
+    settings = {"model": config.model}
+    rebuilt = control_objective(controls["ar"], settings, TaskContext(corpus.seq_len, corpus.vocab))
+    started = setup_run(fabric, "ar", 1, corpus, config, tmp_path / "ar-run").objective
+    assert all(torch.equal(a, b) for a, b in zip(rebuilt.backbone.state_dict().values(),
+                                                 started.backbone.state_dict().values()))
+    assert not torch.equal(rebuilt.backbone.token_embedding.weight,
+                           control_objective({**controls["ar"], "seed": 2}, settings,
+                                             TaskContext(corpus.seq_len, corpus.vocab)).backbone.token_embedding.weight)
+
+
+def test_input_only_controls_have_their_known_answers():
+    corpus = load_corpus("synthetic:heldout=1200", 32)
+    config = ProbeConfig(train_windows=800, test_windows=400)
+    controls, data = input_only_controls(corpus, config), probe_data(corpus, config)
+    for sees in ("smoothing", "filtering"):
+        # the prior: the share of the asked test positions holding the most frequent state of the training ones
+        _, read, labels = question(data, "hidden_state", sees)
+        common = Counter(labels[data.train][read[data.train]].tolist()).most_common(1)[0][0]
+        test_labels = labels[data.test][read[data.test]].tolist()
+        assert controls[sees]["hidden_state"] == pytest.approx(test_labels.count(common) / len(test_labels))
+        # a replacement is drawn from the words' own frequencies: a word alone says nothing of whether it was
+        # replaced, and the best it can do is the majority label; so within sampling error of 1/2 (here ± 0.02)
+        asked = int(data.chosen[data.test].sum())
+        assert abs(controls[sees]["replaced_word"] - 0.5) < 3 * (0.25 / asked) ** 0.5 + 0.01
+    # the replaced ones are about half of the asked positions, and only asked positions are ever replaced
+    assert not (data.replaced & ~data.chosen).any()
+    assert data.replaced.sum() / data.chosen.sum() == pytest.approx(0.5, abs=0.03)
+    assert (data.shown != data.tokens).sum() <= data.replaced.sum()
+
+
+def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
+    from bench.train import fit, make_fabric, setup_run
+
+    corpus = load_corpus("synthetic:train=512,heldout=192", 32)
+    config = ProbeConfig(train_windows=128, test_windows=64, iterations=30)
+    fabric = make_fabric("cpu")
+    with tempfile.TemporaryDirectory() as folder:
+        run = setup_run(fabric, "mlm", 0, corpus, TrainConfig(budget_flops=3e10, model="tiny", lr=3e-3, eval_points=1),
+                        Path(folder))
+        before = run_probes(run.objective, corpus, config, finetune=False)
+        fit(fabric, run, corpus, None, False, None)
+        after = run_probes(run.objective, corpus, config, finetune=False)
+    ceiling = probe_ceilings(corpus, config)["hidden_state_smoothing"]
+    prior = input_only_controls(corpus, config)["smoothing"]["hidden_state"]
+    # measured: 0.17 untrained, 0.6-0.7 after a few seconds of training, ceiling 0.92, prior 0.14
+    assert before["hidden_state"] < prior + 0.1 and after["hidden_state"] > before["hidden_state"] + 0.25
+    assert after["hidden_state"] < ceiling

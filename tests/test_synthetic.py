@@ -15,9 +15,12 @@ from bench.synthetic import (
     LanguageConfig,
     bayes_ceilings,
     component_posterior,
+    hidden_state_posterior,
+    kept_word_posterior,
     log_likelihood,
     make_language,
     masked_token_nll,
+    next_state_posterior,
     next_token_nll,
     sample,
     state_posteriors,
@@ -324,3 +327,89 @@ def test_unigram_is_the_marginal_over_window_positions_by_enumeration():
     for t in range(length):
         marginal.index_add_(0, sequences[:, t], probability)
     torch.testing.assert_close(unigram(language, length), marginal / length)
+
+
+# ----------------------------------------------------------------------------------------------- the probes' questions
+def _chosen(words, seed):
+    generator = torch.Generator().manual_seed(seed)
+    chosen = torch.rand(words.shape, generator=generator) < 0.4
+    chosen[:, 2] = True  # every row has one
+    return chosen
+
+
+def test_hidden_state_posterior_matches_enumeration(tiny):
+    language, words = tiny
+    P, (K, S) = _lists(language), (TINY.components, TINY.states)
+    hidden = _chosen(words, 0)
+    got = hidden_state_posterior(language, words, hidden)
+    assert got.shape == (len(words), L, S)
+    prior, initial, transition, emission = P
+    for n, (w, h) in enumerate(zip(words.tolist(), hidden.tolist())):
+        # a hidden word's emission sums to one over the words: it drops out of the joint
+        joint = {}
+        for k in range(K):
+            for path in itertools.product(range(S), repeat=L):
+                p = prior[k] * initial[k][path[0]]
+                for t in range(L):
+                    p *= transition[k][path[t - 1]][path[t]] if t else 1.0
+                    p *= 1.0 if h[t] else emission[k][path[t]][w[t]]
+                joint[(k, path)] = p
+        total = sum(joint.values())
+        for t in range(L):
+            for s in range(S):
+                expected = sum(p for (_, path), p in joint.items() if path[t] == s) / total
+                assert got[n, t, s].item() == pytest.approx(expected, abs=1e-9)
+
+
+def test_next_state_posterior_matches_enumeration(tiny):
+    language, words = tiny
+    P, (K, S) = _lists(language), (TINY.components, TINY.states)
+    got = next_state_posterior(language, words)
+    assert got.shape == (len(words), L, S)
+    prior, initial, _, _ = P
+    for s in range(S):  # nothing seen before the first position
+        assert got[:, 0, s].tolist() == pytest.approx([sum(prior[k] * initial[k][s] for k in range(K))] * len(words))
+    for n, w in enumerate(words.tolist()):
+        for t in range(1, L):
+            # p(s_t | x[..t-1]): the paths of length t + 1 with the word at t summed out
+            joint = {(k, path): _joint(P, k, path[:t], w[:t]) * P[2][k][path[t - 1]][path[t]]
+                     for k in range(K) for path in itertools.product(range(S), repeat=t + 1)}
+            total = sum(joint.values())
+            for s in range(S):
+                expected = sum(p for (_, path), p in joint.items() if path[t] == s) / total
+                assert got[n, t, s].item() == pytest.approx(expected, abs=1e-9)
+
+
+@pytest.mark.parametrize("left_only", [False, True])
+def test_kept_word_posterior_matches_enumeration(tiny, left_only):
+    language, words = tiny
+    P, (K, S, V) = _lists(language), (TINY.components, TINY.states, TINY.words)
+    chosen = _chosen(words, 1)
+    replacement = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    got = kept_word_posterior(language, words, chosen, replacement, left_only)
+    prior, initial, transition, emission = P
+    q = replacement.tolist()
+    for n, (w, c) in enumerate(zip(words.tolist(), chosen.tolist())):
+        for t in range(L):
+            if not c[t]:
+                assert got[n, t].item() == 0.0
+                continue
+            seen = t + 1 if left_only else L  # a causal reader sees the shown words up to t
+            kept_total = total = 0.0
+            for k in range(K):
+                for path in itertools.product(range(S), repeat=seen):
+                    chosen_here = [i for i in range(seen) if c[i]]
+                    for pattern in itertools.product((True, False), repeat=len(chosen_here)):
+                        kept = dict(zip(chosen_here, pattern))
+                        p = prior[k] * initial[k][path[0]]
+                        for i in range(seen):
+                            p *= transition[k][path[i - 1]][path[i]] if i else 1.0
+                            if i not in kept:
+                                p *= emission[k][path[i]][w[i]]
+                            elif kept[i]:  # kept: the original is the shown word
+                                p *= 0.5 * emission[k][path[i]][w[i]]
+                            else:  # replaced: any original, then the shown word drawn from q
+                                p *= 0.5 * sum(emission[k][path[i]][x] for x in range(V)) * q[w[i]]
+                        total += p
+                        kept_total += p if kept[t] else 0.0
+            assert got[n, t].item() == pytest.approx(kept_total / total, abs=1e-9)

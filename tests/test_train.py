@@ -116,7 +116,7 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     c, probe = config(probe_every_eval=True), ProbeConfig(train_windows=12, test_windows=4, iterations=5,
                                                           finetune_steps=2, finetune_batch=2)
     straight = train_run(fabric, spec, 1, corpus, c, tmp_path / "straight", probe, progress=False)
-    assert all("tagging_frozen" in row for row in straight["curve"])
+    assert all("hidden_state" in row for row in straight["curve"])
     stopped_at = straight["steps"] // 2 + 1  # after the first checkpoint, between two others
     assert train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False,
                      stop_after_steps=stopped_at) is None
