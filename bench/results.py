@@ -237,7 +237,10 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
     multipliers = []
     for item in found:
         yardstick = item.pop("_yardstick")
-        item["measures_pretraining"] = any(beats_control(g) for g in item["gains"]) if item["gains"] else None
+        gains = item["gains"]
+        # None: no control ran, or too few seeds to test any gain
+        item["measures_pretraining"] = True if any(beats_control(g) for g in gains) else \
+            False if gains and all(g["p"] is not None for g in gains) else None
         if item["measures_pretraining"] is False:
             best = max(item["gains"], key=lambda g: g["gain"])
             item["sentence"] = (f"No objective beats its untrained control on {item['label']} (the largest gain, "
@@ -246,7 +249,8 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
                                 "ranking or compute multiplier is drawn from it.")
             continue
         if item["measures_pretraining"] is None:
-            item["sentence"] += " No untrained control was run: whether this measures pretraining is unknown."
+            item["sentence"] += (" No untrained control was run" if not gains else " With one seed no gain over the "
+                                 "untrained control can be tested") + ": whether this measures pretraining is unknown."
         if yardstick.point is None:
             continue  # no curve over FLOPs (fine-tuning runs only at the budget)
         curves = {spec: [[(p["checkpoint"], v) for p in r["curve"] for v in [yardstick.point(p)] if v is not None]
@@ -270,12 +274,14 @@ def _p(p: float | None) -> str:
 
 def pretraining_summary(found: list[dict], specs: list[str]) -> dict:
     """Whether pretraining paid at all: per objective, on how many yardsticks it beats its untrained control."""
-    tested = [item for item in found if item["gains"]]
+    tested = [item for item in found if item["gains"] and item["measures_pretraining"] is not None]
     wins = {spec: [item["yardstick"] for item in tested for g in item["gains"]
                    if g["objective"] == spec and beats_control(g)] for spec in specs}
     if not tested:
-        sentence = ("No untrained control was run, so nothing here says whether pretraining paid: the rankings "
-                    "below may measure only how far each objective moved its features from a random initialisation.")
+        reason = ("With one seed nothing can be tested against the untrained controls" if any(
+            item["gains"] for item in found) else "No untrained control was run")
+        sentence = (f"{reason}, so nothing here says whether pretraining paid: the rankings below may measure only "
+                    "how far each objective moved its features from a random initialisation.")
     elif not any(wins.values()):
         sentence = (f"Pretraining did not pay at this setup: no objective beats its untrained control on any of the "
                     f"{len(tested)} yardsticks (Welch, Holm p < {ALPHA}), so no ranking here says what pretraining "

@@ -9,6 +9,9 @@ labelled task (README: Downstream tasks).
   one paragraph per record;
 - library.jsonl: the opening paragraph of the docstrings of public functions and classes of four installed libraries
   (numpy, scipy, pandas, torch), labelled by the library it came from. None of it is in the corpus.
+- order.jsonl: the same passages, half of them with two adjacent words swapped, labelled by whether the word order is
+  the passage's own ("own" / "swapped"): a bag of words, which random features already read, cannot tell them apart,
+  so it asks what pretraining must teach (BLiMP-style minimal pairs made from the corpus's kind of text).
 What you get depends on what is installed: the files say how many passages each source gave.
 """
 
@@ -89,9 +92,31 @@ def library_passages(library: str, limit: int, seed: int = 0) -> list[str]:
     return openings[:limit]
 
 
+ORDER_WINDOW = 24  # the swap falls among a passage's first words, inside any model window it is read in
+
+
+def order_task(passages: list[str], seed: int = 0) -> list[dict]:
+    """Each passage once, labelled "own", or "swapped" with two adjacent words exchanged (chosen among the first
+    ORDER_WINDOW words, never two equal ones): the same words either way, only their order differs."""
+    rng, rows = random.Random(seed), []
+    for text in passages:
+        words = text.split()
+        pairs = [i for i in range(min(len(words), ORDER_WINDOW) - 1) if words[i] != words[i + 1]]
+        if not pairs:
+            continue
+        if rng.random() < 0.5:
+            rows.append({"text": text, "label": "own"})
+        else:
+            i = rng.choice(pairs)
+            words[i], words[i + 1] = words[i + 1], words[i]
+            rows.append({"text": " ".join(words), "label": "swapped"})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for corpus.jsonl and library.jsonl")
+    parser.add_argument("--out", type=Path, required=True, help="folder for corpus.jsonl, library.jsonl and "
+                                                                           "order.jsonl")
     parser.add_argument("--per-library", type=int, default=PER_LIBRARY, help=f"passages per library (default "
                                                                              f"{PER_LIBRARY})")
     args = parser.parse_args()
@@ -105,9 +130,13 @@ def main() -> None:
     random.Random(0).shuffle(task)
     with open(args.out / "library.jsonl", "w") as handle:
         handle.writelines(json.dumps(row) + "\n" for row in task)
+    order = order_task([row["text"] for row in task])
+    with open(args.out / "order.jsonl", "w") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in order)
     counts = {library: sum(row["label"] == library for row in task) for library in LIBRARIES}
     print(f"{args.out / 'corpus.jsonl'}: {len(corpus)} paragraphs, {sum(len(t.split()) for t in corpus):,} words")
     print(f"{args.out / 'library.jsonl'}: " + ", ".join(f"{library} {count}" for library, count in counts.items()))
+    print(f"{args.out / 'order.jsonl'}: {len(order)} passages, {sum(r['label'] == 'swapped' for r in order)} swapped")
 
 
 if __name__ == "__main__":

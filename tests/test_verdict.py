@@ -4,8 +4,8 @@ import math
 import numpy as np
 import pytest
 
-from bench.verdict import (compute_multiplier, format_multiplier, holm, interpolate_flops, signal_density_ratio,
-                           yardstick_verdict)
+from bench.verdict import (beats_control, compute_multiplier, format_multiplier, gain_over_control, holm,
+                           holm_gains, interpolate_flops, rise_with_compute, signal_density_ratio, yardstick_verdict)
 
 BUDGET = 1e12
 CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1% of the budget to the budget, log-spaced like the runs'
@@ -205,3 +205,69 @@ def test_verdict_rejects_bad_input():
         yardstick_verdict("x", {"a": [1.0]}, "b")
     with pytest.raises(ValueError, match="finite"):
         yardstick_verdict("x", {"a": [1.0, float("nan")]}, "a")
+
+
+# --- the gain over the untrained control -------------------------------------------------------------------------
+
+def test_gain_over_control_by_hand():
+    from scipy.stats import t as t_distribution
+
+    values, control = [0.80, 0.82, 0.84], [0.50, 0.52, 0.51]
+    gain = gain_over_control(values, control, ceiling=1.0)
+    mean = lambda v: sum(v) / len(v)  # noqa: E731
+    var = lambda v: sum((x - mean(v)) ** 2 for x in v) / (len(v) - 1)  # noqa: E731
+    se2 = var(values) / 3 + var(control) / 3
+    df = se2 ** 2 / ((var(values) / 3) ** 2 / 2 + (var(control) / 3) ** 2 / 2)
+    difference = 0.82 - 0.51
+    half = t_distribution.ppf(0.975, df) * se2 ** 0.5
+    assert gain["gain"] == pytest.approx(difference) and gain["control_mean"] == pytest.approx(0.51)
+    assert (gain["ci_low"], gain["ci_high"]) == pytest.approx((difference - half, difference + half))
+    assert gain["p"] == pytest.approx(2 * t_distribution.sf(difference / se2 ** 0.5, df))
+    assert gain["share_of_gain"] == pytest.approx(0.31 / 0.49)  # (0.82 − 0.51) / (1 − 0.51)
+    assert gain_over_control(values, control)["share_of_gain"] is None  # no ceiling known
+    assert gain_over_control([0.3], [0.2])["p"] is None  # one seed: nothing to test
+    family = [gain, gain_over_control([0.5, 0.52, 0.51], control)]
+    holm_gains(family)
+    assert [g["p_holm"] for g in family] == pytest.approx(holm([g["p"] for g in family]))
+    assert beats_control(family[0]) and not beats_control(family[1])
+
+
+def test_rise_with_compute_is_spearmans_rho_by_hand():
+    assert rise_with_compute([0, 1, 2, 3], [0.1, 0.2, 0.3, 0.4]) == pytest.approx(1.0)
+    assert rise_with_compute([0, 1, 2, 3], [0.4, 0.3, 0.2, 0.1]) == pytest.approx(-1.0)
+    # ranks 1 3 2 4 against 1 2 3 4: 1 − 6 Σd² / (n (n² − 1)) = 1 − 6 · 2 / 60
+    assert rise_with_compute([0, 1, 2, 3], [0.1, 0.3, 0.2, 0.4]) == pytest.approx(0.8)
+    assert rise_with_compute([0, 1, 2], [0.5, 0.5, 0.5]) is None and rise_with_compute([0, 1], [0.1, 0.2]) is None
+
+
+def _runs(spec: str, finals: list[float], control: str = "untrained, bidirectional") -> list[dict]:
+    return [{"objective": spec, "seed": seed, "control": control, "probes": {"component": value, "sees": "smoothing"},
+             "curve": [{"checkpoint": 1e10, "component": value - 0.1}, {"checkpoint": 1e11, "component": value}]}
+            for seed, value in enumerate(finals)]
+
+
+def test_a_yardstick_no_objective_moves_ranks_nothing():
+    from bench.results import verdict
+
+    controls = {"untrained, bidirectional": [{"control": "untrained, bidirectional", "seed": seed,
+                                              "probes": {"component": value, "sees": "smoothing"}}
+                                             for seed, value in enumerate([0.50, 0.52, 0.51])]}
+    moved = {"mlm": _runs("mlm", [0.70, 0.72, 0.71]), "electra": _runs("electra", [0.80, 0.82, 0.81])}
+    found = verdict(moved, "mlm", {"component": 0.9}, [], 1e11, controls)
+    component = found["yardsticks"][0]
+    assert component["yardstick"] == "component" and component["measures_pretraining"] is True
+    assert [m["objective"] for m in found["multipliers"]] == ["electra"]
+    assert found["pretraining"]["paid"] and found["pretraining"]["sentence"].startswith("Pretraining paid")
+    assert component["gains"][0]["share_of_gain"] == pytest.approx((0.71 - 0.51) / (0.9 - 0.51))
+    assert component["gains"][0]["rise"] == pytest.approx(1.0)  # 0.51 at 0 FLOPs, 0.61, 0.71
+    unmoved = {"mlm": _runs("mlm", [0.50, 0.53, 0.51]), "electra": _runs("electra", [0.52, 0.50, 0.51])}
+    found = verdict(unmoved, "mlm", {"component": 0.9}, [], 1e11, controls)
+    component = found["yardsticks"][0]
+    assert component["measures_pretraining"] is False and found["multipliers"] == []
+    assert "does not measure pretraining" in component["sentence"]
+    assert found["pretraining"]["paid"] is False and "did not pay" in found["pretraining"]["sentence"]
+    # one seed: nothing can be tested, which is not the same as "did not pay"
+    one = verdict({"mlm": _runs("mlm", [0.9])}, "mlm", {}, [], 1e11,
+                  {"untrained, bidirectional": controls["untrained, bidirectional"][:1]})
+    assert one["yardsticks"][0]["measures_pretraining"] is None and one["pretraining"]["paid"] is None
+    assert one["pretraining"]["sentence"].startswith("With one seed")
