@@ -532,6 +532,19 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the command's handler is gone with it
+
+    # during the first untrained control (after the runs): it is written, and the command stops before the next
+    with monkeypatch.context() as patch:
+        patch.setattr(bench.compare, "control_run", signalling(bench.compare.control_run))
+        with pytest.raises(SystemExit) as exit_info:
+            main([*flags, "--out", str(stopped), "--resume"])
+    assert exit_info.value.code == EXIT_STOPPED and (stopped / "runs" / "mlm-seed1" / "result.json").exists()
+    controls = stopped / "runs"
+    assert (controls / "untrained-bidirectional-seed0" / "result.json").exists()
+    assert not (controls / "untrained-bidirectional-seed1").exists()
     main([*flags, "--out", str(stopped), "--resume"])
-    assert numbers(json.loads((stopped / "results.json").read_text())) == \
-        numbers(json.loads((tmp_path / "straight" / "results.json").read_text()))
+    resumed, straight = (json.loads((folder / "results.json").read_text())
+                         for folder in (stopped, tmp_path / "straight"))
+    assert numbers(resumed) == numbers(straight)
+    assert [{k: v for k, v in c.items() if k != "wall_seconds"} for c in resumed["controls"]] == \
+        [{k: v for k, v in c.items() if k != "wall_seconds"} for c in straight["controls"]]
