@@ -100,7 +100,9 @@ def question(data: ProbeData, name: str, sees: str) -> tuple[Tensor, Tensor, Ten
 
 def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
     """The Bayes accuracy of each question on the test windows, per kind of reader: the mean of the largest exact
-    posterior (the expected accuracy of the Bayes answer, with less variance than counting its hits)."""
+    posterior (the expected accuracy of the Bayes answer, with less variance than counting its hits). The exact
+    posterior also knows which other positions were asked (hidden, or perhaps replaced), which no reader is told: a
+    valid upper bound, not always reachable."""
     data, language = probe_data(corpus, config), corpus.language
     words, chosen, test = data.words[data.test], data.chosen[data.test], data.test
     found = {}

@@ -158,8 +158,10 @@ def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
     def probe_input_only(key: str, share: bool) -> Callable[[str], float | None]:
         def value(sees: str) -> float | None:
             found = ((input_only or {}).get(sees) or {}).get(key)
+            if found is None or not share:
+                return found
             ceiling = ceilings.get(ceiling_key(key, sees))
-            return None if found is None else found / ceiling if share and ceiling else None if share else found
+            return found / ceiling if ceiling else None
         return value
 
     found = [Yardstick(name, label, lambda run, k=key, s=share: yardstick_value(run.get("probes") or {}, k, s, ceilings),
@@ -232,17 +234,16 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
                       "controls": [{"control": name, **stat(v)} for name, v in control_values.items() if v],
                       "input_only": {s: v for s in dict.fromkeys(sees.values())
                                      for v in [yardstick.input_only(s)] if v is not None},
-                      "_yardstick": yardstick})
+                      "_yardstick": yardstick, "_values": values})
     holm_gains(family)
     multipliers = []
     for item in found:
-        yardstick = item.pop("_yardstick")
-        gains = item["gains"]
+        yardstick, values, gains = item.pop("_yardstick"), item.pop("_values"), item["gains"]
         # None: no control ran, or too few seeds to test any gain
         item["measures_pretraining"] = True if any(beats_control(g) for g in gains) else \
             False if gains and all(g["p"] is not None for g in gains) else None
         if item["measures_pretraining"] is False:
-            best = max(item["gains"], key=lambda g: g["gain"])
+            best = max(gains, key=lambda g: g["gain"])
             item["sentence"] = (f"No objective beats its untrained control on {item['label']} (the largest gain, "
                                 f"{best['objective']}'s, is {best['gain']:+.4g}, Holm p = "
                                 f"{_p(best['p_holm'])}): at this setup it does not measure pretraining, and no "
@@ -257,8 +258,6 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
                          for r in runs] for spec, runs in grouped.items()}
         if not all(curve for curve in curves[baseline]):
             continue
-        values = {spec: [v for r in runs for v in [yardstick.final(r)] if v is not None]
-                  for spec, runs in grouped.items()}
         for spec in (spec for spec in grouped if spec != baseline):
             multipliers.append({"objective": spec, "yardstick": yardstick.name,
                                 **compute_multiplier(curves[baseline], values[spec], budget)})
