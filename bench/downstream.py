@@ -304,10 +304,16 @@ def context_for_run(out: Path, settings: dict) -> TaskContext:
     return TaskContext(seq_len, vocab_for_tokenizer(tokenizer), tokenizer=tokenizer)
 
 
+def run_objective(spec: str, settings: dict, context: TaskContext) -> Objective:
+    """A run's objective as built before its first step (bench.train.build_run_objective, from what config.json
+    recorded): its weights are whatever the generator's state makes them."""
+    backbone = Backbone(resolve_model(settings["model"], context.vocab.size, max_seq_len=context.seq_len))
+    return build_objective(spec, backbone, context.vocab)
+
+
 def load_run_objective(run_dir: Path, spec: str, settings: dict, context: TaskContext) -> Objective:
     """A run's objective with the weights of its final checkpoint."""
-    backbone = Backbone(resolve_model(settings["model"], context.vocab.size, max_seq_len=context.seq_len))
-    objective = build_objective(spec, backbone, context.vocab)
+    objective = run_objective(spec, settings, context)
     state = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
     objective.load_state_dict(state["model"])
     return objective
@@ -318,8 +324,7 @@ def control_objective(control: dict, settings: dict, context: TaskContext) -> Ob
     construction a run's setup uses, so nothing of it needs to be stored."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(control["seed"])  # what Fabric's seed_everything does to torch's generator
-        backbone = Backbone(resolve_model(settings["model"], context.vocab.size, max_seq_len=context.seq_len))
-        return build_objective(control["read_as"], backbone, context.vocab)
+        return run_objective(control["read_as"], settings, context)
 
 
 def build_parser():

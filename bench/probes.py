@@ -186,20 +186,19 @@ def input_only_controls(corpus: Corpus, config: ProbeConfig) -> dict[str, dict[s
     component, a linear probe on the window's bag of words. The same recipe and windows as the backbones'."""
     data = probe_data(corpus, config)
     V, train, test = corpus.language.emission.shape[-1], data.train, data.test
-    found = {}
-    for sees in SEES:
-        _, read, labels = question(data, "hidden_state", sees)
-        prior = majority_accuracy(labels[train][read[train]], labels[test][read[test]])
-        shown = F.one_hot(data.shown - data.first, V).float()
-        _, read, labels = question(data, "replaced_word", sees)
-        replaced, _, _ = fit_linear_probe(shown[train][read[train]], labels[train][read[train]],
-                                          shown[test][read[test]], labels[test][read[test]], 2, config)
-        found[sees] = {"hidden_state": prior, "replaced_word": replaced}
+    # the shown word and the bag of words are the same input whatever the reader: one probe each
+    shown = F.one_hot(data.shown - data.first, V).float()
+    _, read, labels = question(data, "replaced_word", "smoothing")
+    replaced, _, _ = fit_linear_probe(shown[train][read[train]], labels[train][read[train]], shown[test][read[test]],
+                                      labels[test][read[test]], 2, config)
     bag = F.one_hot(data.words, V).float().mean(1)
     component, _, _ = fit_linear_probe(bag[train], data.components[train], bag[test], data.components[test],
                                        int(corpus.language.emission.shape[0]), config)
-    for sees in SEES:
-        found[sees]["component"] = component
+    found = {}
+    for sees in SEES:  # the hidden-state question differs: a causal reader is asked at the position before
+        _, read, labels = question(data, "hidden_state", sees)
+        found[sees] = {"hidden_state": majority_accuracy(labels[train][read[train]], labels[test][read[test]]),
+                       "replaced_word": replaced, "component": component}
     return found
 
 

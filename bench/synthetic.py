@@ -206,6 +206,13 @@ def _log_component_filter(language: Language, log_z: Tensor) -> Tensor:
     return torch.log_softmax(language.prior.log()[None, :, None] + log_z.cumsum(0), dim=1)
 
 
+def _posterior(language: Language, ev: Tensor) -> Tensor:
+    """(L, K, N, S): p(component k, state s_t | all the evidence)."""
+    alpha, log_z = _forward(language, ev)
+    beta = _backward(language, ev, log_z)
+    return _log_component_filter(language, log_z)[-1].exp()[None, :, :, None] * alpha * beta
+
+
 def _to_global(x: Tensor) -> Tensor:
     """(L, K, N, S) -> (N, L, K * S), global state id = k * S + s."""
     L, K, N, S = x.shape
@@ -361,10 +368,7 @@ def masked_token_nll(
     # summed against the emission row that is (keep emission[w] + random / V) / norm.
     sel, vis = selected.T[:, None, :, None], visible.T[:, None, :, None]
     ev = torch.where(sel, torch.where(vis, (keep_prob * emit_obs + random_prob / V) / norm, 1.0), emit_obs)
-    alpha, log_z = _forward(language, ev)
-    beta = _backward(language, ev, log_z)
-    comp = _log_component_filter(language, log_z)[-1].exp()  # (K, N): p(k | all evidence)
-    posterior = comp[None, :, :, None] * alpha * beta  # p(k, s_i | all evidence)
+    posterior = _posterior(language, ev)  # p(k, s_i | all evidence)
     # Given s_i, x_i is independent of the rest of the sequence, so
     # p(x_i | evidence) = sum_{k,s} p(k, s_i = s | evidence) * emission[k, s, x_i] lik_i(x_i) / ev_i[k, s].
     lik = torch.where(visible, (keep_prob * (observed == words) + random_prob / V) / norm, 1.0)
@@ -387,34 +391,9 @@ def component_posterior(language: Language, words: Tensor) -> Tensor:
     return _log_component_filter(language, log_z)[-1].exp().T.contiguous()
 
 
-@dataclass(frozen=True)
-class Ceilings:
-    smoothing_accuracy: float  # expected accuracy of the Bayes tagger from the whole sequence
-    filtering_accuracy: float  # same from the left context only
-    component_accuracy: float  # expected accuracy of the Bayes sequence classifier
-
-
-def bayes_ceilings(language: Language, words: Tensor) -> Ceilings:
-    """The Bayes classifier picks the arg-max posterior, and is right with probability equal to that maximum, so its
-    expected accuracy on these sequences is the mean maximum posterior (lower variance than counting hits)."""
-    smoothing, filtering = state_posteriors(language, words)
-    return Ceilings(
-        smoothing_accuracy=smoothing.amax(-1).mean().item(),
-        filtering_accuracy=filtering.amax(-1).mean().item(),
-        component_accuracy=component_posterior(language, words).amax(-1).mean().item(),
-    )
-
-
 # The probes' questions (bench.probes): what a position's context says about it, with its own word hidden or perhaps
 # replaced. A reader that sees the whole window (bidirectional) conditions on every word it is shown; a causal reader
 # on the words before the position (and, for the replaced word, the position's own word).
-
-
-def _posterior(language: Language, ev: Tensor) -> Tensor:
-    """(L, K, N, S): p(component k, state s_t | all the evidence)."""
-    alpha, log_z = _forward(language, ev)
-    beta = _backward(language, ev, log_z)
-    return _log_component_filter(language, log_z)[-1].exp()[None, :, :, None] * alpha * beta
 
 
 def hidden_state_posterior(language: Language, words: Tensor, hidden: Tensor) -> Tensor:

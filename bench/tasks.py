@@ -503,7 +503,7 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         elif name == "tagging":
             # No ceiling: a causal backbone's feature at a position has read only the words up to it (its ceiling is
             # the filtering accuracy), the others the whole window (smoothing); one number would hold one of them to
-            # the wrong limit. The probes section reports each objective against its own.
+            # the wrong limit (synthetic.state_posteriors gives both).
             splits[split] = Split(tokens, lengths, drawn.states)
         elif name == "component":
             splits[split] = Split(tokens, lengths, drawn.components)
