@@ -22,10 +22,11 @@ Everything that makes runs comparable lives here:
 Long runs: the state is also saved every `checkpoint_every` minutes, and SIGTERM or SIGUSR1 (a scheduler's warning
 before it ends a job) saves it at the end of the current step and exits with EXIT_STOPPED; rerunning resumes exactly.
 A training step reads one number from the device, the global loss (with the stop and save requests of every process
-beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal. The counts
-the step needs from the other processes' rows (supervised positions, FLOPs) are integers the hosts add up
-(`sum_on_hosts`) before the step starts, without waiting for any device. The next step's rows are corrupted in a
-background thread while this one runs (`Prefetcher`), into pinned memory on CUDA, and copied without blocking.
+beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal. The next
+step's rows are corrupted in a background thread while this one runs (`Prefetcher`), into pinned memory on CUDA, and
+copied without blocking; the counts that step needs from the other processes' rows (supervised positions, FLOPs)
+ride in this step's all-reduce, so a step makes one collective, on the training backend alone (no second, host-side
+group whose address resolution can fail on a cluster where NCCL works).
 """
 
 from __future__ import annotations
@@ -252,36 +253,34 @@ def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, 
 
 @dataclass(frozen=True)
 class StepCounts:
-    """What a step's global batch holds, summed over the processes' rows."""
+    """What a step's rows hold: this process's (local_counts), or the global batch's, summed over the processes.
+    Each count is a sum over rows (FLOPs are linear in the rows and the projected positions), so the processes'
+    counts add up to the whole batch's."""
 
     flops: int
     supervised_positions: int
     loss_counts: dict[str, int]  # the positions each mean of the loss averages over (Objective.loss_counts)
 
+    def values(self) -> list[int]:
+        return [self.flops, self.supervised_positions, *self.loss_counts.values()]
 
-def step_counts(fabric: Fabric, objective: Objective, rows: Corrupted) -> StepCounts:
-    """The global batch's counts from this process's `rows`: each count is a sum over rows (FLOPs are linear in
-    the rows and the projected positions), so the processes' counts add up to the whole batch's."""
-    loss_counts = objective.loss_counts(rows)
-    flops, supervised, *summed = sum_on_hosts(fabric, [objective.flops(rows), objective.counted_positions(rows),
-                                                      *loss_counts.values()])
-    return StepCounts(flops, supervised, dict(zip(loss_counts, summed)))
+    def with_values(self, values: list[int]) -> StepCounts:
+        flops, supervised, *summed = values
+        return StepCounts(flops, supervised, dict(zip(self.loss_counts, summed)))
 
 
-_HOST_GROUPS: dict = {}
+def local_counts(objective: Objective, rows: Corrupted) -> StepCounts:
+    return StepCounts(objective.flops(rows), objective.counted_positions(rows), objective.loss_counts(rows))
 
 
-def sum_on_hosts(fabric: Fabric, values: list[int]) -> list[int]:
-    """Integers summed over every process, exactly (int64), through the hosts: a gloo all-reduce of a CPU tensor,
-    which waits for the other processes but never for a device. On NCCL a gloo group is made once beside it."""
+def step_counts(fabric: Fabric, local: StepCounts) -> StepCounts:
+    """The global batch's counts from this process's: an exact (int64) all-reduce on the training device, for a
+    step whose counts did not ride in the previous step's all-reduce (a run's first step, a resumed run's)."""
     if fabric.world_size == 1:
-        return values
-    world = torch.distributed.group.WORLD
-    if torch.distributed.get_backend() != "gloo" and world not in _HOST_GROUPS:
-        _HOST_GROUPS[world] = torch.distributed.new_group(backend="gloo")  # every process gets here at the same step
-    summed = torch.tensor(values, dtype=torch.long)
-    torch.distributed.all_reduce(summed, group=_HOST_GROUPS.get(world))
-    return summed.tolist()
+        return local
+    summed = torch.tensor(local.values(), dtype=torch.long).to(fabric.device)
+    torch.distributed.all_reduce(summed)
+    return local.with_values(summed.tolist())
 
 
 class Prefetcher:
@@ -289,7 +288,7 @@ class Prefetcher:
     work of a few to tens of milliseconds per step. A build is a pure function of (step, phase), so a prefetched
     batch is the one the loop would have built itself; the loop builds it in place when none was asked for."""
 
-    def __init__(self, build: Callable[[int, int], Corrupted]) -> None:
+    def __init__(self, build: Callable[[int, int], tuple[Corrupted, StepCounts]]) -> None:
         self.build = build
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batches")
         self.pending: tuple[tuple[int, int], Future] | None = None
@@ -297,7 +296,11 @@ class Prefetcher:
     def start(self, step: int, phase: int) -> None:
         self.pending = ((step, phase), self.executor.submit(self.build, step, phase))
 
-    def take(self, step: int, phase: int) -> Corrupted:
+    def ahead(self) -> StepCounts:
+        """The local counts of the batch being built (waiting for it): they ride in this step's all-reduce."""
+        return self.pending[1].result()[1]
+
+    def take(self, step: int, phase: int) -> tuple[Corrupted, StepCounts]:
         pending, self.pending = self.pending, None
         if pending is not None and pending[0] == (step, phase):
             return pending[1].result()
@@ -592,19 +595,37 @@ def share_of_loss(objective: Objective, output: Output, micro: Corrupted, totals
                for name, term in terms.items())
 
 
-def agree(fabric: Fabric, loss_part: Tensor, stop: bool, save: bool) -> tuple[float, bool, bool]:
-    """(the global batch's loss, whether any process was asked to stop, whether any wants to save), the same on every
-    process: the processes' loss parts are summed (a NaN or inf on one reaches all) and their requests or-ed, in one
-    all-reduce, then read with one transfer to the host, the step's only synchronisation. Agreeing is what lets every
-    process stop at the same step; one that stopped alone would leave the others waiting in a collective."""
+@dataclass(frozen=True)
+class Agreement:
+    """What every process knows after a step's all-reduce."""
+
+    loss: float  # the global batch's
+    stop: bool  # whether any process was asked to stop
+    save: bool  # whether any wants to save
+    ahead: StepCounts | None  # the next step's global counts, when its local ones were given
+
+
+HALF = 2 ** 32
+
+
+def agree(fabric: Fabric, loss_part: Tensor, stop: bool, save: bool, ahead: StepCounts | None = None) -> Agreement:
+    """The step's only synchronisation: the processes' loss parts summed (a NaN or inf on one reaches all), their
+    requests or-ed and the next step's local counts (`ahead`) summed, in one all-reduce, read with one transfer to
+    the host. Agreeing is what lets every process stop at the same step; one that stopped alone would leave the
+    others waiting in a collective."""
     if fabric.world_size == 1:
-        return loss_part.item(), stop, save
-    # the flags are filled on the device (torch.tensor(list, device=cuda) would be a blocking copy), and the
-    # all-reduce is torch's own: Fabric's runs a barrier before it, a second wait at every step
-    values = torch.cat([loss_part.reshape(1), *(loss_part.new_full((1,), float(flag)) for flag in (stop, save))])
+        return Agreement(loss_part.item(), stop, save, ahead)
+    # float64 adds integers exactly below 2**53, and a step's FLOPs pass that at scale: each count travels as two
+    # 32-bit halves, exact summed over up to 2**20 processes. The values are filled on the device
+    # (torch.tensor(list, device=cuda) would be a blocking copy), and the all-reduce is torch's own: Fabric's runs a
+    # barrier before it, a second wait at every step.
+    halves = [half for count in (ahead.values() if ahead else []) for half in divmod(count, HALF)]
+    loss_part = loss_part.reshape(1).double()
+    values = torch.cat([loss_part, *(loss_part.new_full((1,), float(value)) for value in (stop, save, *halves))])
     torch.distributed.all_reduce(values, op=torch.distributed.ReduceOp.SUM)
-    total, stops, saves = values.tolist()
-    return total, stops > 0, saves > 0
+    total, stops, saves, *summed = values.tolist()
+    counts = [int(high) * HALF + int(low) for high, low in zip(summed[::2], summed[1::2])]
+    return Agreement(total, stops > 0, saves > 0, ahead.with_values(counts) if ahead else None)
 
 
 def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: list[Corrupted], grid: list[float],
@@ -651,9 +672,11 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
     per_rank = config.batch_size // fabric.world_size
     share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
 
-    def build(step: int, phase: int) -> Corrupted:  # this process's rows of the step's global batch
+    def build(step: int, phase: int) -> tuple[Corrupted, StepCounts]:  # this process's rows of the step's batch
         rows = training_batch(objective, windows[phase], run.seed, step, config.batch_size, share)
-        return rows.pin_memory() if fabric.device.type == "cuda" else rows
+        return (rows.pin_memory() if fabric.device.type == "cuda" else rows), local_counts(objective, rows)
+
+    carried: tuple[tuple[int, int], StepCounts] | None = None  # a step's global counts, from the step before
 
     with stop_on_signals() as request, closing(live), closing(Prefetcher(build)) as prefetch:
         while counters["flops"] < config.budget_flops:
@@ -664,14 +687,19 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, pro
             # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
             # throughout would read at step s.
             phase = run.schedule.phase_at(counters["flops"], config.budget_flops)
-            rows = prefetch.take(step, phase)
-            spent = step_counts(fabric, objective, rows)
+            rows, local = prefetch.take(step, phase)
+            spent = carried[1] if carried and carried[0] == (step, phase) else step_counts(fabric, local)
             # the next step's phase is known now: its rows are corrupted while this step runs
-            prefetch.start(step + 1, run.schedule.phase_at(counters["flops"] + spent.flops, config.budget_flops))
+            upcoming = (step + 1, run.schedule.phase_at(counters["flops"] + spent.flops, config.budget_flops))
+            prefetch.start(*upcoming)
             loss_part = train_step(fabric, run, rows, spent.loss_counts)
             save_due = config.checkpoint_every is not None and \
                 time.monotonic() - last_save >= 60 * config.checkpoint_every
-            loss, stop, save = agree(fabric, loss_part, request.signal_name is not None, save_due)
+            # one process needs no counts from the others; several add up the next step's in this all-reduce
+            agreed = agree(fabric, loss_part, request.signal_name is not None, save_due,
+                           prefetch.ahead() if fabric.world_size > 1 else None)
+            loss, stop, save = agreed.loss, agreed.stop, agreed.save
+            carried = (upcoming, agreed.ahead) if agreed.ahead else None
             counters["train_seconds"] += time.perf_counter() - tick
             if not math.isfinite(loss):  # every rank sees the same loss, so every rank stops here
                 bar.close()

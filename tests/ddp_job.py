@@ -62,10 +62,29 @@ def on_training_forward(cls: type, call: int, action) -> None:
     cls.forward = acting_forward(cls, call, action)  # a spawned rank of its own: nothing to restore
 
 
+def counting_collectives(seen: dict) -> None:
+    """Count the all-reduces each run makes, and the process groups made beside the training one."""
+    real_all_reduce, real_new_group = torch.distributed.all_reduce, torch.distributed.new_group
+
+    def all_reduce(tensor, *args, **kwargs):
+        seen["all_reduces"] += 1
+        return real_all_reduce(tensor, *args, **kwargs)
+
+    def new_group(*args, **kwargs):
+        seen["new_groups"] += 1
+        return real_new_group(*args, **kwargs)
+
+    torch.distributed.all_reduce, torch.distributed.new_group = all_reduce, new_group
+
+
 def train(fabric: Fabric, out: Path) -> None:
     data = corpus()
+    seen = {}
+    counting_collectives(seen)
     for name, (spec, micro_batch) in RUNS.items():
+        seen.update(all_reduces=0, new_groups=0)
         train_run(fabric, spec, 0, data, config(micro_batch), out / name, progress=False)
+        (out / name / f"collectives-rank{fabric.global_rank}.json").write_text(json.dumps(seen))
     # probes at every checkpoint and at the end: counted per rank, run on rank 0 only
     calls, real = [], bench.train.run_probes
     bench.train.run_probes = lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs)

@@ -103,3 +103,13 @@ def test_the_output_folder_is_rank_0s_and_must_be_shared(tmp_path):
     assert seen[0]["same"] == seen[1]["same"] == str(tmp_path / "rank0")  # e.g. default folders named by clock
     assert seen[0]["separate"] == seen[1]["separate"]  # both refuse, with the same line
     assert seen[0]["separate"].startswith(f"--out {tmp_path / 'separate'} is not one folder that every process sees")
+
+
+def test_a_step_makes_one_collective_on_the_training_backend(two_processes):
+    # the next step's counts ride in the step's own all-reduce: no host-side (gloo) group beside NCCL, and one
+    # all-reduce per step, plus the first step's counts, the check that the folder is shared and the end's stop check
+    out = Path(two_processes["mlm"]["_out"])
+    for name in RUNS:
+        for rank in (0, 1):
+            seen = json.loads((out / name / f"collectives-rank{rank}.json").read_text())
+            assert seen == {"all_reduces": two_processes[name]["steps"] + 3, "new_groups": 0}, (name, rank)

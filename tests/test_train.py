@@ -21,8 +21,8 @@ from bench.schedule import parse_seq_len, predict_phases
 from bench.seeds import derive_seed
 from bench.train import (EXIT_STOPPED, ROW_STREAM, Prefetcher, RunStopped, TrainConfig, TrainingDiverged, agree,
                          build_run_objective, check_batch_split, check_config, check_memory, configure_matmuls,
-                         eval_batches, eval_grid, learning_rate, make_fabric, make_optimizer, setup_run, step_counts,
-                         tf32_matmuls, train_run, train_step, training_batch)
+                         eval_batches, eval_grid, learning_rate, local_counts, make_fabric, make_optimizer, setup_run,
+                         step_counts, tf32_matmuls, train_run, train_step, training_batch)
 from conftest import signalling
 from ddp_job import acting_forward
 from objectives import IGNORE, Vocab
@@ -284,8 +284,8 @@ def test_a_training_step_reads_one_number_from_the_device(spec, micro_batch, cor
         run.counters["step"] = step
         batch = training_batch(run.objective, windows, 0, step, BATCH)  # corruption is host-side, before the step
         with DeviceReads() as reads:
-            spent = step_counts(fabric, run.objective, batch)
-            loss, _, _ = agree(fabric, train_step(fabric, run, batch, spent.loss_counts), False, False)
+            spent = step_counts(fabric, local_counts(run.objective, batch))
+            loss = agree(fabric, train_step(fabric, run, batch, spent.loss_counts), False, False).loss
         # PyTorch's AdamW keeps its step counts on the host (unless fused, as on CUDA): reading them waits for nothing
         counts = [state["step"] for state in run.optimizer.state.values()]
         device_reads = [name for name, tensor in reads.calls if not any(tensor is count for count in counts)]
@@ -643,3 +643,20 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
     finished = json.loads((tmp_path / "probes" / "result.json").read_text())  # the probes' work is kept
     assert without_timings(finished) == without_timings(json.loads(json.dumps(straight)))
     capsys.readouterr()
+
+
+def test_the_next_steps_counts_ride_in_the_steps_all_reduce_exactly(tmp_path):
+    # a one-process gloo group stands in for NCCL (a sum over one process is the value itself), so what is checked
+    # is the carrying: counts past float64's 2**53, sent as halves, come back exact beside the loss and the flags
+    import torch.distributed as dist
+    from bench.train import StepCounts
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        fabric = type("TwoProcesses", (), {"world_size": 2, "device": torch.device("cpu")})()
+        ahead = StepCounts(2 ** 60 + 12345, 2 ** 53 + 1, {"masked": 3, "replaced": 2 ** 40 - 1})
+        agreed = agree(fabric, torch.tensor(1.25), True, False, ahead)
+        assert (agreed.loss, agreed.stop, agreed.save, agreed.ahead) == (1.25, True, False, ahead)
+        assert step_counts(fabric, ahead) == ahead  # the first step's: int64 all the way
+        assert agree(fabric, torch.tensor(2.0), False, True).ahead is None
+    finally:
+        dist.destroy_process_group()
