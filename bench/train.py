@@ -43,7 +43,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import torch
 from lightning_fabric import Fabric
@@ -99,6 +99,9 @@ def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int
                 precision: str = "32-true", launch: bool = True) -> Fabric:
     """Fabric for these flags; with launch=False the processes are not started yet, so checks that can fail run
     once, in one process, and print one line."""
+    problem = slurm_without_srun(os.environ, devices, num_nodes)
+    if problem:
+        raise ConfigError(problem)
     try:
         fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=ddp_settings(strategy),
                         precision=precision)
@@ -107,6 +110,24 @@ def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int
     if launch:
         launch_processes(fabric)
     return fabric
+
+
+def slurm_without_srun(environ: Mapping[str, str], devices: int | str, num_nodes: int) -> str | None:
+    """Why this command cannot run as started, inside a Slurm job without srun, or None. Fabric takes SLURM_NTASKS
+    (set in an sbatch job's own shell) to mean Slurm started that many processes, and the one process there is then
+    waits for the others, for NCCL's or gloo's timeout (about 30 min). srun sets SLURM_STEP_NUM_TASKS for the tasks
+    it starts; Fabric ignores Slurm in a job named bash or interactive (salloc's shell, `--job-name interactive`)."""
+    if "SLURM_NTASKS" not in environ or "SLURM_STEP_NUM_TASKS" in environ or "TORCHELASTIC_RUN_ID" in environ:
+        return None
+    if environ.get("SLURM_JOB_NAME") in ("bash", "interactive"):
+        return None
+    tasks = environ["SLURM_NTASKS"]
+    if tasks == "1" and str(devices) == "1" and num_nodes == 1:
+        return None  # one process, and Slurm's world of one agrees
+    per_node = devices if str(devices).isdigit() else "DEVICES_PER_NODE"
+    return (f"inside a Slurm job (SLURM_NTASKS={tasks}) the processes must be started by srun, one per device: "
+            f"srun --ntasks-per-node {per_node} python -m bench.compare ... (run from the sbatch script; started "
+            "without srun, this process would wait about 30 min for processes that never come)")
 
 
 def ddp_settings(strategy: str) -> object:

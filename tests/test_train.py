@@ -660,3 +660,20 @@ def test_the_next_steps_counts_ride_in_the_steps_all_reduce_exactly(tmp_path):
         assert agree(fabric, torch.tensor(2.0), False, True).ahead is None
     finally:
         dist.destroy_process_group()
+
+
+def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypatch):
+    from bench.train import slurm_without_srun
+    batch_shell = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "pretrain"}
+    for name, value in batch_shell.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=r"^inside a Slurm job \(SLURM_NTASKS=4\) .* srun --ntasks-per-node 4 python"):
+        make_fabric("cpu", devices=4, strategy="ddp", launch=False)
+    assert "srun --ntasks-per-node DEVICES_PER_NODE" in slurm_without_srun(batch_shell, "auto", 1)
+    assert slurm_without_srun({**batch_shell, "SLURM_NTASKS": "1"}, 2, 1)  # Slurm's world of one, two devices
+    # started by srun, by torchrun, in salloc's shell, one task for one device, or outside Slurm: nothing to refuse
+    assert slurm_without_srun({**batch_shell, "SLURM_STEP_NUM_TASKS": "4"}, 4, 1) is None
+    assert slurm_without_srun({**batch_shell, "TORCHELASTIC_RUN_ID": "7"}, 4, 1) is None
+    assert slurm_without_srun({**batch_shell, "SLURM_JOB_NAME": "interactive"}, 4, 1) is None
+    assert slurm_without_srun({**batch_shell, "SLURM_NTASKS": "1"}, 1, 1) is None
+    assert slurm_without_srun({}, 4, 2) is None
