@@ -7,6 +7,7 @@ Training is bench.train, the numbers bench.results, the markdown bench.report.
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import subprocess
@@ -16,7 +17,7 @@ from argparse import Namespace
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 from lightning_fabric import Fabric
@@ -36,10 +37,11 @@ from bench.results import build_results
 from bench.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
-from bench.train import (EXIT_STOPPED, TrainConfig, TrainingDiverged, agree_on_folder, check_batch_split,
-                         check_config, check_memory, control_name, control_run, current_stop_request,
-                         eval_batches, finished_result, launch_processes, make_fabric, run_name, stop_agreed,
-                         stop_message, stop_on_signals, tf32_matmuls, train_run)
+from bench.train import (EXIT_STOPPED, TORCHRUN_FORWARDS, TrainConfig, TrainingDiverged, agree_on_folder,
+                         check_batch_split, check_config, check_memory, control_name, control_run,
+                         current_stop_request, eval_batches, finished_result, launch_processes, make_fabric, run_name,
+                         stop_agreed, stop_message, stop_on_signals, tf32_matmuls, train_run,
+                         unforwarded_stop_signals)
 from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -302,6 +304,26 @@ def check_args(args) -> None:
     if any(word in args.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):
         raise ConfigError(f"--strategy {args.strategy} is not supported: use auto or ddp (launched by this command, "
                           "torchrun or `fabric run`)")
+
+
+def resume_after_restart(args: Namespace, environ: Mapping[str, str] = os.environ) -> None:
+    """torchrun --max-restarts answers a failed worker by starting the same command again, without --resume: a
+    restarted worker (TORCHELASTIC_RESTART_COUNT > 0) whose --out holds this comparison resumes it. A default --out
+    is named by the clock, so a restart would start over in a new folder: with restarts allowed, --out is needed."""
+    restarts = int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if int(environ.get("TORCHELASTIC_MAX_RESTARTS", "0")) > 0:
+        if args.out is None:
+            raise ConfigError("torchrun --max-restarts needs --out: a restarted worker resumes the comparison there "
+                              "(the default folder is named by the clock, so a restart would start over)")
+        if environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE") != "1" and environ.get("RANK", "0") == "0":
+            # measured with two gloo workers: torch 2.13's restarted workers hang in init_process_group, 2.14's fail
+            # to connect; 2.4's and any with the variable set restart cleanly (pytorch/pytorch#135712)
+            print("warning: set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun: without it, recent torch's "
+                  "restarted workers may hang or fail to connect", file=sys.stderr)
+    if restarts > 0 and not args.resume and args.out is not None and (args.out / "config.json").exists():
+        args.resume = True
+        if environ.get("RANK", "0") == "0":
+            print(f"torchrun restart {restarts}: resuming the comparison in {args.out}", file=sys.stderr)
 
 
 def probe_config(heldout_windows: int) -> ProbeConfig:
@@ -621,6 +643,12 @@ def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_args(args)
+    resume_after_restart(args)
+    unforwarded = unforwarded_stop_signals(os.environ)
+    if unforwarded and os.environ.get("RANK", "0") == "0":
+        print(f"warning: torchrun does not pass {' or '.join(unforwarded)} on to its workers: a scheduler's "
+              f"{unforwarded[0]} would end it and them mid-step, unsaved; start torchrun with --signals-to-handle "
+              f"{TORCHRUN_FORWARDS},{','.join(unforwarded)}, or have the scheduler send SIGTERM", file=sys.stderr)
     with stop_on_signals():  # once for the whole command: a signal between two steps is not lost (README)
         if args.preset is not None:
             diverged = run_preset(args, argv)

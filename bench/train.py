@@ -130,6 +130,19 @@ def slurm_without_srun(environ: Mapping[str, str], devices: int | str, num_nodes
             "without srun, this process would wait about 30 min for processes that never come)")
 
 
+TORCHRUN_FORWARDS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT"  # what torchrun's agent handles unless told otherwise
+
+
+def unforwarded_stop_signals(environ: Mapping[str, str]) -> list[str]:
+    """The stop signals a torchrun agent would not pass on to this worker: one it does not handle ends the agent,
+    and the workers with it, mid-step. A torchrun with --signals-to-handle records it in the workers' environment;
+    older ones handle the default four only."""
+    if "TORCHELASTIC_RUN_ID" not in environ:
+        return []
+    forwarded = {name.strip() for name in environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE", TORCHRUN_FORWARDS).split(",")}
+    return [signal.Signals(number).name for number in STOP_SIGNALS if signal.Signals(number).name not in forwarded]
+
+
 def ddp_settings(strategy: str) -> object:
     """"ddp" (and "ddp_spawn", which the tests launch from pytest) as a DDPStrategy with the suite's settings; any
     other strategy as named. Gradients are views of DDP's all-reduce buckets, so no step copies them into and out of
