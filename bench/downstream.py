@@ -93,8 +93,8 @@ def hidden_states(backbone: Backbone, causal: bool, split: Split, batch_size: in
     attention over the example with the padding masked out."""
     was_training = backbone.training
     backbone.eval()
-    out = torch.cat([forward(backbone, causal, split.rows(slice(i, i + batch_size))).float().cpu()
-                     for i in range(0, len(split), batch_size)])
+    out = torch.cat([forward(backbone, causal, split.rows(slice(i, i + batch_size))).float()
+                     for i in range(0, len(split), batch_size)])  # on the device: the probe is fitted there
     backbone.train(was_training)
     return out
 

@@ -121,11 +121,12 @@ def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
 
 @torch.no_grad()
 def features(backbone: Backbone, tokens: Tensor, attention: dict, batch_size: int = 32) -> Tensor:
-    """(N, T, d) final-layer features, in eval mode, float32."""
+    """(N, T, d) final-layer features, in eval mode, float32, on the backbone's device (the probes are fitted there:
+    on a GPU a probe fitted on the host's one thread would hold every other rank at the barrier)."""
     was_training = backbone.training
     backbone.eval()
     device = backbone.token_embedding.weight.device
-    out = torch.cat([backbone(tokens[i:i + batch_size].to(device), **attention).float().cpu()
+    out = torch.cat([backbone(tokens[i:i + batch_size].to(device), **attention).float()
                      for i in range(0, len(tokens), batch_size)])
     backbone.train(was_training)
     return out
@@ -147,9 +148,11 @@ class StandardizedLinear(nn.Module):
 def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, classes: int,
                      config: ProbeConfig) -> tuple[float, int, StandardizedLinear]:
     """Multinomial logistic regression by L-BFGS on standardised features. Returns (test accuracy, FLOPs, probe)."""
-    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes)
+    device = train_x.device
+    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes).to(device)
     train_x, test_x = (train_x - model.mean) / model.std, (test_x - model.mean) / model.std
-    generator = torch.Generator().manual_seed(config.seed)
+    train_y, test_y = train_y.to(device), test_y.to(device)
+    generator = torch.Generator().manual_seed(config.seed)  # on the host: the same start on every device
     probe = model.linear
     with torch.no_grad():
         probe.weight.copy_(torch.randn(probe.weight.shape, generator=generator) * 0.01)
@@ -166,7 +169,8 @@ def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: T
         loss.backward()
         return loss
 
-    with torch.enable_grad():
+    # in fp32 whatever the run's autocast: L-BFGS's line search compares losses a half-precision product would blur
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
         optimizer.step(closure)
     with torch.no_grad():
         accuracy = (probe(test_x).argmax(-1) == test_y).float().mean().item()
@@ -228,7 +232,7 @@ def finetune_positions(backbone: Backbone, head: StandardizedLinear, attention: 
     hidden = features(model, inputs[data.test], attention)
     test_read = read[data.test]
     with torch.no_grad():
-        predicted = head(hidden[test_read].to(device)).argmax(-1).cpu()
+        predicted = head(hidden[test_read.to(hidden.device)]).argmax(-1).cpu()
     accuracy = (predicted == labels[data.test][test_read]).float().mean().item()
     seq_len, d = inputs.shape[1], backbone.config.d_model
     head_flops = lambda n: 2 * n * d * classes  # noqa: E731  (n rows of features)
@@ -259,8 +263,9 @@ def _run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finet
             hidden = clean
         else:
             hidden, passes = features(backbone, inputs, attention), passes + 1
+        read = where.to(hidden.device)
         result[name], probe_flops, heads[name] = fit_linear_probe(
-            hidden[train][where[train]], labels[train][where[train]], hidden[test][where[test]],
+            hidden[train][read[train]], labels[train][where[train]], hidden[test][read[test]],
             labels[test][where[test]], classes[name], config)
         flops += probe_flops
     pooled = clean.mean(1)

@@ -145,18 +145,27 @@ def density_section(results: dict) -> str:
 
 
 def compute_section(results: dict) -> str:
-    rows = []
+    rows, seconds = [], {"train": 0.0, "evaluations": 0.0}
     for o in results["objectives"]:
         c = o["compute"]
         rows.append([o["objective"], o["seeds"], f"{c['flops_per_step']:.4g}", f"{c['flops_per_token']:.4g}",
                      f"{c['flops_per_supervised']:.4g}", f"{c['steps']:.1f}", f"{c['tokens']:.4g}",
-                     f"{c['supervised_positions']:.4g}", f"{c['flops']:.4g}", f"{c['wall_seconds']:.1f}",
-                     f"{c['tokens_per_second']:,.0f}"])
+                     f"{c['supervised_positions']:.4g}", f"{c['flops']:.4g}", f"{c['train_seconds']:.1f}",
+                     f"{c['checkpoint_seconds']:.1f}", f"{c['final_seconds']:.1f}", f"{c['tokens_per_second']:,.0f}"])
+        seconds["train"] += c["train_seconds"] * o["seeds"]
+        seconds["evaluations"] += (c["checkpoint_seconds"] + c["final_seconds"]) * o["seeds"]
+    total = seconds["train"] + seconds["evaluations"]
+    cost = (f" The evaluations took {seconds['evaluations']:,.0f} s of the runs' {total:,.0f} s "
+            f"({100 * seconds['evaluations'] / total:.0f} %); on several processes the others wait at a barrier "
+            "while rank 0 runs the final probes and tasks." if total > 0 else "")
     return ("## 3. Compute\n\nMeans over seeds. FLOPs are the suite's analytic count of every matrix product each "
             "objective executes (forward + backward, generator included); training stops at the first step that "
-            "reaches the budget.\n\n"
+            "reaches the budget. Wall time is split into the training steps, the evaluations at the FLOP "
+            "checkpoints (held-out loss, curve probes and tasks, checkpointing) and the final probes and tasks."
+            f"{cost}\n\n"
             + table(rows, ["objective", "seeds", "FLOPs / step", "FLOPs / token", "FLOPs / supervised", "steps",
-                           "tokens", "supervised positions", "total FLOPs", "wall s", "tokens / s"]))
+                           "tokens", "supervised positions", "total FLOPs", "training s", "checkpoint evals s",
+                           "final evals s", "tokens / s"]))
 
 
 def sweep_section(results: dict) -> str:

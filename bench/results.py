@@ -57,7 +57,13 @@ def p_value(values: list[float], baseline: list[float]) -> float | None:
 
 def compute_summary(runs: list[dict]) -> dict[str, float]:
     mean = {key: sum(r[key] for r in runs) / len(runs) for key in COMPUTE_KEYS}
-    return {**mean, "flops_per_token": mean["flops"] / mean["tokens"],
+    # where the wall time went: the steps, the evaluations at the FLOP checkpoints (held-out loss, curve probes and
+    # tasks, checkpointing), and the final probes and tasks on rank 0
+    spent = {"train_seconds": [r["train_seconds"] for r in runs],
+             "checkpoint_seconds": [r["wall_seconds"] - r["train_seconds"] for r in runs],
+             "final_seconds": [(r.get("probe_seconds") or 0) + (r.get("downstream_seconds") or 0) for r in runs]}
+    return {**mean, **{key: sum(values) / len(runs) for key, values in spent.items()},
+            "flops_per_token": mean["flops"] / mean["tokens"],
             "flops_per_supervised": mean["flops"] / mean["supervised_positions"]}
 
 

@@ -722,10 +722,11 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
         raise TrainingDiverged(run.spec, run.seed, counters["step"], row["loss"], counters["last_finite_loss"],
                                counters["flops"])
     if run.config.probe_every_eval and fabric.is_global_zero:  # only rank 0 writes the row; the others need not wait
-        if probe is not None:
-            row.update(run_probes(run.objective, corpus, probe, finetune=False))
-        if downstream is not None:
-            row.update(downstream.curve_point(run.objective))
+        with fabric.autocast():  # the readouts run on the device, under the run's precision
+            if probe is not None:
+                row.update(run_probes(run.objective, corpus, probe, finetune=False))
+            if downstream is not None:
+                row.update(downstream.curve_point(run.objective))
     counters["wall_seconds"] = time.perf_counter() - started
     if fabric.is_global_zero:
         append_jsonl(run.curve_path, row)
@@ -876,12 +877,14 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         result, tick = run_result(fabric, run, corpus), time.perf_counter()
         # Probes and downstream tasks read one copy of the final weights, so rank 0 alone runs them (every rank holds
         # the same weights; the others would only repeat its work) and the others wait at the barrier below.
-        if probe is not None and fabric.is_global_zero:
-            result.update(probes=run_probes(run.objective, corpus, probe), probe_seconds=time.perf_counter() - tick)
-        if downstream is not None and fabric.is_global_zero:
-            tick = time.perf_counter()
-            scores = downstream.evaluate(run.objective, progress, desc=f"{run_name(spec, seed)} downstream")
-            result.update(downstream=scores, downstream_seconds=time.perf_counter() - tick)
+        with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
+            if probe is not None and fabric.is_global_zero:
+                result.update(probes=run_probes(run.objective, corpus, probe),
+                              probe_seconds=time.perf_counter() - tick)
+            if downstream is not None and fabric.is_global_zero:
+                tick = time.perf_counter()
+                scores = downstream.evaluate(run.objective, progress, desc=f"{run_name(spec, seed)} downstream")
+                result.update(downstream=scores, downstream_seconds=time.perf_counter() - tick)
         if fabric.is_global_zero:
             write_json(run_dir / "result.json", result)
         fabric.barrier()
@@ -914,10 +917,11 @@ def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Tr
             objective = build_run_objective(spec, config, corpus).to(fabric.device)
         result = {"control": control_name(objective), "read_as": spec, "seed": seed,
                   "attention": objective.attention, "flops": 0}
-        if probe is not None:
-            result["probes"] = run_probes(objective, corpus, probe)
-        if downstream is not None:
-            result["downstream"] = downstream.evaluate(objective, progress, desc=f"{run_dir.name} downstream")
+        with fabric.autocast():  # read as the runs are read
+            if probe is not None:
+                result["probes"] = run_probes(objective, corpus, probe)
+            if downstream is not None:
+                result["downstream"] = downstream.evaluate(objective, progress, desc=f"{run_dir.name} downstream")
         result["wall_seconds"] = time.perf_counter() - tick
         write_json(run_dir / "result.json", result)
     fabric.barrier()

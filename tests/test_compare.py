@@ -548,3 +548,16 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
     assert numbers(resumed) == numbers(straight)
     assert [{k: v for k, v in c.items() if k != "wall_seconds"} for c in resumed["controls"]] == \
         [{k: v for k, v in c.items() if k != "wall_seconds"} for c in straight["controls"]]
+
+
+def test_the_report_says_where_the_wall_time_went(comparison):
+    results = json.loads((comparison / "results.json").read_text())
+    runs = {run["objective"]: [] for run in results["runs"]}
+    for run in results["runs"]:
+        runs[run["objective"]].append(run)
+    for summary in results["objectives"]:
+        spent, own = summary["compute"], runs[summary["objective"]]
+        assert spent["train_seconds"] + spent["checkpoint_seconds"] == pytest.approx(
+            sum(r["wall_seconds"] for r in own) / len(own))
+        assert spent["final_seconds"] == pytest.approx(sum(r["probe_seconds"] for r in own) / len(own))
+    assert "The evaluations took " in (comparison / "report.md").read_text()

@@ -135,3 +135,17 @@ def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
     # measured: 0.17 untrained, 0.6-0.7 after a few seconds of training, ceiling 0.92, prior 0.14
     assert before["hidden_state"] < prior + 0.1 and after["hidden_state"] > before["hidden_state"] + 0.25
     assert after["hidden_state"] < ceiling
+
+
+def test_the_probe_is_fitted_in_fp32_under_the_runs_autocast(corpus):
+    # the readouts run on the device inside the run's autocast (bench.train); the backbone's features follow it, the
+    # L-BFGS fit does not: under bf16 autocast it gives the fp32 fit bit for bit
+    generator = torch.Generator().manual_seed(1)
+    labels = torch.randint(3, (300,), generator=generator)
+    x = torch.nn.functional.one_hot(labels, 3).float() + torch.randn(300, 3, generator=generator)
+    plain = fit_linear_probe(x[:200], labels[:200], x[200:], labels[200:], 3, ProbeConfig())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = fit_linear_probe(x[:200], labels[:200], x[200:], labels[200:], 3, ProbeConfig())
+        hidden = features(objective_for("mlm", corpus).backbone, corpus.windows("heldout")[:4], {"attention": "causal"})
+    assert plain[:2] == mixed[:2] and torch.equal(plain[2].linear.weight, mixed[2].linear.weight)
+    assert hidden.dtype == torch.float32  # read back as fp32 from the half-precision forward

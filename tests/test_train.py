@@ -721,3 +721,19 @@ def test_the_memory_check_compares_with_free_memory(monkeypatch):
     with open("/proc/meminfo") as meminfo:
         available = next(int(line.split()[1]) * 1024 for line in meminfo if line.startswith("MemAvailable:"))
     assert abs(device_memory_bytes(torch.device("cpu")) - available) < 2 ** 28  # what the kernel can give now
+
+
+def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch):
+    import bench.train
+    seen, real = [], bench.train.run_probes
+
+    def recording(*args, **kwargs):
+        seen.append(torch.is_autocast_enabled("cpu"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench.train, "run_probes", recording)
+    probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
+    for precision in ("bf16-mixed", "32-true"):
+        train_run(make_fabric(precision=precision), "mlm", 0, corpus, config(probe_every_eval=True),
+                  tmp_path / precision, probe, progress=False)
+    assert len(seen) % 2 == 0 and seen == [True] * (len(seen) // 2) + [False] * (len(seen) // 2)
