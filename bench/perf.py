@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from tabulate import tabulate
 
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
+from backbone.model import apply_rope, rope_tables
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
 from bench.live import device_peak
@@ -229,6 +230,36 @@ def generation_rates(model: str, vocab: Vocab, new_tokens: int, repeats: int, ba
             "ours_tokens_per_s": batch_size * new_tokens / cached, "peer_tokens_per_s": batch_size * new_tokens / full}
 
 
+def pairwise_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as the suite computed it before (issue 22, item 9): strided even and odd halves, promoted to fp32
+    tables, rotated, stacked back together and cast back; `cos`/`sin` are the (T, head_dim / 2) angle tables."""
+    even, odd = x[..., 0::2].float(), x[..., 1::2].float()
+    return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2).to(x.dtype)
+
+
+def rope_rates(model: str, vocab: Vocab, batch_size: int, seq_len: int, dtype, repeats: int,
+               device: torch.device = torch.device("cpu")) -> dict:
+    """Rotating q (or k) of one layer, forward and backward, in the activations' dtype: whole-width passes with the
+    tables in that dtype (backbone.apply_rope) against the pairwise fp32 form it replaced."""
+    config = resolve_model(model, vocab.size, max_seq_len=seq_len)
+    head_dim = config.d_model // config.n_head
+    cos, sin = rope_tables(head_dim, seq_len)
+    cos, sin = cos.to(device), sin.to(device)
+    half_cos, half_sin = cos[:, 0::2].contiguous(), sin[:, 1::2].contiguous()
+    x = torch.randn(batch_size, config.n_head, seq_len, head_dim, generator=torch.Generator().manual_seed(0))
+    x = x.to(device, dtype or torch.float32).requires_grad_()
+    grad = torch.ones_like(x)
+
+    def step(rotate: Callable) -> Callable[[], object]:
+        return lambda: torch.autograd.grad(rotate(x), x, grad)
+
+    ours_seconds = median_seconds(step(lambda t: apply_rope(t, cos, sin)), repeats * 4, device=device)
+    peer_seconds = median_seconds(step(lambda t: pairwise_rope(t, half_cos, half_sin)), repeats * 4, device=device)
+    return {"name": f"RoPE forward + backward, {str(x.dtype).removeprefix('torch.')} (whole width vs pairwise fp32)",
+            "ours_tokens_per_s": batch_size * seq_len / ours_seconds,
+            "peer_tokens_per_s": batch_size * seq_len / peer_seconds}
+
+
 def perf_device(accelerator: str, precision: str) -> torch.device:
     """The device to time on, checked: a one-line ConfigError where it is missing or lacks the precision."""
     if accelerator == "cpu":
@@ -279,6 +310,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
     mlm = build_objective("mlm", Backbone(preset("tiny", vocab.size, max_seq_len=seq_len)), vocab)
     rows.append(masking_rates(vocab, tokens, repeats, mlm))
     rows.append(pipeline_rates(mlm, tokens, repeats))
+    rows.append(rope_rates(model, vocab, batch_size, seq_len, dtype, repeats, device))
     for generation_batch in (1, 8):
         rows.append(generation_rates(model, vocab, new_tokens, max(1, repeats // 2), generation_batch, device))
     # measured: the device's best, before and after

@@ -37,7 +37,20 @@ def test_perf_runs_on_the_tiny_preset_and_counts_with_the_objectives():
     pipeline = next(row for name, row in by_name.items() if "processes" in name)
     assert "one of 4 processes" in pipeline["name"] and pipeline["ratio"] > 0  # batch 4: a row per process
     assert sum(name.startswith("generation") for name in by_name) == 2
+    assert any(name.startswith("RoPE") for name in by_name)
     assert "ours tokens/s" in format_table(rows)
+
+
+def test_the_rope_rows_peer_is_the_pairwise_form_it_replaced():
+    # the same rotation, so the row times two ways of computing one thing: bit for bit in fp32
+    from backbone.model import apply_rope, rope_tables
+    from bench.perf import pairwise_rope
+    cos, sin = rope_tables(8, 16)
+    x = torch.randn(2, 3, 16, 8, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(pairwise_rope(x, cos[:, 0::2], sin[:, 1::2]), apply_rope(x, cos, sin))
+    for dtype, name in ((None, "float32"), (torch.bfloat16, "bfloat16")):  # timed in the activations' dtype
+        row = perf.rope_rates("tiny", Vocab.for_tokenizer(64), 4, 16, dtype, repeats=1)
+        assert name in row["name"] and row["ours_tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0
 
 
 def test_perf_without_transformers_prints_its_own_figures(monkeypatch, capsys):
