@@ -31,6 +31,7 @@ group whose address resolution can fail on a cluster where NCCL works).
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import re
@@ -49,6 +50,7 @@ import torch
 from lightning_fabric import Fabric
 from lightning_fabric.strategies import DDPStrategy
 from torch import Tensor
+from torch.nn.parallel import DistributedDataParallel
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, Transformer, resolve_model
@@ -152,7 +154,15 @@ def ddp_settings(strategy: str) -> object:
     if strategy not in ("ddp", "ddp_spawn"):
         return strategy
     return DDPStrategy(start_method="spawn" if strategy == "ddp_spawn" else "popen", gradient_as_bucket_view=True,
-                       broadcast_buffers=False)
+                       **no_forward_buffer_sync())
+
+
+def no_forward_buffer_sync() -> dict[str, bool]:
+    """DDP's switch for re-broadcasting buffers before every forward: torch 2.13 renamed broadcast_buffers (which
+    now warns on every launch) to forward_sync_buffers, which still syncs them once at init, harmless here."""
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters:
+        return {"forward_sync_buffers": False}
+    return {"broadcast_buffers": False}
 
 
 def launch_processes(fabric: Fabric) -> None:

@@ -86,3 +86,15 @@ def test_perf_times_the_device_work_not_the_launches(monkeypatch):
     monkeypatch.setattr(perf, "synchronize", lambda device: events.append("sync"))
     perf.median_seconds(lambda: events.append("step"), repeats=2, warmup=1, device=torch.device("cuda"))
     assert events == ["step", "sync", "step", "sync", "sync", "step", "sync"]
+
+
+def test_the_matmul_peak_stops_growing_once_a_product_is_long(monkeypatch):
+    # an emulated dtype (bf16 on a CPU without bf16 units) is measured at a size that takes a fraction of a second
+    sides, real = [], torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *shape, **kwargs: sides.append(shape[0]) or real(*shape, **kwargs))
+    monkeypatch.setattr(perf, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.5)
+    assert perf.matmul_peak(torch.float32, long_seconds=0.2) == 2 * 256 ** 3 / 0.5 and set(sides) == {256}
+    sides.clear()
+    monkeypatch.setattr(perf, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.01)
+    assert perf.matmul_peak(torch.float32, size=1024) == 2 * 1024 ** 3 / 0.01 and sorted(set(sides)) == [256, 512,
+                                                                                                         1024]
