@@ -161,10 +161,7 @@ class Transformer(nn.Module):
         MLP's two of width d_ff. Fused attention keeps no T × T scores; a prefix mask is T × T booleans (T²/4
         values of 4 bytes). With activation checkpointing only each block's input (width d) is kept, plus one
         block's inside while it is recomputed in the backward pass."""
-        c = self.config
-        per_block = 10 * c.d_model + 2 * c.d_ff
-        per_token = c.n_layer * c.d_model + per_block if checkpointing else c.n_layer * per_block
-        return batch_size * seq_len * per_token + seq_len * seq_len // 4
+        return self.activation_bytes(batch_size, seq_len, 4, False, checkpointing) // 4  # fp32: 4 bytes a value
 
     def activation_bytes(self, batch_size: int, seq_len: int, value_bytes: int, mixed: bool,
                          checkpointing: bool = False) -> int:
