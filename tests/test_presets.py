@@ -155,3 +155,10 @@ def test_a_preset_with_variants_runs_one_comparison_each(tmp_path, monkeypatch):
     assert paper["findings"][0]["outcome"] != "not measured"
     report = (out / "report.md").read_text()
     assert "[small](small/report.md)" in report and "Nobody 2024" in report
+
+
+def test_the_electra_efficiency_budgets_are_quarter_one_and_four_times_the_default():
+    from bench.compare import DEFAULT_BUDGET
+    from bench.presets import BUDGETS
+    assert dict(BUDGETS) == {"quarter": DEFAULT_BUDGET / 4, "default": DEFAULT_BUDGET, "four-times": 4 * DEFAULT_BUDGET}
+    assert "mlm:rate=0.4" in PRESETS["electra-efficiency"].flags["objectives"].split(",")
