@@ -3,7 +3,7 @@ ELECTRA's GLUE against FLOPs, T5's GLUE).
 
 Every final backbone of a comparison is evaluated on every task (bench.tasks) twice, with one recipe for every
 objective and seed:
-- frozen: a linear probe (L-BFGS on standardised features, bench.probes) on the backbone's features;
+- frozen: a linear probe (L-BFGS on standardised features, bench.readout) on the backbone's features;
 - fine-tuned: the backbone and a head that starts from the frozen probe (linear probe, then fine-tune) are trained
   for a fixed number of AdamW steps at each rate of a small grid; the rate with the best score on the dev split is
   chosen, and only that model ever sees the test split.
@@ -32,9 +32,11 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, resolve_model
+from bench import readout
 from bench.data import speller, synthetic_language, vocab_for_tokenizer
 from bench.files import read_json, write_json
-from bench.probes import ProbeConfig, StandardizedLinear, fit_linear_probe
+from bench.probes import ProbeConfig
+from bench.readout import StandardizedLinear, fit_linear_probe
 from bench.results import curve_key
 from bench.schedule import parse_seq_len
 from bench.tasks import Split, Task, TaskContext, load_tasks, parse_task_list
@@ -86,17 +88,11 @@ def pooling(objective: Objective, task: Task) -> str:
         reading(objective, task)]
 
 
-@torch.no_grad()
 def hidden_states(backbone: Backbone, causal: bool, split: Split, batch_size: int = 64) -> Tensor:
-    """(N, T, d) final hidden states in eval mode. Padding comes after each example's tokens: a causal model never
+    """(N, T, d) final hidden states (bench.readout). Padding comes after each example's tokens: a causal model never
     sees it; the others read in prefix mode with the prefix ending at the example's end, which is bidirectional
     attention over the example with the padding masked out."""
-    was_training = backbone.training
-    backbone.eval()
-    out = torch.cat([forward(backbone, causal, split.rows(slice(i, i + batch_size))).float()
-                     for i in range(0, len(split), batch_size)])  # on the device: the probe is fitted there
-    backbone.train(was_training)
-    return out
+    return readout.features(backbone, len(split), lambda rows: forward(backbone, causal, split.rows(rows)), batch_size)
 
 
 def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
@@ -206,21 +202,14 @@ class Classifier(nn.Module):
 
 
 def train_classifier(model: Classifier, task: Task, lr: float, config: FinetuneConfig) -> None:
-    """`config.steps` AdamW steps on batches drawn from the task's own seed: the same batches for every objective,
-    seed and rate, so the rate and the backbone are the only differences."""
-    generator = torch.Generator().manual_seed(task.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    """`config.steps` AdamW steps (bench.readout) on batches drawn from the task's own seed: the same batches for
+    every objective, seed and rate. BERT's fine-tuning schedule: a linear warm-up, then a linear decay to zero."""
     warmup = max(1, round(config.warmup * config.steps))
+    scale = lambda step: (step + 1) / warmup if step < warmup else (  # noqa: E731
+        (config.steps - step) / max(1, config.steps - warmup))
     model.train()
-    for step in range(config.steps):
-        scale = (step + 1) / warmup if step < warmup else (config.steps - step) / max(1, config.steps - warmup)
-        for group in optimizer.param_groups:
-            group["lr"] = lr * scale
-        rows = torch.randint(len(task.train), (config.batch,), generator=generator)
-        loss = model.loss(task.train.rows(rows))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+    readout.finetune(model.parameters(), lambda rows: model.loss(task.train.rows(rows)), len(task.train),
+                     config.steps, config.batch, lr, scale, task.seed)
 
 
 def finetune(objective: Objective, task: Task, head: StandardizedLinear, config: FinetuneConfig) -> tuple[dict, int]:
@@ -237,13 +226,13 @@ def finetune(objective: Objective, task: Task, head: StandardizedLinear, config:
         if dev_scores[f"{lr:g}"] > best_score:
             best, best_score, chosen = model, dev_scores[f"{lr:g}"], lr
     result = {**scores(task, best.predict(task.test), task.test), "lr": chosen, "dev": dev_scores}
-    seq_len, width = task.train.tokens.shape[1], backbone.config.d_model
+    seq_len = task.train.tokens.shape[1]
     head_rows = (lambda n: n * seq_len) if task.level == "token" else (lambda n: n)  # noqa: E731
-    head_flops = lambda n: 2 * head_rows(n) * width * task.classes  # noqa: E731
-    per_rate = (config.steps * (backbone.flops(config.batch, seq_len, 0).training_step + 3 * head_flops(config.batch))
-                + backbone.flops(len(task.dev), seq_len, 0).forward + head_flops(len(task.dev)))
-    flops = len(config.lrs) * per_rate + backbone.flops(len(task.test), seq_len, 0).forward + head_flops(len(task.test))
-    return result, flops
+    read_flops = lambda n: (backbone.flops(n, seq_len, 0).forward  # noqa: E731  (scoring n examples)
+                            + readout.head_flops(head_rows(n), backbone.config.d_model, task.classes))
+    per_rate = (readout.finetune_flops(backbone, config.steps, config.batch, seq_len, head_rows(config.batch),
+                                       task.classes) + read_flops(len(task.dev)))
+    return result, len(config.lrs) * per_rate + read_flops(len(task.test))
 
 
 # --- what a comparison calls ------------------------------------------------------------------------------------------

@@ -11,9 +11,10 @@ backbone has too):
   frequencies (so that how common a word is says nothing); a causal reader sees the words up to the position.
 - component: the window's mixture component ("genre"), from mean-pooled features.
 Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone itself on
-the replaced-word question. Every question has an exact Bayes ceiling (bench.synthetic), and a control of what the
-input alone gives (`input_only_controls`: the prior, a probe on the shown word, a bag of words), which the report
-sets beside the untrained backbone's scores. Probe compute is counted and reported, never charged to the budget.
+the replaced-word question: both through bench.readout, as the downstream tasks are. Every question has an exact
+Bayes ceiling (bench.synthetic), and a control of what the input alone gives (`input_only_controls`: the prior, a
+probe on the shown word, a bag of words), which the report sets beside the untrained backbone's scores. Probe compute
+is counted and reported, never charged to the budget.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from backbone import Backbone
-from bench import synthetic
+from bench import readout, synthetic
 from bench.data import Corpus
+from bench.readout import StandardizedLinear, fit_linear_probe, majority_accuracy
 from objectives import Objective
 
 QUESTIONS = ("hidden_state", "replaced_word", "component")
@@ -119,69 +121,11 @@ def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
     return found
 
 
-@torch.no_grad()
 def features(backbone: Backbone, tokens: Tensor, attention: dict, batch_size: int = 32) -> Tensor:
-    """(N, T, d) final-layer features, in eval mode, float32, on the backbone's device (the probes are fitted there:
-    on a GPU a probe fitted on the host's one thread would hold every other rank at the barrier)."""
-    was_training = backbone.training
-    backbone.eval()
+    """(N, T, d) final-layer features of the windows `tokens`, read in `attention`'s mode (bench.readout)."""
     device = backbone.token_embedding.weight.device
-    out = torch.cat([backbone(tokens[i:i + batch_size].to(device), **attention).float()
-                     for i in range(0, len(tokens), batch_size)])
-    backbone.train(was_training)
-    return out
-
-
-class StandardizedLinear(nn.Module):
-    """A linear probe on standardised features; the statistics are fixed, the layer trainable."""
-
-    def __init__(self, mean: Tensor, std: Tensor, classes: int) -> None:
-        super().__init__()
-        self.register_buffer("mean", mean)
-        self.register_buffer("std", std)
-        self.linear = nn.Linear(mean.numel(), classes)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.linear((x - self.mean) / self.std)
-
-
-def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, classes: int,
-                     config: ProbeConfig) -> tuple[float, int, StandardizedLinear]:
-    """Multinomial logistic regression by L-BFGS on standardised features. Returns (test accuracy, FLOPs, probe)."""
-    device = train_x.device
-    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes).to(device)
-    train_x, test_x = (train_x - model.mean) / model.std, (test_x - model.mean) / model.std
-    train_y, test_y = train_y.to(device), test_y.to(device)
-    generator = torch.Generator().manual_seed(config.seed)  # on the host: the same start on every device
-    probe = model.linear
-    with torch.no_grad():
-        probe.weight.copy_(torch.randn(probe.weight.shape, generator=generator) * 0.01)
-        probe.bias.zero_()
-    optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=config.iterations, history_size=20,
-                                  line_search_fn="strong_wolfe")
-    evaluations = 0
-
-    def closure() -> Tensor:
-        nonlocal evaluations
-        evaluations += 1
-        optimizer.zero_grad()
-        loss = F.cross_entropy(probe(train_x), train_y) + config.l2 * probe.weight.square().sum()
-        loss.backward()
-        return loss
-
-    # in fp32 whatever the run's autocast: L-BFGS's line search compares losses a half-precision product would blur
-    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-        optimizer.step(closure)
-    with torch.no_grad():
-        accuracy = (probe(test_x).argmax(-1) == test_y).float().mean().item()
-    # each evaluation: forward x·Wᵀ, backward the weight gradient only (features are constants)
-    flops = evaluations * 2 * 2 * train_x.shape[0] * train_x.shape[1] * classes + 2 * test_x.numel() * classes
-    return accuracy, flops, model
-
-
-def majority_accuracy(train_y: Tensor, test_y: Tensor) -> float:
-    """Chance: always answer the most frequent training label."""
-    return (test_y == train_y.bincount().argmax()).float().mean().item()
+    return readout.features(backbone, len(tokens), lambda rows: backbone(tokens[rows].to(device), **attention),
+                            batch_size)
 
 
 def input_only_controls(corpus: Corpus, config: ProbeConfig) -> dict[str, dict[str, float]]:
@@ -212,33 +156,30 @@ def finetune_positions(backbone: Backbone, head: StandardizedLinear, attention: 
     on the read positions of the training windows (linear probe, then fine-tune: the head starts where the frozen
     probe ended, so a few steps refine features instead of undoing them to fit a random head). Returns (test
     accuracy, FLOPs)."""
-    generator = torch.Generator().manual_seed(config.seed)
     model = copy.deepcopy(backbone).train()
     head = copy.deepcopy(head).to(backbone.token_embedding.weight.device)
-    classes = head.linear.out_features
-    optimizer = torch.optim.AdamW([*model.parameters(), *head.parameters()], lr=config.finetune_lr)
     device = head.mean.device
     train_inputs, train_read, train_labels = inputs[data.train], read[data.train], labels[data.train]
-    for step in range(config.finetune_steps):
-        for group in optimizer.param_groups:  # warm up: Adam's first steps move every weight by ~lr, signal or not
-            group["lr"] = config.finetune_lr * min(1.0, (step + 1) / (config.finetune_steps / 2))
-        rows = torch.randint(len(train_inputs), (config.finetune_batch,), generator=generator)
+
+    def loss_of(rows: Tensor) -> Tensor:
         logits = head(model(train_inputs[rows].to(device), **attention))
         picked = train_read[rows].to(device)
-        loss = F.cross_entropy(logits[picked].float(), train_labels[rows].to(device)[picked])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        return F.cross_entropy(logits[picked].float(), train_labels[rows].to(device)[picked])
+
+    # warm up over the first half: Adam's first steps move every weight by ~lr, signal or not
+    warmup = lambda step: min(1.0, (step + 1) / (config.finetune_steps / 2))  # noqa: E731
+    readout.finetune([*model.parameters(), *head.parameters()], loss_of, len(train_inputs), config.finetune_steps,
+                     config.finetune_batch, config.finetune_lr, warmup, config.seed)
     hidden = features(model, inputs[data.test], attention)
     test_read = read[data.test]
     with torch.no_grad():
         predicted = head(hidden[test_read.to(hidden.device)]).argmax(-1).cpu()
     accuracy = (predicted == labels[data.test][test_read]).float().mean().item()
-    seq_len, d = inputs.shape[1], backbone.config.d_model
-    head_flops = lambda n: 2 * n * d * classes  # noqa: E731  (n rows of features)
-    flops = (config.finetune_steps * (model.flops(config.finetune_batch, seq_len, 0).training_step
-                                      + 3 * head_flops(config.finetune_batch * seq_len))
-             + model.flops(len(hidden), seq_len, 0).forward + head_flops(int(test_read.sum())))
+    seq_len, classes = inputs.shape[1], head.linear.out_features
+    flops = (readout.finetune_flops(model, config.finetune_steps, config.finetune_batch, seq_len,
+                                    config.finetune_batch * seq_len, classes)
+             + model.flops(len(hidden), seq_len, 0).forward
+             + readout.head_flops(int(test_read.sum()), backbone.config.d_model, classes))
     return accuracy, flops
 
 

@@ -13,7 +13,8 @@ from bench.compare import main as compare_main
 from bench.data import speller, synthetic_language, train_tokenizer, vocab_for_tokenizer
 from bench.downstream import (Classifier, FinetuneConfig, context_for_run, finetune, frozen_probe, hidden_states,
                               main as downstream_main, reading, representations, scores)
-from bench.probes import ProbeConfig, fit_linear_probe
+from bench.probes import ProbeConfig
+from bench.readout import fit_linear_probe
 from bench.tasks import Split, Task, TaskContext, load_task, parse_task_list
 from objectives import IGNORE, Vocab, build_objective
 
@@ -373,6 +374,33 @@ def test_frozen_probe_beats_chance_on_a_topic_task_even_from_random_features(tex
     frozen, flops, _ = frozen_probe(objective, task, FinetuneConfig())
     # even random features separate three topics with disjoint content words: a probe that could not would be broken
     assert frozen["score"] > 0.6 and flops > 0
+
+
+def test_probes_and_tasks_read_and_finetune_a_backbone_through_one_module(synthetic_context, monkeypatch):
+    # the controls' scores mean something only if every yardstick reads every backbone the same way: one reader, one
+    # fine-tuning loop, for the embedded probes and the downstream tasks alike
+    import bench.readout
+    from bench.data import load_corpus
+    from bench.downstream import Downstream
+    from bench.probes import run_probes
+    calls = []
+    for name in ("features", "finetune", "fit_linear_probe"):
+        real = getattr(bench.readout, name)
+        monkeypatch.setattr(bench.readout, name, lambda *a, _name=name, _real=real, **k: calls.append(_name)
+                            or _real(*a, **k))
+    import bench.downstream
+    import bench.probes
+    for module in (bench.downstream, bench.probes):  # what they imported by name
+        monkeypatch.setattr(module, "fit_linear_probe", bench.readout.fit_linear_probe)
+    corpus = load_corpus("synthetic:words=32,states=4,components=2,train=8,heldout=32", 16)
+    objective = tiny_objective("mlm", synthetic_context)
+    run_probes(objective, corpus, ProbeConfig(train_windows=24, test_windows=8, iterations=2, finetune_steps=2,
+                                              finetune_batch=4))
+    probes_called, calls[:] = list(calls), []
+    task = load_task("synthetic:tagging,size=16", synthetic_context)
+    Downstream([task], FinetuneConfig(steps=2, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=2))).evaluate(
+        objective)
+    assert {"features", "finetune", "fit_linear_probe"} <= set(probes_called) and set(calls) == set(probes_called)
 
 
 # --- bench.compare --downstream, then bench.downstream --run ------------------------------------------------------------

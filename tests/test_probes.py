@@ -8,8 +8,8 @@ import torch
 
 from backbone import measure_flops
 from bench.data import load_corpus
-from bench.probes import (ProbeConfig, features, fit_linear_probe, input_only_controls, majority_accuracy,
-                          probe_ceilings, probe_data, question, run_probes)
+from bench.probes import ProbeConfig, features, input_only_controls, probe_ceilings, probe_data, question, run_probes
+from bench.readout import fit_linear_probe, majority_accuracy
 from bench.train import TrainConfig, build_run_objective
 
 CONFIG = ProbeConfig(train_windows=24, test_windows=8, iterations=20, finetune_steps=3, finetune_batch=4)

@@ -1,0 +1,119 @@
+"""Reading a backbone: the one code path every yardstick (the embedded probes, the downstream tasks) and every
+control (the untrained backbone) goes through, so a difference in scores is a difference in the backbones.
+
+- `features`: final-layer features in eval mode, batch by batch, float32, on the backbone's device;
+- `fit_linear_probe`: multinomial logistic regression by L-BFGS on standardised features (the frozen readout);
+- `finetune`: AdamW steps on the backbone and a head that starts from the fitted probe (linear probe, then
+  fine-tune), on batches drawn from a fixed generator, under a learning-rate schedule the yardstick names;
+- `head_flops` / `finetune_flops`: what those cost, reported by the yardsticks and never charged to the budget.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable, Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from backbone import Backbone
+
+
+@torch.no_grad()
+def features(backbone: Backbone, count: int, read: Callable[[slice], Tensor], batch_size: int) -> Tensor:
+    """(count, ...) features, `read(rows)` giving those of a slice of the rows, in eval mode, float32, on the
+    backbone's device (the probes are fitted there: on a GPU a probe fitted on the host's one thread would hold every
+    other rank at the barrier). The backbone's training mode is restored."""
+    was_training = backbone.training
+    backbone.eval()
+    out = torch.cat([read(slice(i, i + batch_size)).float() for i in range(0, count, batch_size)])
+    backbone.train(was_training)
+    return out
+
+
+class StandardizedLinear(nn.Module):
+    """A linear probe on standardised features; the statistics are fixed, the layer trainable."""
+
+    def __init__(self, mean: Tensor, std: Tensor, classes: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("std", std)
+        self.linear = nn.Linear(mean.numel(), classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear((x - self.mean) / self.std)
+
+
+class Fit(Protocol):
+    """The L-BFGS settings of a linear probe (bench.probes.ProbeConfig has them)."""
+
+    iterations: int  # L-BFGS iterations
+    l2: float  # ridge on the weights, so that a separable task still has a unique answer
+    seed: int  # the start's generator
+
+
+def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, classes: int,
+                     fit: Fit) -> tuple[float, int, StandardizedLinear]:
+    """Multinomial logistic regression by L-BFGS on standardised features. Returns (test accuracy, FLOPs, probe)."""
+    device = train_x.device
+    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes).to(device)
+    train_x, test_x = (train_x - model.mean) / model.std, (test_x - model.mean) / model.std
+    train_y, test_y = train_y.to(device), test_y.to(device)
+    generator = torch.Generator().manual_seed(fit.seed)  # on the host: the same start on every device
+    probe = model.linear
+    with torch.no_grad():
+        probe.weight.copy_(torch.randn(probe.weight.shape, generator=generator) * 0.01)
+        probe.bias.zero_()
+    optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=fit.iterations, history_size=20,
+                                  line_search_fn="strong_wolfe")
+    evaluations = 0
+
+    def closure() -> Tensor:
+        nonlocal evaluations
+        evaluations += 1
+        optimizer.zero_grad()
+        loss = F.cross_entropy(probe(train_x), train_y) + fit.l2 * probe.weight.square().sum()
+        loss.backward()
+        return loss
+
+    # in fp32 whatever the run's autocast: L-BFGS's line search compares losses a half-precision product would blur
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        optimizer.step(closure)
+    with torch.no_grad():
+        accuracy = (probe(test_x).argmax(-1) == test_y).float().mean().item()
+    # each evaluation: forward x·Wᵀ, backward the weight gradient only (features are constants)
+    flops = evaluations * 2 * 2 * train_x.shape[0] * train_x.shape[1] * classes + 2 * test_x.numel() * classes
+    return accuracy, flops, model
+
+
+def majority_accuracy(train_y: Tensor, test_y: Tensor) -> float:
+    """Chance: always answer the most frequent training label."""
+    return (test_y == train_y.bincount().argmax()).float().mean().item()
+
+
+def finetune(parameters: Iterable[Tensor], loss_of: Callable[[Tensor], Tensor], train_rows: int, steps: int,
+             batch: int, lr: float, scale: Callable[[int], float], seed: int) -> None:
+    """`steps` AdamW steps (weight decay 0.01) at `lr × scale(step)`, each on `batch` rows of the training set drawn
+    from `seed` (`loss_of(rows)` is their loss): the same batches for every backbone and rate, so the backbone and
+    the rate are the only differences."""
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.01)
+    for step in range(steps):
+        for group in optimizer.param_groups:
+            group["lr"] = lr * scale(step)
+        rows = torch.randint(train_rows, (batch,), generator=generator)
+        loss = loss_of(rows)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+
+def head_flops(rows: int, width: int, classes: int) -> int:
+    """A linear head's forward over `rows` feature vectors (its backward is twice this)."""
+    return 2 * rows * width * classes
+
+
+def finetune_flops(backbone: Backbone, steps: int, batch: int, seq_len: int, head_rows: int, classes: int) -> int:
+    """`steps` training steps of the backbone on `batch` sequences with a head over `head_rows` rows per step."""
+    return steps * (backbone.flops(batch, seq_len, 0).training_step
+                    + 3 * head_flops(head_rows, backbone.config.d_model, classes))
