@@ -44,7 +44,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Protocol
 
 import torch
 from lightning_fabric import Fabric
@@ -56,7 +56,6 @@ from tqdm.auto import tqdm
 from backbone import Backbone, ConfigError, Transformer, resolve_model
 from backbone.fused_loss import chunk_rows
 from bench.data import Corpus
-from bench.downstream import Downstream
 from bench.files import append_jsonl, read_json, read_jsonl, write_json
 from bench.live import LiveMetrics
 from bench.probes import ProbeConfig, run_probes
@@ -64,6 +63,18 @@ from bench.schedule import SeqLenSchedule
 from bench.seeds import derive_seed
 from objectives import Corrupted, Objective, Output, build_objective
 from objectives.draws import RowGenerators
+
+
+class Tasks(Protocol):
+    """A comparison's downstream tasks (bench.downstream.Downstream), called by name: the loop imports none of their
+    insides."""
+
+    def curve_point(self, objective: Objective) -> dict[str, float]:
+        """Frozen scores at a FLOP checkpoint."""
+
+    def evaluate(self, objective: Objective, progress: bool = False, desc: str = "downstream") -> dict:
+        """A final backbone's frozen and fine-tuned scores."""
+
 
 EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
 EXIT_STOPPED = 4  # exit status after a stop signal: the state is saved, rerun with --resume to continue
@@ -720,7 +731,7 @@ def agree(fabric: Fabric, loss_part: Tensor, stop: bool, save: bool, ahead: Step
 
 
 def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: list[Corrupted], grid: list[float],
-                          probe: ProbeConfig | None, started: float, downstream: Downstream | None = None) -> None:
+                          probe: ProbeConfig | None, started: float, downstream: Tasks | None = None) -> None:
     """Evaluate at the FLOP checkpoint just passed, append the row to curve.jsonl and checkpoint the state."""
     counters = run.counters
     while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
@@ -743,92 +754,144 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, corpus: Corpus, heldout: lis
     save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
 
 
+@dataclass
+class Step:
+    """A training step as the loop sees it: its index, its phase of the sequence-length schedule, this process's
+    rows and the global batch's counts."""
+
+    index: int
+    phase: int
+    rows: Corrupted
+    spent: StepCounts
+
+
+class TrainingLoop:
+    """What `fit` keeps across steps (the progress bar, live metrics, the batch prefetcher, the counts carried from
+    one step's all-reduce to the next, the time of the last save) and the named parts of a step."""
+
+    def __init__(self, fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, downstream: Tasks | None,
+                 progress: bool, request: StopRequest) -> None:
+        self.fabric, self.run, self.corpus, self.probe, self.downstream = fabric, run, corpus, probe, downstream
+        self.request, config, counters = request, run.config, run.counters
+        self.windows = [corpus.windows("train", phase.seq_len) for phase in run.schedule.phases]
+        self.heldout, self.grid = eval_batches(run.objective, corpus, config), eval_grid(config)
+        self.bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
+                        disable=not (progress and fabric.is_global_zero),
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
+        self.bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
+        self.started, self.last_save = time.perf_counter() - counters["wall_seconds"], time.monotonic()
+        self.live = LiveMetrics(run.run_dir, counters["step"], config.log_every, fabric.device,
+                                fabric.strategy.precision.precision, fabric.world_size, enabled=fabric.is_global_zero)
+        per_rank = config.batch_size // fabric.world_size
+        self.share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
+        self.prefetch = Prefetcher(self.build)
+        self.carried: tuple[tuple[int, int], StepCounts] | None = None  # a step's global counts, from the step before
+        run.module.train()
+
+    def build(self, step: int, phase: int) -> tuple[Corrupted, StepCounts]:
+        """This process's rows of the step's batch, and their counts."""
+        rows = training_batch(self.run.objective, self.windows[phase], self.run.seed, step,
+                              self.run.config.batch_size, self.share)
+        return (rows.pin_memory() if self.fabric.device.type == "cuda" else rows), local_counts(self.run.objective, rows)
+
+    def take_batch(self) -> Step:
+        """The step's rows (built ahead while the last step ran) and its global counts; starts building the next."""
+        counters, budget, schedule = self.run.counters, self.run.config.budget_flops, self.run.schedule
+        # a pure function of the counted FLOPs, which the checkpoint holds: a resumed run switches at the same
+        # step. Its windows are indexed by the run's step, so a later phase does not continue the token stream
+        # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
+        # throughout would read at step s.
+        step, phase = counters["step"], schedule.phase_at(counters["flops"], budget)
+        rows, local = self.prefetch.take(step, phase)
+        carried = self.carried
+        spent = carried[1] if carried and carried[0] == (step, phase) else step_counts(self.fabric, local)
+        # the next step's phase is known now: its rows are corrupted while this step runs
+        self.upcoming = (step + 1, schedule.phase_at(counters["flops"] + spent.flops, budget))
+        self.prefetch.start(*self.upcoming)
+        return Step(step, phase, rows, spent)
+
+    def update(self, step: Step) -> Agreement:
+        """The optimizer step, then the one all-reduce every process agrees on (loss, stop and save requests, and,
+        on several processes, the next step's counts)."""
+        config = self.run.config
+        loss_part = train_step(self.fabric, self.run, step.rows, step.spent.loss_counts)
+        save_due = config.checkpoint_every is not None and \
+            time.monotonic() - self.last_save >= 60 * config.checkpoint_every
+        agreed = agree(self.fabric, loss_part, self.request.signal_name is not None, save_due,
+                       self.prefetch.ahead() if self.fabric.world_size > 1 else None)
+        self.carried = (self.upcoming, agreed.ahead) if agreed.ahead else None
+        return agreed
+
+    def count(self, step: Step, loss: float) -> None:
+        """The run's and its phase's counters, the bar and the live metrics; a non-finite loss ends the run (every
+        rank sees the same loss, so every rank stops here)."""
+        run, counters, spent = self.run, self.run.counters, step.spent
+        if not math.isfinite(loss):
+            self.bar.close()
+            raise TrainingDiverged(run.spec, run.seed, step.index, loss, counters["last_finite_loss"],
+                                   counters["flops"] + spent.flops)
+        tokens = run.config.batch_size * step.rows.inputs.shape[1]
+        counts = {"tokens": tokens, "supervised_positions": spent.supervised_positions, "flops": spent.flops}
+        for totals in (counters, counters["phases"][step.phase]):  # the run's totals, and its phase's
+            for key, value in counts.items():
+                totals[key] += value
+        counters["phases"][step.phase]["steps"] += 1
+        counters.update(step=step.index + 1, last_finite_loss=loss)
+        self.bar.update(min(100.0, 100 * counters["flops"] / run.config.budget_flops) - self.bar.n)
+        self.bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
+        self.live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
+                       run.grad_norm, getattr(self.fabric.strategy.precision, "scaler", None))
+
+    def evaluate_or_save(self, agreed: Agreement) -> None:
+        """At a FLOP checkpoint: evaluate and save; else save when a process asked (a signal, --checkpoint-every)."""
+        counters = self.run.counters
+        if counters["flops"] >= self.grid[counters["next_eval"]]:
+            checkpoint_evaluation(self.fabric, self.run, self.corpus, self.heldout, self.grid, self.probe,
+                                  self.started, self.downstream)
+            self.last_save = time.monotonic()
+            self.live.restart()
+        elif agreed.stop or agreed.save:
+            counters["wall_seconds"] = time.perf_counter() - self.started
+            save_checkpoint(self.fabric, self.run.checkpoint_path, self.run.state(self.fabric))
+            self.last_save = time.monotonic()
+
+    def stop_if_asked(self, agreed: bool) -> None:
+        """After a signal the state is saved: end the command (closing the bar first, so the message has a line)."""
+        if agreed:
+            self.bar.close()
+            raise stopped(self.fabric, self.run, self.request.signal_name)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.prefetch.close()
+        self.live.close()
+
+
 def fit(fabric: Fabric, run: Run, corpus: Corpus, probe: ProbeConfig | None, progress: bool,
-        stop_after_steps: int | None, downstream: Downstream | None = None) -> bool:
+        stop_after_steps: int | None, downstream: Tasks | None = None) -> bool:
     """Train until the accounted FLOPs reach the budget, evaluating at every checkpoint of the grid. Returns False
     when stopped early by `stop_after_steps` (which simulates an interruption). Raises RunStopped after saving the
     state when SIGTERM or SIGUSR1 arrives, TrainingDiverged when the loss stops being finite."""
-    config, counters, objective = run.config, run.counters, run.objective
-    windows = [corpus.windows("train", phase.seq_len) for phase in run.schedule.phases]
-    heldout, grid = eval_batches(objective, corpus, config), eval_grid(config)
-    bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
-               disable=not (progress and fabric.is_global_zero),
-               bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
-    bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
-    started = time.perf_counter() - counters["wall_seconds"]
-    last_save = time.monotonic()
-    precision = fabric.strategy.precision
-    live = LiveMetrics(run.run_dir, counters["step"], config.log_every, fabric.device, precision.precision,
-                       fabric.world_size, enabled=fabric.is_global_zero)
-    run.module.train()
-    per_rank = config.batch_size // fabric.world_size
-    share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
-
-    def build(step: int, phase: int) -> tuple[Corrupted, StepCounts]:  # this process's rows of the step's batch
-        rows = training_batch(objective, windows[phase], run.seed, step, config.batch_size, share)
-        return (rows.pin_memory() if fabric.device.type == "cuda" else rows), local_counts(objective, rows)
-
-    carried: tuple[tuple[int, int], StepCounts] | None = None  # a step's global counts, from the step before
-
-    with stop_on_signals() as request, closing(live), closing(Prefetcher(build)) as prefetch:
-        while counters["flops"] < config.budget_flops:
-            step = counters["step"]
+    counters, early = run.counters, False
+    with stop_on_signals() as request, closing(TrainingLoop(fabric, run, corpus, probe, downstream, progress,
+                                                            request)) as loop:
+        while not early and counters["flops"] < run.config.budget_flops:
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
-            # a pure function of the counted FLOPs, which the checkpoint holds: a resumed run switches at the same
-            # step. Its windows are indexed by the run's step, so a later phase does not continue the token stream
-            # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
-            # throughout would read at step s.
-            phase = run.schedule.phase_at(counters["flops"], config.budget_flops)
-            rows, local = prefetch.take(step, phase)
-            spent = carried[1] if carried and carried[0] == (step, phase) else step_counts(fabric, local)
-            # the next step's phase is known now: its rows are corrupted while this step runs
-            upcoming = (step + 1, run.schedule.phase_at(counters["flops"] + spent.flops, config.budget_flops))
-            prefetch.start(*upcoming)
-            loss_part = train_step(fabric, run, rows, spent.loss_counts)
-            save_due = config.checkpoint_every is not None and \
-                time.monotonic() - last_save >= 60 * config.checkpoint_every
-            # one process needs no counts from the others; several add up the next step's in this all-reduce
-            agreed = agree(fabric, loss_part, request.signal_name is not None, save_due,
-                           prefetch.ahead() if fabric.world_size > 1 else None)
-            loss, stop, save = agreed.loss, agreed.stop, agreed.save
-            carried = (upcoming, agreed.ahead) if agreed.ahead else None
+            # --- the step: its rows, the update, the one all-reduce
+            step = loop.take_batch()
+            agreed = loop.update(step)
             counters["train_seconds"] += time.perf_counter() - tick
-            if not math.isfinite(loss):  # every rank sees the same loss, so every rank stops here
-                bar.close()
-                raise TrainingDiverged(run.spec, run.seed, step, loss, counters["last_finite_loss"],
-                                       counters["flops"] + spent.flops)
-            tokens = config.batch_size * rows.inputs.shape[1]
-            counts = {"tokens": tokens, "supervised_positions": spent.supervised_positions, "flops": spent.flops}
-            for totals in (counters, counters["phases"][phase]):  # the run's totals, and its phase's
-                for key, value in counts.items():
-                    totals[key] += value
-            counters["phases"][phase]["steps"] += 1
-            counters.update(step=step + 1, last_finite_loss=loss)
-            bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops) - bar.n)
-            bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
-            live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
-                      run.grad_norm, getattr(precision, "scaler", None))
-            if counters["flops"] >= grid[counters["next_eval"]]:
-                checkpoint_evaluation(fabric, run, corpus, heldout, grid, probe, started, downstream)
-                last_save = time.monotonic()
-                live.restart()
-            elif stop or save:
-                counters["wall_seconds"] = time.perf_counter() - started
-                save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
-                last_save = time.monotonic()
-            if stop:
-                bar.close()
-                raise stopped(fabric, run, request.signal_name)
-            if stop_after_steps is not None and counters["step"] >= stop_after_steps:
-                bar.close()
-                return False
-        bar.close()
-        counters["wall_seconds"] = time.perf_counter() - started
-        # a signal that arrived during the last evaluation: its checkpoint (at the budget) is saved, so stop now,
-        # before the final probes; --resume runs them from there
-        if stop_agreed(fabric, request):
-            raise stopped(fabric, run, request.signal_name)
-    return True
+            # --- what it counted, then an evaluation at each FLOP checkpoint (or a save when asked)
+            loop.count(step, agreed.loss)
+            loop.evaluate_or_save(agreed)
+            loop.stop_if_asked(agreed.stop)
+            early = stop_after_steps is not None and counters["step"] >= stop_after_steps
+        if not early:
+            counters["wall_seconds"] = time.perf_counter() - loop.started
+            # a signal that arrived during the last evaluation: its checkpoint (at the budget) is saved, so stop now,
+            # before the final probes; --resume runs them from there
+            loop.stop_if_asked(stop_agreed(fabric, request))
+    return not early
 
 
 def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
@@ -872,7 +935,7 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
 
 def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
               probe: ProbeConfig | None = None, progress: bool = True,
-              stop_after_steps: int | None = None, downstream: Downstream | None = None) -> dict | None:
+              stop_after_steps: int | None = None, downstream: Tasks | None = None) -> dict | None:
     """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
     run_dir. Resumes from run_dir's checkpoint when there is one. With `probe`, probes the final backbone (and, with
     config.probe_every_eval, the frozen backbone at every checkpoint); with `downstream`, the same for its tasks.
@@ -914,7 +977,7 @@ def control_name(objective: Objective) -> str:
 
 def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
                 probe: ProbeConfig | None = None, progress: bool = True,
-                downstream: Downstream | None = None) -> dict | None:
+                downstream: Tasks | None = None) -> dict | None:
     """The untrained control of seed `seed`: the very backbone a run of `spec` starts from (the same seeding and
     construction as setup_run), through the probes and downstream tasks at 0 FLOPs, never trained. Writes
     run_dir/result.json on rank 0 and returns it there (None elsewhere). Its evaluation FLOPs are reported, never
