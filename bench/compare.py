@@ -23,6 +23,7 @@ import torch
 from lightning_fabric import Fabric
 
 from backbone import ConfigError, resolve_model
+from bench import config_file
 from bench.bayes import loss_floors, unigram_losses
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.data import Corpus, TextOptions, load_corpus
@@ -55,7 +56,7 @@ DEFAULT_SEEDS = 3
 DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
 # TrainConfig fields that change how a step runs but not what it computes: recorded in config.json, free to change
 # on --resume (another machine may need a smaller micro-batch)
-EXECUTION = ("micro_batch", "activation_checkpointing", "checkpoint_every", "log_every")
+EXECUTION = config_file.EXECUTION
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
 
 
@@ -246,38 +247,24 @@ def preset_args(parser: Parser, args: Namespace, argv: list[str] | None, given: 
 
 def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None, dict[str, str] | None]:
     """(flag defaults, peak rate per spec, seeds, package versions) that rerun the comparison `path` (its
-    config.json) recorded; versions are None for a folder written before they were recorded."""
+    config.json) recorded (bench.config_file); versions are None for a folder written before they were recorded."""
     path = path / "config.json" if path.is_dir() else path
     try:
         saved = read_json(path)
-        rates = saved["learning_rates"]
-        defaults = {"objectives": ",".join(rates), "data": saved["data"], "seq_len": saved["seq_len"],
-                    "text_field": saved["text_field"], "vocab_size": saved["vocab_size"],
-                    "tokenizer": saved["tokenizer"], "precision": saved["precision"],
-                    "budget": saved["budget_flops"], "model": saved["model"], "batch_size": saved["batch_size"],
-                    "eval_points": saved["eval_points"], "no_probe_curves": not saved["probe_every_eval"],
-                    "compile": saved["compile"], "lr_sweep": saved["lr_sweep"],
-                    "sweep_fraction": saved["sweep_fraction"], "no_probes": not saved["probes"]}
-    except (OSError, ValueError, KeyError, TypeError) as error:
+        defaults, rates = config_file.flag_defaults(saved), saved["learning_rates"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         reason = f"has no {error}" if isinstance(error, KeyError) else str(error).splitlines()[0][:120]
         raise ConfigError(f"--config {path}: not a comparison's config.json ({reason})") from None
-    changed = [f"{name} {saved[name]} (now {getattr(TrainConfig, name)})" for name in
-               ("warmup", "min_lr_ratio", "weight_decay", "grad_clip", "first_eval", "eval_windows")
-               if name in saved and saved[name] != getattr(TrainConfig, name)]
+    changed = config_file.fixed_changes(saved, TrainConfig)
     if changed:
         raise ConfigError(f"--config {path} was run with {', '.join(changed)}, which this version fixes otherwise; "
                           f"check out the revision its report names")
     if saved.get("precision") not in PRECISIONS:
         raise ConfigError(f"--config {path}: precision {saved.get('precision')} is no longer offered; pass "
                           f"--precision ({', '.join(PRECISIONS)})")
-    defaults.update({k: v for k, v in (saved.get("execution") or {}).items() if k in EXECUTION})
-    downstream = saved.get("downstream")
-    if downstream:
-        defaults.update(downstream=",".join(downstream["tasks"]), finetune_steps=downstream["finetune_steps"],
-                        finetune_lrs=",".join(f"{lr:g}" for lr in downstream["finetune_lrs"]))
     results = path.with_name("results.json")
     seeds = read_json(results).get("seeds") if results.is_file() else None
-    return defaults, rates, seeds or None, saved.get("versions")
+    return defaults, rates, seeds or None, config_file.value(saved, "versions")
 
 
 def check_args(args) -> None:
@@ -413,24 +400,21 @@ def plan(args, fabric: Fabric) -> Plan:
                               corpus.language or corpus.spelled_language, corpus.spell)
         downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
                                 finetune_config(args.finetune_steps, args.finetune_lrs))
-    shape_fields = {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")}
-    # a plain length is recorded as the int it always was, so older folders resume and rerun unchanged
-    settings = {"data": args.data, "seq_len": schedule.recorded(), "text_field": args.text_field,
-                "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-                **{k: v for k, v in asdict(config).items() if k not in ("lr", "tf32", "seq_len_schedule", *EXECUTION)},
-                "model_shape": shape_fields, "learning_rates": rates, "lr_sweep": args.lr_sweep,
-                "sweep_fraction": args.sweep_fraction, "probes": probe is not None}
-    if config.tf32:  # absent on CPU, so folders from before TF32 was recorded still resume
-        settings["tf32"] = True
-    if downstream is not None:  # absent otherwise, so folders from before downstream tasks still resume
-        settings["downstream"] = downstream.settings()
+    recorded = config_file.record({
+        "data": args.data, "seq_len": schedule.recorded(), "text_field": args.text_field,
+        "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
+        **{k: v for k, v in asdict(config).items() if k not in ("lr", "tf32", "seq_len_schedule", *EXECUTION)},
+        "model_shape": {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")},
+        "learning_rates": rates, "lr_sweep": args.lr_sweep, "sweep_fraction": args.sweep_fraction,
+        "probes": probe is not None, "tf32": config.tf32,
+        "downstream": None if downstream is None else downstream.settings()})
     accounting = schedule_accounting(specs, objectives, schedule, config)
-    saved = check_resume(out, settings, args.resume)
-    settings["execution"] = {k: getattr(config, k) for k in EXECUTION}
-    versions_note = record_versions(settings, saved, out, args)
+    saved = check_resume(out, recorded, args.resume)
+    recorded["execution"] = {k: getattr(config, k) for k in EXECUTION}
+    versions_note = record_versions(recorded, saved, out, args)
     if versions_note and fabric.is_global_zero:
         print(f"warning: {versions_note}", file=sys.stderr)
-    return Plan(specs, config, corpus, objectives, probe, out, settings, rates, downstream, schedule, accounting,
+    return Plan(specs, config, corpus, objectives, probe, out, recorded, rates, downstream, schedule, accounting,
                 versions_note)
 
 
@@ -474,7 +458,7 @@ def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: Tra
                                                       objective.expected_supervised_positions)]
 
 
-def check_resume(out: Path, settings: dict, resume: bool) -> dict | None:
+def check_resume(out: Path, recorded: dict, resume: bool) -> dict | None:
     """The config.json of the comparison --resume continues (None for a fresh --out), refused unless it was
     started with the same settings."""
     if not (out / "config.json").exists():
@@ -483,10 +467,9 @@ def check_resume(out: Path, settings: dict, resume: bool) -> dict | None:
         raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose another --out")
     saved = read_json(out / "config.json")
     # how the steps ran, and on which package versions, may change between sessions; what they compute may not
-    compared = {k: v for k, v in saved.items() if k not in ("execution", "versions", "resumed_with")}
-    if compared != settings:
-        changed = ", ".join(k for k in settings if compared.get(k) != settings[k])
-        raise ConfigError(f"--resume with different settings than {out} was started with ({changed})")
+    changed = config_file.changed(saved, recorded)
+    if changed:
+        raise ConfigError(f"--resume with different settings than {out} was started with ({', '.join(changed)})")
     return saved
 
 
