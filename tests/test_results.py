@@ -1,0 +1,74 @@
+"""bench.results and bench.report as layers of their own: hand-made run records in, the numbers and tables out,
+each checked against arithmetic done here."""
+
+import math
+
+import pytest
+
+from bench.report import compute_section, fmt, loss_table, table
+from bench.results import compute_summary, final_metrics, loss_summary, p_value, stat
+
+
+def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> dict:
+    curve = [{"checkpoint": 1e9, "step": 5, "flops": 1e9, "tokens": 640, "supervised_positions": 96, "loss": 2.5,
+              "accuracy": 0.2, "hidden_state": 0.3, "downstream:synthetic:tagging": 0.4},
+             {"checkpoint": 2e9, "step": 10, "flops": 2e9, "tokens": 1280, "supervised_positions": 192,
+              "loss": loss, "accuracy": accuracy, "hidden_state": 0.5, "downstream:synthetic:tagging": 0.6}]
+    return {"objective": objective, "seed": seed, "steps": 10, "flops": 2e9, "tokens": 1280,
+            "supervised_positions": 192, "supervised_per_sequence": 12.0, "flops_per_step": 2e8,
+            "wall_seconds": train_seconds + 3.0,
+            "train_seconds": train_seconds, "tokens_per_second": 1280 / train_seconds, "probe_seconds": 1.5,
+            "curve": curve}
+
+
+def test_a_run_s_final_metrics_are_its_objective_s_own_never_counters_probes_or_tasks():
+    assert final_metrics(run_record("mlm", 0, 1.75, 0.625, 4.0)) == {"loss": 1.75, "accuracy": 0.625}
+
+
+def test_stat_and_p_value_are_the_t_interval_and_welch_test_worked_by_hand():
+    values, baseline = [1.0, 2.0, 4.0], [0.5, 0.75, 1.0, 1.25]
+    mean, sd = 7 / 3, math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2)
+    assert stat(values) == {"mean": pytest.approx(mean), "ci95": pytest.approx(4.302653 * sd / math.sqrt(3),
+                                                                              rel=1e-6), "n": 3}
+    assert stat([0.5]) == {"mean": 0.5, "ci95": None, "n": 1} and stat([]) is None
+    # Welch: t = (m1 − m2) / sqrt(s1²/n1 + s2²/n2), Welch–Satterthwaite degrees of freedom
+    s1, s2 = sd ** 2 / 3, (((0.5 - 0.875) ** 2 + (0.75 - 0.875) ** 2 + (1 - 0.875) ** 2 + (1.25 - 0.875) ** 2) / 3) / 4
+    t, dof = (mean - 0.875) / math.sqrt(s1 + s2), (s1 + s2) ** 2 / (s1 ** 2 / 2 + s2 ** 2 / 3)
+    from scipy.stats import t as student
+    assert p_value(values, baseline) == pytest.approx(2 * student.sf(t, dof))
+    assert p_value([1.0], baseline) is None
+
+
+def test_compute_summary_means_over_seeds_and_splits_the_wall_time():
+    runs = [run_record("mlm", 0, 1.5, 0.5, 4.0), run_record("mlm", 1, 1.7, 0.7, 6.0)]
+    summary = compute_summary(runs)
+    assert summary["train_seconds"] == 5.0 and summary["checkpoint_seconds"] == 3.0
+    assert summary["final_seconds"] == 1.5  # the probes; no downstream tasks ran
+    assert summary["flops_per_token"] == 2e9 / 1280 and summary["flops_per_supervised"] == 2e9 / 192
+
+
+def test_loss_summary_closes_the_learnable_range_from_unigram_to_floor():
+    runs = [run_record("ar", 0, 1.5, 0.5, 4.0), run_record("ar", 1, 2.0, 0.7, 6.0)]
+    summary = loss_summary(runs, floors={"loss": 1.0}, unigram={"loss": 3.0})
+    assert summary["loss"]["mean"] == 1.75 and summary["metrics"] == {"accuracy": stat([0.5, 0.7])}
+    floor = summary["floors"]["loss"]
+    assert floor["excess"]["mean"] == 0.75  # (0.5 + 1.0) / 2
+    assert floor["closed"]["mean"] == pytest.approx((0.75 + 0.5) / 2)  # (3 − 1.5) / 2 and (3 − 2) / 2
+
+
+def test_report_tables_are_the_results_numbers_formatted():
+    assert fmt({"mean": 0.12345, "ci95": 0.01, "n": 3}) == "0.123 ± 0.010" and fmt(None) == ""
+    assert fmt({"mean": 0.5, "ci95": None, "n": 1}, 2) == "0.50"
+    assert table([["a", "1.50"]], ["x", "y"]).splitlines() == ["| x   | y    |", "|-----|------|", "| a   | 1.50 |"]
+    runs = [run_record("mlm", 0, 1.5, 0.5, 4.0), run_record("mlm", 1, 1.7, 0.7, 6.0)]
+    compute = {**compute_summary(runs), "tokens_per_second": 256.0}
+    results = {"seeds": 2, "objectives": [{"objective": "mlm", "seeds": 2, "compute": compute,
+                                           "loss": stat([1.5, 1.7]), "metrics": {"accuracy": stat([0.5, 0.7])}}]}
+    section = compute_section(results)
+    # evaluations: (3 s checkpoints + 1.5 s final) × 2 seeds = 9 s of 9 + 10 s training
+    assert "The evaluations took 9 s of the runs' 19 s (47 %)" in section
+    row = next(line for line in section.splitlines() if line.startswith("| mlm"))
+    assert [cell.strip() for cell in row.strip("|").split("|")] == [
+        "mlm", "2", "2e+08", "1.562e+06", "1.042e+07", "10.0", "1280", "192", "2e+09", "5.0", "3.0", "1.5", "256"]
+    losses = next(line for line in loss_table(results).splitlines() if line.startswith("| mlm"))
+    assert f"| {fmt(stat([1.5, 1.7]), 4)} " in losses and "accuracy 0.600 ± " in losses
