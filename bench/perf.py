@@ -35,9 +35,9 @@ from bench.files import dumps
 from bench.live import device_peak
 from bench.schedule import single_seq_len
 from bench.train import configure_matmuls, tf32_matmuls, training_batch
-from objectives import SPECIAL_TOKENS, Objective, Vocab, build_objective
+from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
 
-OBJECTIVES = ("mlm", "ar", "electra", "span")
+OBJECTIVES = tuple(REGISTRY)  # every registered objective, in the registry's order
 DESCRIPTION = "Speed against the tools researchers would otherwise use, measured in one run."
 AUTOCAST_DTYPES = {"32-true": None, "bf16-mixed": torch.bfloat16}  # the precisions bench.perf times
 

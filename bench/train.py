@@ -1,4 +1,5 @@
-"""Train one objective until its accounted FLOPs reach the budget. The only module that talks to Lightning Fabric.
+"""Train one objective until its accounted FLOPs reach the budget. Fabric is built and driven here: the commands
+(bench.compare, bench.sweep) only pass its object along, and bench.live borrows Lightning's loggers.
 
 Everything that makes runs comparable lives here:
 - every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);
@@ -786,6 +787,7 @@ class TrainingLoop:
         self.share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
         self.prefetch = Prefetcher(self.build)
         self.carried: tuple[tuple[int, int], StepCounts] | None = None  # a step's global counts, from the step before
+        self.upcoming = (counters["step"], 0)  # the (step, phase) being built ahead
         run.module.train()
 
     def build(self, step: int, phase: int) -> tuple[Corrupted, StepCounts]:
