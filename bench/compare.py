@@ -38,11 +38,10 @@ from bench.results import build_results
 from bench.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.sweep import learning_rates, sweep, sweep_rates
 from bench.tasks import TaskContext, load_tasks, parse_task_list
-from bench.train import (EXIT_STOPPED, TORCHRUN_FORWARDS, TrainConfig, TrainingDiverged, agree_on_folder,
-                         check_batch_split, check_config, check_memory, control_name, control_run,
-                         current_stop_request, eval_batches, finished_result, launch_processes, make_fabric, run_name,
-                         stop_agreed, stop_message, stop_on_signals, tf32_matmuls, train_run,
-                         unforwarded_stop_signals)
+from bench.train import (EXIT_STOPPED, TORCHRUN_FORWARDS, TrainConfig, agree_on_folder, check_batch_split,
+                         check_config, check_memory, control_name, control_run, current_stop_request, eval_batches,
+                         finished_result, launch_processes, make_fabric, run_name, stop_agreed, stop_message,
+                         stop_on_signals, tf32_matmuls, trained_or_reused, unforwarded_stop_signals)
 from objectives import Objective, Vocab, parse_objective_list
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
@@ -510,25 +509,14 @@ def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: boo
             if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
                 raise stop_message(fabric, f"before {run_name(spec, seed)} (the finished runs are saved)",
                                    request.signal_name)
-            run_dir = plan_.out / "runs" / run_name(spec, seed)
-            # rank 0 decides what is finished: every process then takes the same branch
-            record, result = fabric.broadcast((read_json(run_dir / "diverged.json") if resume and (
-                run_dir / "diverged.json").exists() else None, finished_result(run_dir) if resume else None), src=0)
+            config = replace(plan_.config, lr=plan_.learning_rates[spec])
+            result, record = trained_or_reused(fabric, spec, seed, plan_.corpus, config,
+                                               plan_.out / "runs" / run_name(spec, seed), resume, plan_.probe,
+                                               progress, plan_.downstream)
             if record is not None:
                 diverged.append(record)
-                continue
-            if result is None:
-                try:
-                    config = replace(plan_.config, lr=plan_.learning_rates[spec])
-                    result = train_run(fabric, spec, seed, plan_.corpus, config, run_dir, plan_.probe,
-                                       progress=progress, downstream=plan_.downstream)
-                except TrainingDiverged as error:
-                    print(f"warning: {error}", file=sys.stderr)
-                    if fabric.is_global_zero:
-                        write_json(run_dir / "diverged.json", error.record)
-                    diverged.append(error.record)
-                    continue
-            runs.append(result)
+            else:
+                runs.append(result)
     return runs, diverged
 
 

@@ -16,7 +16,7 @@ from lightning_fabric import Fabric
 
 from backbone import ConfigError
 from bench.data import Corpus
-from bench.train import TrainConfig, TrainingDiverged, finished_result, run_name, train_run
+from bench.train import TrainConfig, run_name, trained_or_reused
 
 
 def parse_rate(text: str, flag: str) -> float:
@@ -69,12 +69,10 @@ def sweep(fabric: Fabric, specs: list[str], rates: list[float], corpus: Corpus, 
         for rate in rates:
             run_dir = out / "sweep" / f"{run_name(spec, 0)}-lr{rate:g}"
             run_config = replace(config, budget_flops=budget, lr=rate, probe_every_eval=False)
-            try:
-                finished = fabric.broadcast(finished_result(run_dir), src=0)  # rank 0 decides
-                run = finished or train_run(fabric, spec, 0, corpus, run_config, run_dir, progress=progress)
-            except TrainingDiverged as error:
+            run, record = trained_or_reused(fabric, spec, 0, corpus, run_config, run_dir, True, progress=progress)
+            if record is not None:  # diverged at this rate
                 losses[f"{rate:g}"] = None
-                flops += error.record["flops"]
+                flops += record["flops"]
                 continue
             # rank 0's read of the curve decides: another node's view of a shared folder can lag (NFS caches)
             losses[f"{rate:g}"] = run["curve"][-1]["loss"] if fabric.is_global_zero else None

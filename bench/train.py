@@ -1052,6 +1052,26 @@ def sees(path: Path, poll_seconds: float = 1.0) -> bool:
         time.sleep(poll_seconds)
 
 
+def trained_or_reused(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+                      reuse: bool, probe: ProbeConfig | None = None, progress: bool = True,
+                      downstream: Tasks | None = None) -> tuple[dict | None, dict | None]:
+    """A run as (its result, None), or (None, its divergence record): with `reuse`, what run_dir holds from before
+    (rank 0 decides, so every process takes the same branch); else trained by train_run. A run that diverges is
+    recorded in run_dir/diverged.json, so that a resumed comparison does not train it again."""
+    diverged = run_dir / "diverged.json"
+    record, result = fabric.broadcast((read_json(diverged) if reuse and diverged.exists() else None,
+                                       finished_result(run_dir) if reuse else None), src=0)
+    if record is not None or result is not None:
+        return result, record
+    try:
+        return train_run(fabric, spec, seed, corpus, config, run_dir, probe, progress, downstream=downstream), None
+    except TrainingDiverged as error:
+        print(f"warning: {error}", file=sys.stderr)
+        if fabric.is_global_zero:
+            write_json(diverged, error.record)
+        return None, error.record
+
+
 def finished_result(run_dir: Path) -> dict | None:
     path = run_dir / "result.json"
     return read_json(path) if path.exists() else None

@@ -495,12 +495,13 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
                 return value
             return self.sent.pop(0)
 
-    def train_run(fabric, spec, seed, corpus, config, run_dir, progress):
+    def train_run(fabric, spec, seed, corpus, config, run_dir, probe, progress, downstream=None):
         loss = {1e-3: 2.0, 3e-3: 1.5}[config.lr]
         curve = [{"loss": loss}] if fabric.is_global_zero else [{"loss": 3.0 - loss}] if config.lr == 1e-3 else []
         return {"curve": curve, "flops": 10}
 
-    monkeypatch.setattr(bench.sweep, "train_run", train_run)
+    import bench.train
+    monkeypatch.setattr(bench.train, "train_run", train_run)
     sent, config = [], TrainConfig(budget_flops=100)
     chosen = [bench.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
               for rank in (0, 1)]

@@ -738,3 +738,27 @@ def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch)
         train_run(make_fabric(precision=precision), "mlm", 0, corpus, config(probe_every_eval=True),
                   tmp_path / precision, probe, progress=False)
     assert len(seen) % 2 == 0 and seen == [True] * (len(seen) // 2) + [False] * (len(seen) // 2)
+
+
+def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, monkeypatch, capsys):
+    from bench.train import trained_or_reused
+    trained = []
+
+    def diverging(fabric, spec, seed, corpus, config, run_dir, probe, progress, downstream=None):
+        trained.append(spec)
+        raise TrainingDiverged(spec, seed, 3, float("nan"), 2.5, 7)
+
+    monkeypatch.setattr(bench.train, "train_run", diverging)
+    one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
+    config = TrainConfig(budget_flops=1.0)
+    result, record = trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True)
+    assert result is None and record["flops"] == 7 and "mlm seed 0 diverged" in capsys.readouterr().err
+    assert json.loads((tmp_path / "diverged.json").read_text()) == record
+    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (None, record)  # not again
+    assert trained == ["mlm"]
+    (tmp_path / "diverged.json").unlink()
+    (tmp_path / "result.json").write_text(json.dumps({"objective": "mlm", "flops": 9}))
+    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == ({"objective": "mlm", "flops": 9},
+                                                                                    None)
+    trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=False)  # a fresh comparison trains
+    assert trained == ["mlm", "mlm"]
