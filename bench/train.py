@@ -129,7 +129,7 @@ def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int
 
 def slurm_without_srun(environ: Mapping[str, str], devices: int | str, num_nodes: int) -> str | None:
     """Why this command cannot run as started, inside a Slurm job without srun, or None. Fabric takes SLURM_NTASKS
-    (set in an sbatch job's own shell) to mean Slurm started that many processes, and the one process there is then
+    (set in an sbatch job's own shell) to mean Slurm started that many processes, and the one process that is there then
     waits for the others, for NCCL's or gloo's timeout (about 30 min). srun sets SLURM_STEP_NUM_TASKS for the tasks
     it starts; Fabric ignores Slurm in a job named bash or interactive (salloc's shell, `--job-name interactive`)."""
     if "SLURM_NTASKS" not in environ or "SLURM_STEP_NUM_TASKS" in environ or "TORCHELASTIC_RUN_ID" in environ:
