@@ -107,12 +107,15 @@ def record(values: dict) -> dict:
             and not (entry.optional and values[entry.key] == entry.absent)}
 
 
-def value(saved: dict, key: str) -> object:
-    """A recorded value, or what an older folder's missing key means (KeyError for a required one)."""
-    entry = ENTRIES[key]
-    if key in saved or entry.absent is REQUIRED:
+def value(saved: dict, key: str, default: object = REQUIRED) -> object:
+    """A recorded value, or what an older folder's missing key means; for a required key (or one outside the
+    schema) `default`, KeyError without one."""
+    if key in saved:
         return saved[key]
-    return entry.absent
+    absent = ENTRIES[key].absent if key in ENTRIES else REQUIRED
+    if absent is REQUIRED and default is REQUIRED:
+        raise KeyError(key)
+    return default if absent is REQUIRED else absent
 
 
 def flag_defaults(saved: dict) -> dict:
@@ -138,6 +141,4 @@ def changed(saved: dict, settings: dict) -> list[str]:
     keys = dict.fromkeys([*settings, *saved])
     compared = [key for key in keys if key not in ENTRIES or ENTRIES[key].kind != "session"]
     missing = object()
-    get = lambda found, key: found[key] if key in found else (  # noqa: E731
-        ENTRIES[key].absent if key in ENTRIES and ENTRIES[key].absent is not REQUIRED else missing)
-    return [key for key in compared if get(saved, key) != get(settings, key)]
+    return [key for key in compared if value(saved, key, missing) != value(settings, key, missing)]
