@@ -8,7 +8,6 @@ from typing import Callable, NoReturn
 
 from backbone import PRESETS, ConfigError
 
-
 # One meaning per flag, in every command.
 VOCAB_HELP = ("tokenizer vocabulary size: the 5 special tokens ([PAD] [MASK] [BOS] [EOS] [UNK]) and the ordinary "
               "tokens; T5's 100 sentinels are added on top")

@@ -2,67 +2,56 @@
 
     python -m bench.compare --objectives mlm,ar,electra
 
-Training is bench.train, the numbers bench.results, the markdown bench.report.
+The plan and the run loop are bench.comparison, training bench.training, the numbers bench.analysis, the
+markdown bench.report.
 """
 
 from __future__ import annotations
 
 import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
 from argparse import Namespace
-from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping
 
 import torch
-from lightning_fabric import Fabric
 
-from backbone import ConfigError, resolve_model
-from bench import config_file
-from bench.bayes import loss_floors, unigram_losses
+from backbone import ConfigError
+from bench.analysis.density import position_row
+from bench.analysis.presets import describe_presets, flag_text, get_preset, paper_section
+from bench.analysis.results import Measured, build_results
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
-from bench.data import Corpus, TextOptions, load_corpus
-from bench.density import build_on_meta, position_row
-from bench.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
-from bench.environment import describe as describe_versions, package_versions, version_note
+from bench.comparison import (DEFAULT_LR, bayes_references, describe_setup, output_folder, plan, run_all, run_controls,
+                              warn_small_steps)
 from bench.files import read_json, write_atomic, write_json
-from bench.presets import describe_presets, flag_text, get_preset, paper_section
-from bench.probes import ProbeConfig, input_only_controls, probe_ceilings
-from bench.report import write_preset_report, write_report
-from bench.results import build_results
-from bench.schedule import SeqLenSchedule, parse_seq_len, predict_phases
-from bench.sweep import learning_rates, sweep, sweep_rates
-from bench.tasks import TaskContext, load_tasks, parse_task_list
-from bench.train import (EXIT_STOPPED, TORCHRUN_FORWARDS, TrainConfig, agree_on_folder, check_batch_split,
-                         check_config, check_memory, control_name, control_run, current_stop_request, eval_batches,
-                         finished_result, launch_processes, make_fabric, run_name, stop_agreed, stop_message,
-                         stop_on_signals, tf32_matmuls, trained_or_reused, unforwarded_stop_signals)
-from objectives import Objective, Vocab, parse_objective_list
+from bench.report.markdown import write_preset_report, write_report
+from bench.training import config_file
+from bench.training.config import TrainConfig
+from bench.training.distributed import (TORCHRUN_FORWARDS, agree_on_folder, launch_processes, make_fabric,
+                                        unforwarded_stop_signals)
+from bench.training.schedule import parse_seq_len
+from bench.training.stopping import EXIT_STOPPED, stop_on_signals
+from bench.training.sweep import sweep, sweep_rates
+from bench.yardsticks.downstream import add_finetune_flags
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
+
 # The default setup: every objective learns its own task and beats its untrained control on two yardsticks or more,
 # which discriminate, in under 5 minutes for 3 objectives x 3 seeds on 2 CPU cores (README: "The default
 # comparison"). At 4e11 one ELECTRA seed in three had not yet left its trivial answer.
 DEFAULT_BUDGET = 8e11
+
 DEFAULT_MODEL = "mini"
 DEFAULT_SEQ_LEN = 64
 DEFAULT_SEEDS = 3
-DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
-# TrainConfig fields that change how a step runs but not what it computes: recorded in config.json, free to change
-# on --resume (another machine may need a smaller micro-batch)
-EXECUTION = config_file.EXECUTION
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
-
 
 DESCRIPTION = ("Compare pretraining objectives at equal compute: train every objective (and seed) on the same windows "
                "until its accounted FLOPs reach the budget, evaluate all of them at the same log-spaced FLOP "
                "checkpoints, and write report.md, PNG plots and results.json to --out. Each finished evaluation and "
                "run is on disk at once: rerun with --resume to continue an interrupted comparison.")
+
 EXIT_CODES = ("exit status: 0 the report was written; 2 a mistake in the input (one line on stderr, nothing written); "
               "3 the report was written but at least one run diverged (its loss became NaN or infinite; the report "
               f"lists it); {EXIT_STOPPED} stopped by SIGTERM or SIGUSR1 (e.g. a scheduler's warning before the end of "
@@ -111,6 +100,18 @@ def build_parser() -> Parser:
              "writes it out as text with multi-piece words; text:PATH reads a .txt/.jsonl/.json/.parquet file, folder "
              "or glob; hf:NAME[:CONFIG] loads a Hugging Face hub dataset (needs network) (default synthetic)")
     add_text_flags(add)
+    add_folder_flags(add)
+    add_hardware_flags(add)
+    add_yardstick_flags(add)
+    add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
+                                               "compilation of tens of seconds per run, so it pays only for long "
+                                               "runs (README: Speed)")
+    add("--quiet", action="store_true", help="no progress bars")
+    return parser
+
+
+def add_folder_flags(add) -> None:
+    """Where a comparison is written, and what it reruns or resumes."""
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
     add("--preset", default=None, metavar="NAME",
         help="run a classic published ablation (bert-table8, corruption-rate, static-vs-dynamic, masking-units, "
@@ -122,7 +123,10 @@ def build_parser() -> Parser:
              "become the defaults; flags given explicitly override them (default: none)")
     add("--resume", action="store_true", help="continue the comparison in --out: finished runs are kept, an "
                                               "interrupted run restarts from its last checkpoint")
-    add_hardware_flags(add)
+
+
+def add_yardstick_flags(add) -> None:
+    """What every run and control is read with besides its loss: the embedded probes and labelled tasks."""
     add("--no-probes", action="store_true", help="skip the representation probes (tagging, component "
                                                  "classification, fine-tuning) that run on each final model")
     add("--no-probe-curves", action="store_true", help="fit the frozen probes only at the budget, not at every FLOP "
@@ -135,11 +139,6 @@ def build_parser() -> Parser:
              "needs network), conll:PATH for token tagging, synthetic:tagging|component|order|same-source on the "
              "embedded language (README: Downstream tasks)")
     add_finetune_flags(add)
-    add("--compile", action="store_true", help="torch.compile the transformer stacks: faster steps after a "
-                                               "compilation of tens of seconds per run, so it pays only for long "
-                                               "runs (README: Speed)")
-    add("--quiet", action="store_true", help="no progress bars")
-    return parser
 
 
 def add_text_flags(add) -> None:
@@ -216,11 +215,6 @@ def parse_args(argv: list[str] | None):
     return args
 
 
-def output_folder(out: Path | None) -> Path:
-    """--out, or reports/<UTC timestamp> by default, as an absolute path."""
-    return (out or Path("reports") / datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")).absolute()
-
-
 def given_flag(given: list[str], dest: str) -> bool:
     flag = "--" + dest.replace("_", "-")
     return any(word == flag or word.startswith(flag + "=") for word in given)
@@ -245,8 +239,8 @@ def preset_args(parser: Parser, args: Namespace, argv: list[str] | None, given: 
 
 
 def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None, dict[str, str] | None]:
-    """(flag defaults, peak rate per spec, seeds, package versions) that rerun the comparison `path` (its
-    config.json) recorded (bench.config_file); versions are None for a folder written before they were recorded."""
+    """(flag defaults, peak rate per spec, seeds, package versions) that rerun the comparison `path` (its config.json)
+    recorded (bench.training.config_file); versions are None for a folder written before they were recorded."""
     path = path / "config.json" if path.is_dir() else path
     try:
         saved = read_json(path)
@@ -312,305 +306,6 @@ def resume_after_restart(args: Namespace, environ: Mapping[str, str] = os.enviro
             print(f"torchrun restart {restarts}: resuming the comparison in {args.out}", file=sys.stderr)
 
 
-def probe_config(heldout_windows: int) -> ProbeConfig:
-    """The default probe split, shrunk to fit a small held-out set: 3/4 to fit, the rest to score."""
-    if heldout_windows < 2:
-        raise ConfigError(f"probes need at least 2 held-out windows, got {heldout_windows}; add more or --no-probes")
-    default = ProbeConfig()
-    train = min(default.train_windows, heldout_windows * 3 // 4)
-    return replace(default, train_windows=train, test_windows=min(default.test_windows, heldout_windows - train))
-
-
-def git_revision() -> str:
-    try:
-        here = Path(__file__).parent
-        revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        # reports/ is left out: regenerating a committed report rewrites tracked files, which is not a code change
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)reports"],
-                               cwd=here, capture_output=True, text=True, timeout=10).stdout.strip()
-        return (revision + (" (with uncommitted changes)" if dirty else "")) if revision else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
-@dataclass
-class Plan:
-    """Everything a comparison needs before the first step, all checked: a mistake surfaces here, before anything
-    is written or launched."""
-
-    specs: list[str]
-    config: TrainConfig
-    corpus: Corpus
-    objectives: list[Objective]  # on the meta device, for counts, FLOPs and Bayes references
-    probe: ProbeConfig | None
-    out: Path
-    settings: dict  # what config.json records; --resume must match it
-    learning_rates: dict[str, float]  # peak rate per spec (replaced by the sweep's choice with --lr-sweep)
-    downstream: Downstream | None  # labelled tasks, loaded and checked
-    schedule: SeqLenSchedule  # --seq-len, a plain length being one phase
-    accounting: dict | None  # a schedule's predicted positions per phase and per objective (schedule_accounting)
-    versions_note: str | None = None  # how this run's package versions differ from the folder it reruns/resumes
-
-
-def plan(args, fabric: Fabric) -> Plan:
-    specs = parse_objective_list(args.objectives)
-    schedule = parse_seq_len(args.seq_len)
-    longest = schedule.longest  # the corpus's windows and the model's max_seq_len; the shorter phases cut them
-    check_batch_split(args.batch_size, fabric.world_size, args.micro_batch)  # once, before processes are launched
-    # Before any data is made: a shape that cannot fit would otherwise spend minutes building windows, then swap.
-    # The tokenizer's vocabulary stands in for the corpus's; it changes only the embedding's few megabytes. The
-    # longest phase is the one that needs the most memory (a step's windows are the same in number at every length).
-    provisional = Vocab.for_tokenizer(args.vocab_size)
-    for spec in specs:
-        check_memory(build_on_meta(spec, resolve_model(args.model, provisional.size, longest), provisional),
-                     args.micro_batch or args.batch_size // fabric.world_size, longest, args.precision,
-                     fabric.device, args.activation_checkpointing)
-    rates = getattr(args, "config_learning_rates", None) or learning_rates(args.lr, specs,
-                                                                           strict=args.lr != DEFAULT_LR)
-    config = TrainConfig(budget_flops=args.budget, model=args.model, batch_size=args.batch_size,
-                         eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile,
-                         micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
-                         checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision),
-                         log_every=args.log_every, seq_len_schedule=schedule)
-    check_config(config, fabric.world_size)
-    out = output_folder(args.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file, not a folder")
-    reused = getattr(args, "reused_tokenizer", None)
-    if args.resume and args.tokenizer is None and (out / "tokenizer.json").is_file():
-        reused = (out / "tokenizer.json", "--resume")  # the runs already trained read their tokens with it
-    text = TextOptions(args.text_field, args.vocab_size, str(reused[0]) if reused else args.tokenizer, args.num_proc)
-    corpus = load_corpus(args.data, longest, text)
-    if reused:
-        corpus.tokenizer += f"; the comparison's own, reused by {reused[1]}"
-    probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
-    shape = resolve_model(args.model, corpus.vocab.size, longest)
-    objectives = [build_on_meta(spec, shape, corpus.vocab) for spec in specs]
-    for objective in objectives:
-        for seq_len in dict.fromkeys(schedule.lengths):
-            objective.check_seq_len(seq_len)
-    canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
-    if len(set(canonical)) != len(canonical):
-        raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
-    downstream = None
-    if args.downstream is not None:
-        context = TaskContext(longest, corpus.vocab, corpus.text_tokenizer,
-                              corpus.language or corpus.spelled_language, corpus.spell)
-        downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
-                                finetune_config(args.finetune_steps, args.finetune_lrs))
-    recorded = config_file.record({
-        "data": args.data, "seq_len": schedule.recorded(), "text_field": args.text_field,
-        "vocab_size": args.vocab_size, "tokenizer": args.tokenizer, "precision": args.precision,
-        **{k: v for k, v in asdict(config).items() if k not in ("lr", "tf32", "seq_len_schedule", *EXECUTION)},
-        "model_shape": {k: v for k, v in asdict(shape).items() if k not in ("vocab_size", "max_seq_len")},
-        "learning_rates": rates, "lr_sweep": args.lr_sweep, "sweep_fraction": args.sweep_fraction,
-        "probes": probe is not None, "tf32": config.tf32,
-        "downstream": None if downstream is None else downstream.settings()})
-    accounting = schedule_accounting(specs, objectives, schedule, config)
-    saved = check_resume(out, recorded, args.resume)
-    recorded["execution"] = {k: getattr(config, k) for k in EXECUTION}
-    versions_note = record_versions(recorded, saved, out, args)
-    if versions_note and fabric.is_global_zero:
-        print(f"warning: {versions_note}", file=sys.stderr)
-    return Plan(specs, config, corpus, objectives, probe, out, recorded, rates, downstream, schedule, accounting,
-                versions_note)
-
-
-def record_versions(settings: dict, saved: dict | None, out: Path, args: Namespace) -> str | None:
-    """Put the package versions in what config.json records and say how they differ from the folder's: a resumed
-    comparison keeps the versions it was started with and lists each later session that ran on others; a rerun
-    (--config) records its own and is compared with its original's."""
-    current = package_versions()
-    if saved is None:
-        settings["versions"] = current
-        return version_note(args.config, args.config_versions, current) if args.config else None
-    settings["versions"] = saved.get("versions")
-    note = version_note(out, settings["versions"], current)
-    settings["resumed_with"] = saved.get("resumed_with", []) + ([current] if note else [])
-    return note
-
-
-def schedule_accounting(specs: list[str], objectives: list[Objective], schedule: SeqLenSchedule,
-                        config: TrainConfig) -> dict | None:
-    """For a schedule, per objective: the steps, positions and FLOPs each phase is predicted to get
-    (bench.schedule.predict_phases), and what the final length throughout would give for the same FLOPs; the
-    report sets the measured positions beside them. A phase that would get no step is a mistake, refused here."""
-    if schedule.is_fixed:
-        return None
-    found = {}
-    for spec, objective in zip(specs, objectives):
-        phases = predicted_phases(objective, schedule, config)
-        for phase, predicted in zip(schedule.phases, phases):
-            if predicted["steps"] == 0:
-                raise ConfigError(f"--seq-len {schedule.text}: phase {phase.seq_len}:{phase.share:g} gets no step of "
-                                  f"{spec} at --budget {config.budget_flops:g} (the phase before it overshoots past "
-                                  "its end); raise its share or the budget")
-        found[spec] = {"predicted": phases,
-                       "final_throughout": predicted_phases(objective, SeqLenSchedule.fixed(schedule.final), config)[0]}
-    return {"schedule": schedule.text, "final_seq_len": schedule.final, "objectives": found}
-
-
-def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: TrainConfig) -> list[dict]:
-    return [asdict(phase) for phase in predict_phases(schedule, config.budget_flops, config.batch_size,
-                                                      objective.expected_flops_per_sequence,
-                                                      objective.expected_supervised_positions)]
-
-
-def check_resume(out: Path, recorded: dict, resume: bool) -> dict | None:
-    """The config.json of the comparison --resume continues (None for a fresh --out), refused unless it was
-    started with the same settings."""
-    if not (out / "config.json").exists():
-        return None
-    if not resume:
-        raise ConfigError(f"{out} already holds a comparison; pass --resume to continue it, or choose another --out")
-    saved = read_json(out / "config.json")
-    # how the steps ran, and on which package versions, may change between sessions; what they compute may not
-    changed = config_file.changed(saved, recorded)
-    if changed:
-        raise ConfigError(f"--resume with different settings than {out} was started with ({', '.join(changed)})")
-    return saved
-
-
-def control_specs(plan_: Plan) -> dict[str, str]:
-    """{control name: the first spec read that way}: one untrained control per way the comparison reads a backbone
-    (objectives read alike share it, since every run of a seed starts from the same initialisation)."""
-    found: dict[str, str] = {}
-    for spec, objective in zip(plan_.specs, plan_.objectives):
-        found.setdefault(control_name(objective), spec)
-    return found
-
-
-def run_controls(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> list[dict]:
-    """Every seed's untrained controls through the yardsticks (bench.train.control_run), kept on --resume; nothing
-    to do when no yardstick runs."""
-    if plan_.probe is None and plan_.downstream is None:
-        return []
-    controls, request = [], current_stop_request()
-    for name, spec in control_specs(plan_).items():
-        for seed in range(seeds):
-            run_dir = plan_.out / "runs" / run_name(name, seed)
-            if stop_agreed(fabric, request):
-                raise stop_message(fabric, f"before {run_dir.name} (the finished runs are saved)", request.signal_name)
-            result = fabric.broadcast(finished_result(run_dir) if resume else None, src=0)
-            if result is None:
-                result = control_run(fabric, spec, seed, plan_.corpus, plan_.config, run_dir, plan_.probe,
-                                     progress=progress, downstream=plan_.downstream)
-            controls.append(result)
-    return controls
-
-
-def run_all(fabric: Fabric, plan_: Plan, seeds: int, resume: bool, progress: bool) -> tuple[list[dict], list[dict]]:
-    """Train every objective and seed, keeping finished runs on --resume. A diverged run is recorded (its folder
-    holds diverged.json) and the others go on. Returns (finished runs, diverged runs)."""
-    runs, diverged, request = [], [], current_stop_request()
-    for spec in plan_.specs:
-        for seed in range(seeds):
-            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
-                raise stop_message(fabric, f"before {run_name(spec, seed)} (the finished runs are saved)",
-                                   request.signal_name)
-            config = replace(plan_.config, lr=plan_.learning_rates[spec])
-            result, record = trained_or_reused(fabric, spec, seed, plan_.corpus, config,
-                                               plan_.out / "runs" / run_name(spec, seed), resume, plan_.probe,
-                                               progress, plan_.downstream)
-            if record is not None:
-                diverged.append(record)
-            else:
-                runs.append(result)
-    return runs, diverged
-
-
-def bayes_references(plan_: Plan) -> dict | None:
-    """On the embedded language the true distribution is known: the Bayes floor of every objective's held-out
-    metrics on exactly its evaluation batches, and the probes' ceilings on their test windows."""
-    corpus, probe = plan_.corpus, plan_.probe
-    if corpus.language is None:
-        return None
-    batches = {spec: eval_batches(objective, corpus, plan_.config) for spec, objective in zip(plan_.specs,
-                                                                                             plan_.objectives)}
-    return {"floors": {spec: loss_floors(objective, batches[spec], corpus)
-                       for spec, objective in zip(plan_.specs, plan_.objectives)},
-            "unigram": {spec: unigram_losses(objective, batches[spec], corpus)
-                        for spec, objective in zip(plan_.specs, plan_.objectives)},
-            "ceilings": probe_ceilings(corpus, probe) if probe else None,
-            "input_only": input_only_controls(corpus, probe) if probe else None}
-
-
-def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], fabric: Fabric,
-                   bayes: dict | None) -> dict:
-    corpus, config, shape = plan_.corpus, plan_.config, plan_.settings["model_shape"]
-    parameters = "no finished run"
-    if runs:
-        tokens = sum(r["tokens"] for r in runs) / len(runs)
-        backbone = runs[0]["backbone_parameters"]
-        parameters = f"{backbone:,} backbone parameters; {tokens / backbone:.2f} training tokens per parameter"
-    setup = {
-        "command": "python -m bench.compare " + shlex.join(sys.argv[1:] if argv is None else argv),
-        "objectives": ", ".join(plan_.specs), "seeds": args.seeds, "budget (FLOPs)": f"{args.budget:.3g}",
-        "model": f"{args.model}: n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}, "
-                 f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}",
-        "sequence length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
-        "global batch": args.batch_size,
-        "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
-        + (" (chosen by --lr-sweep)" if args.lr_sweep else ""),
-        "data": f"{corpus.name}: {corpus.description}",
-        "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "
-                     f"{len(corpus.heldout):,} held-out windows (first {min(config.eval_windows, len(corpus.heldout))}"
-                     " evaluated)",
-        "epochs": (f"{sum(r['tokens'] for r in runs) / len(runs) / corpus.summary()['train_tokens']:.1f} passes over "
-                   "the training windows per run (mean)" if runs else "no finished run"),
-        "tokenizer": corpus.tokenizer,
-        "vocabulary": f"{corpus.vocab.size} ids ({corpus.vocab.num_ordinary} ordinary, "
-                      f"{corpus.vocab.first_ordinary} special, {corpus.vocab.num_sentinels} sentinels)",
-        "device": f"{device_name(fabric.device)} × {fabric.world_size}, precision {args.precision}",
-        "environment": describe_versions(package_versions()) + (f" ({plan_.versions_note})"
-                                                               if plan_.versions_note else ""),
-        "live metrics": (f"every {config.log_every} steps in runs/NAME/logs/from-step-S/metrics.csv (CSV; "
-                         "TensorBoard beside it where installed)" if config.log_every else "off (--log-every 0)"),
-        "git revision": git_revision(),
-        "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-    }
-    if bayes:
-        setup["learnable range"] = "; ".join(
-            f"{spec} {metric}: unigram {bayes['unigram'][spec][metric]:.3f} → Bayes floor {floor:.3f} nats"
-            for spec, floors in bayes["floors"].items() for metric, floor in floors.items())
-    if bayes and bayes.get("input_only"):
-        setup["trivial baselines"] = ("probes: what the input alone gives (section 4); losses: the unigram loss "
-                                      "(above); ELECTRA's discriminator: \"all original\" (its accuracy and label "
-                                      "entropy are in section 4)")
-    if plan_.downstream is not None:
-        setup["downstream"] = describe_recipe(plan_.downstream, runs)
-    if plan_.probe is not None:
-        probe = plan_.probe
-        setup["probes"] = (f"linear probes fitted on {probe.train_windows} held-out windows, scored on the next "
-                           f"{probe.test_windows}, asked about {probe.chosen_rate:.0%} of each window's positions; "
-                           f"fine-tuning probe: {probe.finetune_steps} steps of {probe.finetune_batch} windows")
-    if plan_.probe is not None or plan_.downstream is not None:
-        setup["untrained controls"] = (", ".join(f"{name} (read as {spec})" for name, spec in
-                                                 control_specs(plan_).items())
-                                       + ": each seed's backbone at the initialisation its runs start from, through "
-                                       "the same yardsticks, never trained")
-    return setup
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
-
-
-SMALL_STEP_TOKENS = 16384
-
-
-def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
-    """A GPU fed a few thousand tokens per step waits on the host and the launch overheads most of the time."""
-    tokens = batch_size // fabric.world_size * seq_len
-    if fabric.device.type == "cuda" and tokens < SMALL_STEP_TOKENS:
-        print(f"warning: each process's step holds {tokens:,} tokens (--batch-size {batch_size} over "
-              f"{fabric.world_size} process(es) × --seq-len {seq_len}); below about {SMALL_STEP_TOKENS:,} a GPU "
-              "mostly waits: raise --batch-size (with --micro-batch if memory is short)", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     check_args(args)
@@ -659,10 +354,10 @@ def compare(args: Namespace, argv: list[str] | None,
     controls = run_controls(fabric, plan_, args.seeds, args.resume, progress=not args.quiet)
     if not fabric.is_global_zero:
         return None, []
-    results = build_results(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs, args.budget,
-                            plan_.schedule.final, bayes, diverged, lr_sweep, baseline=plan_.specs[0],
-                            tasks=plan_.downstream.describe() if plan_.downstream else None,
-                            seq_len_schedule=plan_.accounting, controls=controls)
+    results = build_results(Measured(describe_setup(args, argv, plan_, runs, fabric, bayes), positions, runs,
+                                     args.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged, lr_sweep,
+                                     plan_.downstream.describe() if plan_.downstream else None, plan_.accounting,
+                                     controls))
     if paper is not None:
         results["paper"] = paper(results)
     print(f"report: {write_report(plan_.out, results)}")

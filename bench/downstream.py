@@ -1,17 +1,6 @@
-"""Downstream tasks: the yardstick that compares objectives on any text, as the papers do (BERT's MNLI and NER,
-ELECTRA's GLUE against FLOPs, T5's GLUE).
-
-Every final backbone of a comparison is evaluated on every task (bench.tasks) twice, with one recipe for every
-objective and seed:
-- frozen: a linear probe (L-BFGS on standardised features, bench.readout) on the backbone's features;
-- fine-tuned: the backbone and a head that starts from the frozen probe (linear probe, then fine-tune) are trained
-  for a fixed number of AdamW steps at each rate of a small grid; the rate with the best score on the dev split is
-  chosen, and only that model ever sees the test split.
-Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens: a causal
-model reads left to right and a sequence is represented by its last token (the only one that has seen all of it);
-the others read the whole example and mean-pool its tokens, except the embedded pair tasks, "[BOS] a [EOS] b [EOS]",
-which they read at [BOS] as BERT reads pairs at [CLS]. Downstream FLOPs are reported, never charged to the
-pretraining budget.
+"""Add downstream tasks to a finished comparison, without retraining: its final backbones and untrained controls
+through the same recipe as `bench.compare --downstream` (bench.yardsticks.downstream), then results.json and
+report.md rewritten.
 
     python -m bench.downstream --run reports/X                     # the tasks the comparison was given
     python -m bench.downstream --run reports/X --tasks hf:glue:rte  # add a task later, without retraining
@@ -19,267 +8,35 @@ pretraining budget.
 
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from seqeval.metrics import f1_score as span_f1_score
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from tokenizers import Tokenizer
-from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, resolve_model
-from bench import readout
-from bench.data import speller, synthetic_language, vocab_for_tokenizer
+from bench.analysis.results import Measured, build_results
+from bench.cli import Parser, run
+from bench.data.corpus import data_source, speller, synthetic_language
+from bench.data.text import vocab_for_tokenizer
 from bench.files import read_json, write_json
-from bench.probes import ProbeConfig
-from bench.readout import StandardizedLinear, fit_linear_probe
-from bench.results import curve_key
-from bench.schedule import parse_seq_len
-from bench.tasks import Split, Task, TaskContext, load_tasks, parse_task_list
-from objectives import IGNORE, Objective, Vocab, build_objective
-from objectives.pairs import segments_from_separators
+from bench.report.markdown import write_report
+from bench.training.config import run_name
+from bench.training.schedule import parse_seq_len
+from bench.yardsticks.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
+from bench.yardsticks.examples import TaskContext
+from bench.yardsticks.tasks import load_tasks, parse_task_list
+from objectives import Objective, Vocab, build_objective
 
-DEFAULT_STEPS = 150
-# the suite's small models: on the docs task (examples/docs_corpus.py, mini, 2e12 FLOPs) the dev split chose the top of
-# 1e-4..1e-3 and of 3e-4..3e-3 every time, and 3e-3 in 7 of 9 runs from 1e-3..1e-2: a grid centred there
-DEFAULT_LRS = "1e-3,3e-3,1e-2"
-
-
-@dataclass(frozen=True)
-class FinetuneConfig:
-    steps: int = DEFAULT_STEPS  # AdamW steps per rate of the grid
-    batch: int = 16
-    lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
-    warmup: float = 0.1  # share of the steps warming up; then linear decay to zero (BERT's fine-tuning schedule)
-    probe: ProbeConfig = field(default_factory=ProbeConfig)  # the frozen probe's L-BFGS settings
-
-
-def parse_rates(text: str) -> tuple[float, ...]:
-    try:
-        rates = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise ConfigError(f"--finetune-lrs {text!r} is not a comma-separated list of numbers") from None
-    if not rates or not all(0 < rate < 1 for rate in rates):
-        raise ConfigError(f"--finetune-lrs {text!r}: give one or more rates in (0, 1), e.g. {DEFAULT_LRS}")
-    return rates
-
-
-# --- reading a backbone ---------------------------------------------------------------------------------------------
-
-def reads_left_to_right(objective: Objective) -> bool:
-    return objective.probe_attention(objective.backbone.config.max_seq_len)["attention"] == "causal"
-
-
-def reading(objective: Objective, task: Task) -> str:
-    """Where a sequence is read: "last" token for a causal backbone (the only one that has seen all of it); "first"
-    for a bidirectional one on pairs laid out "[BOS] a [EOS] b [EOS]" (BERT reads pairs at [CLS]: the evidence sits
-    at one junction, which a mean over the window dilutes); else the "mean" over the example's tokens."""
-    if reads_left_to_right(objective):
-        return "last"
-    return "first" if task.first_position else "mean"
-
-
-def pooling(objective: Objective, task: Task) -> str:
-    return {"last": "last token", "first": "first position ([BOS])", "mean": "mean over tokens"}[
-        reading(objective, task)]
-
-
-def hidden_states(backbone: Backbone, causal: bool, split: Split, batch_size: int = 64) -> Tensor:
-    """(N, T, d) final hidden states (bench.readout). Padding comes after each example's tokens: a causal model never
-    sees it; the others read in prefix mode with the prefix ending at the example's end, which is bidirectional
-    attention over the example with the padding masked out."""
-    return readout.features(backbone, len(split), lambda rows: forward(backbone, causal, split.rows(rows)), batch_size)
-
-
-def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
-    device = backbone.token_embedding.weight.device
-    attention = {"attention": "causal"} if causal else {"attention": "prefix", "prefix_len": split.lengths.to(device)}
-    # a backbone pretrained on sentence pairs (mlm:pair=...) reads a pair's segments as it did then; a single text,
-    # which holds no separator before its end, is all segment A
-    segments = segments_from_separators(split.tokens) if backbone.segment_embedding is not None else None
-    return backbone(split.tokens.to(device), **attention,
-                    segments=None if segments is None else segments.to(device))
-
-
-def representations(hidden: Tensor, split: Split, level: str, read: str) -> tuple[Tensor, Tensor]:
-    """(rows, d) features and their labels: per sequence, the position(s) `read` names (see reading()); per token,
-    the positions that carry a tag."""
-    if level == "token":
-        scored = split.labels != IGNORE
-        return hidden[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
-    return pool(hidden, split.lengths.to(hidden.device), read), split.labels.to(hidden.device)
-
-
-def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
-    if read == "last":
-        return hidden[torch.arange(len(hidden), device=hidden.device), lengths - 1]
-    if read == "first":
-        return hidden[:, 0]
-    inside = (torch.arange(hidden.shape[1], device=hidden.device)[None, :] < lengths[:, None]).to(hidden.dtype)
-    return (hidden * inside[..., None]).sum(1) / lengths[:, None].to(hidden.dtype)
-
-
-# --- metrics (scikit-learn, and seqeval for entity spans, as the CoNLL and GLUE papers score them) -------------------
-
-def scores(task: Task, predicted: Tensor, split: Split) -> dict[str, float]:
-    """Each of the task's metrics on `split`, and "score": their mean (GLUE averages F1 and accuracy for MRPC/QQP)."""
-    truth = split.labels[split.labels != IGNORE] if task.level == "token" else split.labels
-    truth, predicted = truth.cpu().numpy(), predicted.cpu().numpy()
-    values = {}
-    for metric in task.metrics:
-        if metric == "accuracy":
-            values[metric] = float(accuracy_score(truth, predicted))
-        elif metric == "f1":
-            values[metric] = float(f1_score(truth, predicted, pos_label=1, average="binary", zero_division=0))
-        elif metric == "macro_f1":
-            values[metric] = float(f1_score(truth, predicted, labels=list(range(task.classes)), average="macro",
-                                            zero_division=0))
-        elif metric == "mcc":
-            values[metric] = float(matthews_corrcoef(truth, predicted))
-        elif metric == "span_f1":
-            counts = (split.labels != IGNORE).sum(1).tolist()
-            names = task.label_names
-            true_tags, predicted_tags, start = [], [], 0
-            for count in counts:
-                true_tags.append([names[i] for i in truth[start:start + count]])
-                predicted_tags.append([names[i] for i in predicted[start:start + count]])
-                start += count
-            values[metric] = float(span_f1_score(true_tags, predicted_tags, zero_division=0))
-    values["score"] = sum(values.values()) / len(values)
-    return values
-
-
-# --- the frozen probe -----------------------------------------------------------------------------------------------
-
-def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tuple[dict, int, StandardizedLinear]:
-    """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe)."""
-    backbone, causal, read = objective.backbone, reads_left_to_right(objective), reading(objective, task)
-    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, read)
-    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, read)
-    # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
-    _, probe_flops, head = fit_linear_probe(train_x, train_y, test_x, torch.zeros(len(test_x), dtype=torch.long),
-                                            task.classes, config.probe)
-    with torch.no_grad():
-        predicted = head(test_x).argmax(-1)
-    seq_len = task.train.tokens.shape[1]
-    flops = backbone.flops(len(task.train) + len(task.test), seq_len, 0).forward + probe_flops
-    return scores(task, predicted, task.test), flops, head
-
-
-# --- fine-tuning ------------------------------------------------------------------------------------------------------
-
-class Classifier(nn.Module):
-    """A backbone read in its objective's mode, with a linear head per sequence or per token."""
-
-    def __init__(self, backbone: Backbone, head: StandardizedLinear, read: str, level: str) -> None:
-        super().__init__()
-        self.backbone, self.head, self.read, self.level = backbone, head, read, level
-
-    def forward(self, split: Split) -> Tensor:
-        hidden = forward(self.backbone, self.read == "last", split)
-        if self.level == "token":
-            return self.head(hidden)  # (N, T, classes)
-        return self.head(pool(hidden, split.lengths.to(hidden.device), self.read))
-
-    def loss(self, split: Split) -> Tensor:
-        logits = self(split)
-        labels = split.labels.to(logits.device)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE)
-
-    @torch.no_grad()
-    def predict(self, split: Split, batch_size: int = 64) -> Tensor:
-        self.eval()
-        predicted = []
-        for i in range(0, len(split), batch_size):
-            rows = split.rows(slice(i, i + batch_size))
-            logits = self(rows).argmax(-1).cpu()
-            predicted.append(logits[rows.labels != IGNORE] if self.level == "token" else logits)
-        return torch.cat(predicted)
-
-
-def train_classifier(model: Classifier, task: Task, lr: float, config: FinetuneConfig) -> None:
-    """`config.steps` AdamW steps (bench.readout) on batches drawn from the task's own seed: the same batches for
-    every objective, seed and rate. BERT's fine-tuning schedule: a linear warm-up, then a linear decay to zero."""
-    warmup = max(1, round(config.warmup * config.steps))
-    scale = lambda step: (step + 1) / warmup if step < warmup else (  # noqa: E731
-        (config.steps - step) / max(1, config.steps - warmup))
-    model.train()
-    readout.finetune(model.parameters(), lambda rows: model.loss(task.train.rows(rows)), len(task.train),
-                     config.steps, config.batch, lr, scale, task.seed)
-
-
-def finetune(objective: Objective, task: Task, head: StandardizedLinear, config: FinetuneConfig) -> tuple[dict, int]:
-    """Fine-tune at each rate of the grid, choose the rate by the dev score (the first of equals), and score only the
-    chosen model on the test split. Returns (test scores with the rate and every dev score, FLOPs)."""
-    backbone, read = objective.backbone, reading(objective, task)
-    device = backbone.token_embedding.weight.device
-    dev_scores, best, best_score = {}, None, float("-inf")
-    for lr in config.lrs:
-        torch.manual_seed(task.seed)  # dropout, where the backbone has any
-        model = Classifier(copy.deepcopy(backbone), copy.deepcopy(head).to(device), read, task.level)
-        train_classifier(model, task, lr, config)
-        dev_scores[f"{lr:g}"] = scores(task, model.predict(task.dev), task.dev)["score"]
-        if dev_scores[f"{lr:g}"] > best_score:
-            best, best_score, chosen = model, dev_scores[f"{lr:g}"], lr
-    result = {**scores(task, best.predict(task.test), task.test), "lr": chosen, "dev": dev_scores}
-    seq_len = task.train.tokens.shape[1]
-    head_rows = (lambda n: n * seq_len) if task.level == "token" else (lambda n: n)  # noqa: E731
-    read_flops = lambda n: (backbone.flops(n, seq_len, 0).forward  # noqa: E731  (scoring n examples)
-                            + readout.head_flops(head_rows(n), backbone.config.d_model, task.classes))
-    per_rate = (readout.finetune_flops(backbone, config.steps, config.batch, seq_len, head_rows(config.batch),
-                                       task.classes) + read_flops(len(task.dev)))
-    return result, len(config.lrs) * per_rate + read_flops(len(task.test))
-
-
-# --- what a comparison calls ------------------------------------------------------------------------------------------
-
-@dataclass
-class Downstream:
-    """The tasks of a comparison and their recipe; bench.train calls it on each run's backbone."""
-
-    tasks: list[Task]
-    config: FinetuneConfig
-
-    def curve_point(self, objective: Objective) -> dict[str, float]:
-        """Frozen-probe scores at a FLOP checkpoint: the curves the compute multipliers are read from."""
-        with torch.random.fork_rng(devices=[]):
-            return {curve_key(task.name): frozen_probe(objective, task, self.config)[0]["score"]
-                    for task in self.tasks}
-
-    def evaluate(self, objective: Objective, progress: bool = False, desc: str = "downstream") -> dict:
-        """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent. The global RNG is left as
-        it was."""
-        results = {}
-        with torch.random.fork_rng(devices=[]):
-            for task in tqdm(self.tasks, desc=desc, unit="task", disable=not progress, leave=False):
-                frozen, frozen_flops, head = frozen_probe(objective, task, self.config)
-                tuned, tuned_flops = finetune(objective, task, head, self.config)
-                results[task.name] = {"frozen": frozen, "finetuned": tuned, "pooling": pooling(objective, task),
-                                      "flops": {"frozen": frozen_flops, "finetune": tuned_flops}}
-        return results
-
-    def settings(self) -> dict:
-        """What config.json records: the task specs and the recipe."""
-        return {"tasks": [task.name for task in self.tasks], "finetune_steps": self.config.steps,
-                "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs)}
-
-    def describe(self) -> list[dict]:
-        return [task.describe() for task in self.tasks]
-
-
-# --- python -m bench.downstream --run DIR -------------------------------------------------------------------------------
+# --- python -m bench.downstream --run DIR ------------------------------------------------------------------------
 
 def context_for_run(out: Path, settings: dict) -> TaskContext:
     """The window, vocabulary and tokenizer (or embedded language) the comparison in `out` trained with, without
     reading its corpus again: bench.compare saved the tokenizer beside config.json."""
     # the model's max_seq_len: the longest length of a sequence-length schedule
-    data, seq_len = settings["data"], parse_seq_len(settings["seq_len"]).longest
-    scheme, _, rest = data.partition(":")
-    if scheme == "synthetic" and not (rest == "text" or rest.startswith("text,")):
+    (source, rest), seq_len = data_source(settings["data"]), parse_seq_len(settings["seq_len"]).longest
+    if source == "synthetic":
         options, _, language = synthetic_language(rest)
         return TaskContext(seq_len, Vocab.for_words(options.words), language=language)
     path = out / "tokenizer.json"
@@ -287,15 +44,15 @@ def context_for_run(out: Path, settings: dict) -> TaskContext:
         raise ConfigError(f"{out} has no tokenizer.json (a comparison on text written before downstream tasks "
                           "existed); rerun the comparison")
     tokenizer = Tokenizer.from_file(str(path))
-    if scheme == "synthetic":  # synthetic:text: the embedded tasks are spelled as the corpus was
-        options, _, language = synthetic_language(rest[len("text,"):])
+    if source == "synthetic:text":  # the embedded tasks are spelled as the corpus was
+        options, _, language = synthetic_language(rest)
         return TaskContext(seq_len, vocab_for_tokenizer(tokenizer), tokenizer, language, speller(options.words))
     return TaskContext(seq_len, vocab_for_tokenizer(tokenizer), tokenizer=tokenizer)
 
 
 def run_objective(spec: str, settings: dict, context: TaskContext) -> Objective:
-    """A run's objective as built before its first step (bench.train.build_run_objective, from what config.json
-    recorded): its weights are whatever the generator's state makes them."""
+    """A run's objective as built before its first step (bench.training.batches.build_run_objective, from what
+    config.json recorded): its weights are whatever the generator's state makes them."""
     backbone = Backbone(resolve_model(settings["model"], context.vocab.size, max_seq_len=context.seq_len))
     return build_objective(spec, backbone, context.vocab)
 
@@ -309,16 +66,14 @@ def load_run_objective(run_dir: Path, spec: str, settings: dict, context: TaskCo
 
 
 def control_objective(control: dict, settings: dict, context: TaskContext) -> Objective:
-    """An untrained control's backbone (bench.train.control_run), rebuilt from its seed: the seeding and
+    """An untrained control's backbone (bench.training.runs.control_run), rebuilt from its seed: the seeding and
     construction a run's setup uses, so nothing of it needs to be stored."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(control["seed"])  # what Fabric's seed_everything does to torch's generator
         return run_objective(control["read_as"], settings, context)
 
 
-def build_parser():
-    from bench.cli import Parser
-
+def build_parser() -> Parser:
     parser = Parser(prog="python -m bench.downstream",
                     description="Evaluate the final backbones of a finished comparison on labelled tasks (frozen "
                                 "probe and fine-tuning, the rate chosen on dev), then rewrite its results.json and "
@@ -334,42 +89,20 @@ def build_parser():
     return parser
 
 
-def add_finetune_flags(add, defaults_from_run: bool = False) -> None:
-    suffix = " (default: the comparison's, else {})" if defaults_from_run else " (default {})"
-    add("--finetune-steps", type=int, default=None if defaults_from_run else DEFAULT_STEPS,
-        help="downstream fine-tuning: AdamW steps per rate" + suffix.format(DEFAULT_STEPS))
-    add("--finetune-lrs", default=None if defaults_from_run else DEFAULT_LRS,
-        help="downstream fine-tuning: the rate grid; each task's rate is chosen on its dev split, never on test"
-             + suffix.format(DEFAULT_LRS))
-
-
-def finetune_config(steps: int | None, lrs: str | None, saved: dict | None = None) -> FinetuneConfig:
-    saved = saved or {}
-    steps = steps if steps is not None else saved.get("finetune_steps", DEFAULT_STEPS)
-    if steps < 1:
-        raise ConfigError(f"--finetune-steps must be >= 1, got {steps}")
-    rates = parse_rates(lrs) if lrs is not None else tuple(saved.get("finetune_lrs", parse_rates(DEFAULT_LRS)))
-    return FinetuneConfig(steps=steps, lrs=rates, batch=saved.get("finetune_batch", FinetuneConfig.batch))
-
-
 def main(argv: list[str] | None = None) -> None:
-    from bench.report import write_report
-    from bench.results import build_results
-    from bench.train import run_name
-
     args = build_parser().parse_args(argv)
     out = args.run.absolute()
     for name in ("config.json", "results.json"):
         if not (out / name).is_file():
             raise ConfigError(f"{out} holds no finished comparison (no {name}); run bench.compare --out {out} first")
-    settings, results = read_json(out / "config.json"), read_json(out / "results.json")
+    settings, measured = read_json(out / "config.json"), Measured.from_results(read_json(out / "results.json"))
     saved = settings.get("downstream") or {}
     if args.tasks is None and not saved.get("tasks"):
         raise ConfigError(f"{out} was run without --downstream; name the tasks with --tasks")
     context = context_for_run(out, settings)
     downstream = Downstream(load_tasks(parse_task_list(args.tasks) if args.tasks else saved["tasks"], context),
                             finetune_config(args.finetune_steps, args.finetune_lrs, saved))
-    runs = results["runs"]
+    runs, controls = measured.runs, measured.controls
     if not runs:
         raise ConfigError(f"{out} has no finished run to evaluate")
     folders = [out / "runs" / run_name(run["objective"], run["seed"]) for run in runs]
@@ -379,42 +112,24 @@ def main(argv: list[str] | None = None) -> None:
                               "the comparison ran; they are not committed)")
     for record, folder in tqdm(list(zip(runs, folders)), desc="runs", unit="run", disable=args.quiet):
         objective = load_run_objective(folder, record["objective"], settings, context)
-        evaluated = downstream.evaluate(objective, progress=not args.quiet, desc=folder.name)
+        evaluated = downstream.at_end(objective, progress=not args.quiet, desc=folder.name)
         record["downstream"] = {**(record.get("downstream") or {}), **evaluated}
         write_json(folder / "downstream.json", record["downstream"])
-    controls = results.get("controls") or []
     for control in tqdm(controls, desc="untrained controls", unit="control", disable=args.quiet):
         folder = out / "runs" / run_name(control["control"], control["seed"])
-        evaluated = downstream.evaluate(control_objective(control, settings, context), progress=not args.quiet,
-                                        desc=folder.name)
+        evaluated = downstream.at_end(control_objective(control, settings, context), progress=not args.quiet,
+                                      desc=folder.name)
         control["downstream"] = {**(control.get("downstream") or {}), **evaluated}
         write_json(folder / "downstream.json", control["downstream"])
     # tasks evaluated before keep their description; a recipe used for other tasks stays on record beside this one
-    described = {t["task"]: {k: v for k, v in t.items() if k != "rows"}
-                 for t in (results.get("downstream") or {}).get("tasks", []) if "source" in t}
-    described.update({t["task"]: t for t in downstream.describe()})
-    recipe, before = describe_recipe(downstream, runs), results["setup"].get("downstream")
+    described = {t["task"]: t for t in [*(measured.tasks or []), *downstream.describe()]}
+    recipe, before = describe_recipe(downstream, runs), measured.setup.get("downstream")
     kept = [name for name in described if name not in {task.name for task in downstream.tasks}]
-    setup = {**results["setup"], "downstream": recipe if not (before and kept) else f"{before}; then, by "
+    setup = {**measured.setup, "downstream": recipe if not (before and kept) else f"{before}; then, by "
              f"bench.downstream --run: {recipe}"}
-    rebuilt = build_results(setup, results["positions"], runs, results["budget_flops"], results["seq_len"],
-                            results["bayes"], results["diverged"], results["lr_sweep"], baseline=results["baseline"],
-                            tasks=list(described.values()), seq_len_schedule=results.get("seq_len_schedule"),
-                            controls=controls)
+    rebuilt = build_results(replace(measured, setup=setup, tasks=list(described.values())))
     print(f"report: {write_report(out, rebuilt)}")
 
 
-def describe_recipe(downstream: Downstream, runs: list[dict]) -> str:
-    config = downstream.config
-    readings = sorted({f"{run['objective']}: {next(iter(run['downstream'].values()))['pooling']}" for run in runs
-                       if run.get("downstream")})
-    return (f"{', '.join(task.name for task in downstream.tasks)}; frozen linear probe (L-BFGS, "
-            f"{config.probe.iterations} iterations) and fine-tuning ({config.steps} AdamW steps of {config.batch} at "
-            f"each rate of {', '.join(f'{lr:g}' for lr in config.lrs)}, chosen on dev); sequence features: "
-            + "; ".join(readings))
-
-
 if __name__ == "__main__":
-    from bench.cli import run
-
     run(main)

@@ -11,8 +11,8 @@ FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype, mea
 masking against the collator, one process's share of a batch (its own rows) against corrupting the whole batch, and
 KV-cached generation against recomputing the prefix for every new token.
 With `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training),
-every timing synchronises the device, fp32 matmuls run in TF32 as bench.train runs them, and MFU is against the
-device's dense peak (bench.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a
+every timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the
+device's dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a
 measured matrix product.
 The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
 """
@@ -32,9 +32,10 @@ from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from backbone.model import apply_rope, rope_tables
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
-from bench.live import device_peak
-from bench.schedule import single_seq_len
-from bench.train import configure_matmuls, tf32_matmuls, training_batch
+from bench.training.batches import training_batch
+from bench.training.config import configure_matmuls, tf32_matmuls
+from bench.training.live import device_peak
+from bench.training.schedule import single_seq_len
 from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
 
 OBJECTIVES = tuple(REGISTRY)  # every registered objective, in the registry's order
@@ -201,9 +202,9 @@ def masking_rates(vocab: Vocab, tokens: torch.Tensor, repeats: int, objective: O
 
 
 def pipeline_rates(objective: Objective, tokens: torch.Tensor, repeats: int, processes: int = 8) -> dict:
-    """The host side of a training step for one of `processes` processes: its own rows of the global batch, each
-    row from its own generator (bench.train.training_batch), against corrupting the whole batch and keeping a share,
-    which every process did before rows had generators of their own."""
+    """The host side of a training step for one of `processes` processes: its own rows of the global batch, each row
+    from its own generator (bench.training.batches.training_batch), against corrupting the whole batch and keeping a
+    share, which every process did before rows had generators of their own."""
     processes = math.gcd(len(tokens), processes)
     share = slice(0, len(tokens) // processes)
     rows = median_seconds(lambda: training_batch(objective, tokens, 0, 1, len(tokens), share), repeats * 4)
@@ -290,7 +291,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         raise ConfigError(f"--precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}")
     dtype = AUTOCAST_DTYPES[precision]
     device = perf_device(accelerator, precision)
-    configure_matmuls(device, tf32_matmuls(device, precision))  # as bench.train runs them
+    configure_matmuls(device, tf32_matmuls(device, precision))  # as bench.training runs them
     vocab = Vocab.for_tokenizer(vocab_size)
     tokens = torch.randint(vocab.first_ordinary, vocab.end_ordinary, (batch_size, seq_len),
                            generator=torch.Generator().manual_seed(0))  # on the host, where corruption runs

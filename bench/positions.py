@@ -9,14 +9,13 @@ is possible, and the training-step FLOPs (forward + backward) per sequence and p
 
 from __future__ import annotations
 
-
 from tabulate import tabulate
 
 from backbone import ConfigError, resolve_model
+from bench.analysis.density import analytic_count, build_on_meta, position_row
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
-from bench.density import analytic_count, build_on_meta, position_row
-from bench.schedule import single_seq_len
+from bench.training.schedule import single_seq_len
 from objectives import Vocab, parse_objective_list
 
 TABLE_OBJECTIVES = "ar,mlm,mlm:rule=bernoulli,electra,span"

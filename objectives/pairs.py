@@ -10,7 +10,7 @@ The cut h is uniform over a range that is symmetric under h -> C − h, so a swa
 distributed as before: where [EOS] sits says nothing about the label.
 
 Everything is a deterministic function of (tokens, generator), shared by the pretraining objective (mlm:pair=...)
-and the embedded pair tasks (bench.tasks synthetic:order and synthetic:same-source), so a probe asks exactly the
+and the embedded pair tasks (bench.yardsticks.tasks synthetic:order and synthetic:same-source), so a probe asks exactly the
 question the objective trained on.
 """
 

@@ -33,9 +33,13 @@ import warnings
 from pathlib import Path
 
 import torch
-from bench.data import load_corpus
-from bench.train import (TrainConfig, local_counts, make_fabric, setup_run, step_counts, step_memory, train_step,
-                         training_batch)
+from bench.data.corpus import load_corpus
+from bench.training.batches import local_counts, training_batch
+from bench.training.config import TrainConfig
+from bench.training.distributed import make_fabric, step_counts
+from bench.training.loop import train_step
+from bench.training.memory import step_memory
+from bench.training.state import setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")
 corpus = load_corpus("synthetic", 128)

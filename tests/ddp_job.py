@@ -17,11 +17,15 @@ from pathlib import Path
 import torch
 from lightning_fabric import Fabric
 
-import bench.train
-from bench.data import load_corpus
-from bench.probes import ProbeConfig
+import bench.yardsticks.probes
 from backbone import ConfigError
-from bench.train import RunStopped, TrainConfig, TrainingDiverged, agree_on_folder, train_run
+from bench.data.corpus import load_corpus
+from bench.training.config import TrainConfig
+from bench.training.distributed import agree_on_folder
+from bench.training.loop import TrainingDiverged
+from bench.training.runs import train_run
+from bench.training.stopping import RunStopped
+from bench.yardsticks.probes import ProbeConfig, Probes
 from objectives import CausalLM, MaskedLM
 
 SEQ_LEN, BATCH = 16, 4
@@ -86,10 +90,11 @@ def train(fabric: Fabric, out: Path) -> None:
         train_run(fabric, spec, 0, data, config(micro_batch), out / name, progress=False)
         (out / name / f"collectives-rank{fabric.global_rank}.json").write_text(json.dumps(seen))
     # probes at every checkpoint and at the end: counted per rank, run on rank 0 only
-    calls, real = [], bench.train.run_probes
-    bench.train.run_probes = lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs)
+    calls, real = [], bench.yardsticks.probes.run_probes
+    bench.yardsticks.probes.run_probes = lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs)
     probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
-    train_run(fabric, "mlm", 0, data, replace(config(), probe_every_eval=True), out / "probed", probe, progress=False)
+    train_run(fabric, "mlm", 0, data, replace(config(), probe_every_eval=True), out / "probed", [Probes(data, probe)],
+              progress=False)
     (out / f"probes-rank{fabric.global_rank}.json").write_text(json.dumps({"calls": len(calls)}))
     wrapped = fabric.setup_module(torch.nn.Linear(2, 2))._forward_module  # the DDP module the suite's strategy builds
     (out / f"ddp-rank{fabric.global_rank}.json").write_text(json.dumps(
@@ -121,7 +126,7 @@ def stops(fabric: Fabric, out: Path) -> None:
 def shared(fabric: Fabric, out: Path) -> None:
     """One folder for both ranks passes; a folder per rank (as on nodes without a shared filesystem) is refused by
     both, after a short wait (a late NFS view is given a minute in real runs)."""
-    bench.train.FOLDER_WAIT_SECONDS = 2
+    bench.training.distributed.FOLDER_WAIT_SECONDS = 2
     seen = {"same": str(agree_on_folder(fabric, out / f"rank{fabric.global_rank}"))}  # rank 0's folder wins
     if fabric.global_rank == 1:  # rank 1 cannot see what rank 0 writes under "separate": another node's disk
         real_exists = Path.exists
@@ -138,5 +143,6 @@ JOBS = {"train": train, "stops": stops, "shared": shared}
 
 if __name__ == "__main__":
     job, out = sys.argv[1], Path(sys.argv[2])
-    fabric = Fabric(accelerator="cpu", devices=2, strategy=bench.train.ddp_settings("ddp_spawn"))  # as the suite runs
+    fabric = Fabric(accelerator="cpu", devices=2,
+                    strategy=bench.training.distributed.ddp_settings("ddp_spawn"))  # as the suite runs
     fabric.launch(JOBS[job], out)

@@ -1,10 +1,9 @@
 import pytest
 import torch
+from conftest import VOCAB, random_tokens
 
 from backbone import Backbone, BackboneConfig, ConfigError, measure_flops, preset
 from backbone.flops import transformer_flops
-
-from conftest import VOCAB, random_tokens
 
 
 def model(positions: str = "rope", max_seq_len: int = 32) -> Backbone:

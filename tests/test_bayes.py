@@ -5,14 +5,14 @@ import math
 
 import pytest
 import torch
-
-from bench.bayes import loss_floors
-from bench.data import load_corpus
-from bench.probes import ProbeConfig, probe_ceilings
-from bench.train import TrainConfig, build_run_objective, eval_batches
-from objectives import IGNORE
-
 from test_synthetic import _lists, _prob
+
+from bench.data.corpus import load_corpus
+from bench.training.batches import build_run_objective, eval_batches
+from bench.training.config import TrainConfig
+from bench.yardsticks.bayes import loss_floors
+from bench.yardsticks.probes import ProbeConfig, probe_ceilings
+from objectives import IGNORE
 
 TINY_DATA = "synthetic:components=2,states=3,words=4,successors=2,zipf=0.7,support=2,genre=0.5,leak=0.1,seed=3,train=8,heldout=40"
 SEQ_LEN = 5

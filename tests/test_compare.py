@@ -6,14 +6,14 @@ import sys
 
 import pytest
 import torch
+from conftest import signalling
 from PIL import Image
 
 from backbone import ConfigError
 from bench.cli import run
-from bench.compare import build_parser, git_revision, main
-from bench.train import EXIT_STOPPED
-
-from conftest import signalling
+from bench.compare import build_parser, main
+from bench.comparison import git_revision
+from bench.training.stopping import EXIT_STOPPED
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1"]
@@ -57,7 +57,7 @@ def test_results_json_fields(comparison):
         for key in ("objective", "seed", "steps", "flops", "tokens", "supervised_positions", "wall_seconds", "curve"):
             assert key in result
         assert 3e8 <= result["flops"] < 3e8 + result["flops_per_step"]
-        assert all({"flops", "loss"} <= set(point) for point in result["curve"])
+        assert all("flops" in point and "loss" in point["metrics"] for point in result["curve"])
     bayes = results["bayes"]
     assert set(bayes["floors"]) == {"mlm", "ar", "electra", "span"} and bayes["floors"]["span"] == {}
     assert set(bayes["input_only"]) == {"smoothing", "filtering"}
@@ -147,14 +147,14 @@ def test_json_files_hold_no_nan(comparison):
 
 
 def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
-    import bench.train
-    real_step = bench.train.train_step
+    import bench.training.loop
+    real_step = bench.training.loop.train_step
 
     def diverging(fabric, run, batch, loss_counts):
         loss = real_step(fabric, run, batch, loss_counts)
         return loss * float("nan") if run.spec == "ar" and run.counters["step"] == 2 else loss
 
-    monkeypatch.setattr(bench.train, "train_step", diverging)
+    monkeypatch.setattr(bench.training.loop, "train_step", diverging)
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
         run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])
@@ -203,8 +203,9 @@ def test_resume_may_change_how_steps_run_but_not_what_they_compute(comparison, t
 
 
 def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(comparison, tmp_path):
-    from bench.compare import parse_args, plan
-    from bench.train import make_fabric
+    from bench.compare import parse_args
+    from bench.comparison import plan
+    from bench.training.distributed import make_fabric
 
     saved = json.loads((comparison / "config.json").read_text())
     saved.pop("execution")
@@ -320,7 +321,7 @@ def test_a_learning_rate_sweep_leaves_the_comparison_as_it_would_be(tmp_path):
     ("mlm=2e-3,ar=1e-4", {"mlm": 2e-3, "ar": 1e-4, "mlm:rate=0.4": 2e-3}),
 ])
 def test_per_objective_learning_rates(text, expected):
-    from bench.sweep import learning_rates
+    from bench.training.sweep import learning_rates
     assert learning_rates(text, ["mlm", "ar", "mlm:rate=0.4"]) == expected
 
 
@@ -328,14 +329,15 @@ def test_per_objective_learning_rates(text, expected):
                                            ("1e-3,bert=1", "not among"), ("ar=1e-3", "no rate for")])
 def test_bad_learning_rates_are_one_line(text, message):
     from backbone import ConfigError
-    from bench.sweep import learning_rates
+    from bench.training.sweep import learning_rates
     with pytest.raises(ConfigError, match=message):
         learning_rates(text, ["mlm", "ar"])
 
 
 def test_when_every_run_diverges_the_report_still_says_so(tmp_path, monkeypatch):
-    import bench.train
-    monkeypatch.setattr(bench.train, "train_step", lambda fabric, run, batch, counts: torch.tensor(float("nan")))
+    import bench.training.loop
+    monkeypatch.setattr(bench.training.loop, "train_step",
+                        lambda fabric, run, batch, counts: torch.tensor(float("nan")))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
         run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])
@@ -351,7 +353,7 @@ def test_small_gpu_steps_are_warned_about(capsys):
 
     import torch as torch_module
 
-    from bench.compare import warn_small_steps
+    from bench.comparison import warn_small_steps
 
     gpu = SimpleNamespace(device=torch_module.device("cuda", 0), world_size=8)
     warn_small_steps(gpu, 256, 128)  # 32 windows of 128 per process: 4,096 tokens
@@ -374,8 +376,9 @@ def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
 
 
 def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, capsys):
-    from bench.compare import parse_args, plan
-    from bench.train import make_fabric
+    from bench.compare import parse_args
+    from bench.comparison import plan
+    from bench.training.distributed import make_fabric
 
     out = tmp_path / "schedule"
     flags = [*TINY, "--seq-len", "16:0.6,32:0.4", "--objectives", "mlm,ar", "--no-probes", "--budget", "4e8"]
@@ -412,7 +415,7 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
 
 
 def test_the_git_revision_is_dirty_for_code_changes_but_not_for_regenerated_reports(tmp_path, monkeypatch):
-    import bench.compare
+    import bench.comparison
     repository = tmp_path / "repository"
     (repository / "bench").mkdir(parents=True)
     (repository / "reports").mkdir()
@@ -423,7 +426,7 @@ def test_the_git_revision_is_dirty_for_code_changes_but_not_for_regenerated_repo
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "empty")
     git("add", ".")
     git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "files")
-    monkeypatch.setattr(bench.compare, "__file__", str(repository / "bench" / "compare.py"))
+    monkeypatch.setattr(bench.comparison, "__file__", str(repository / "bench" / "compare.py"))
     assert "uncommitted" not in git_revision()
     (repository / "reports" / "report.md").write_text("regenerated\n")
     assert "uncommitted" not in git_revision()
@@ -433,8 +436,8 @@ def test_the_git_revision_is_dirty_for_code_changes_but_not_for_regenerated_repo
 
 def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_folders_tokenizer(tmp_path, capsys,
                                                                                                monkeypatch):
-    import bench.compare
-    import bench.data
+    import bench.comparison
+    import bench.data.text
     from bench.environment import package_versions
 
     corpus = tmp_path / "data" / "corpus.txt"
@@ -456,9 +459,10 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
 
     # another machine: other versions, and no cached tokenizer (training one would give other pieces elsewhere)
     other = {**installed, "torch": "9.9.9"}
-    monkeypatch.setattr(bench.compare, "package_versions", lambda: other)
+    monkeypatch.setattr(bench.comparison, "package_versions", lambda: other)
     shutil.rmtree(corpus.parent / ".objective-bench")
-    monkeypatch.setattr(bench.data, "train_tokenizer", lambda *a, **k: pytest.fail("the tokenizer was trained again"))
+    monkeypatch.setattr(bench.data.text, "train_tokenizer",
+                        lambda *a, **k: pytest.fail("the tokenizer was trained again"))
     again = tmp_path / "again"
     main(["--config", str(first), "--out", str(again), "--quiet"])
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
@@ -482,8 +486,8 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
 
 def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
     # another node can read a shared folder's curve late (NFS caches): there it is empty, or stale
-    import bench.sweep
-    from bench.train import TrainConfig
+    import bench.training.sweep
+    from bench.training.config import TrainConfig
 
     class Fabric:
         def __init__(self, rank: int, sent: list) -> None:
@@ -495,15 +499,16 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
                 return value
             return self.sent.pop(0)
 
-    def train_run(fabric, spec, seed, corpus, config, run_dir, probe, progress, downstream=None):
+    def train_run(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress):
         loss = {1e-3: 2.0, 3e-3: 1.5}[config.lr]
-        curve = [{"loss": loss}] if fabric.is_global_zero else [{"loss": 3.0 - loss}] if config.lr == 1e-3 else []
+        curve = [{"metrics": {"loss": loss}}] if fabric.is_global_zero else \
+            [{"metrics": {"loss": 3.0 - loss}}] if config.lr == 1e-3 else []
         return {"curve": curve, "flops": 10}
 
-    import bench.train
-    monkeypatch.setattr(bench.train, "train_run", train_run)
+    import bench.training.runs
+    monkeypatch.setattr(bench.training.runs, "train_run", train_run)
     sent, config = [], TrainConfig(budget_flops=100)
-    chosen = [bench.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
+    chosen = [bench.training.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
               for rank in (0, 1)]
     assert chosen[0] == chosen[1] and chosen[1]["mlm"]["chosen"] == 3e-3 and chosen[1]["mlm"]["flops"] == 20
 
@@ -513,22 +518,23 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
     # Before, the handler lived only while a run stepped: a SIGTERM during a run's final probes was dropped and the
     # comparison went on to the next seed; one during the Bayes references killed the command (status 143)
     import bench.compare
-    import bench.train
+    import bench.comparison
+    import bench.yardsticks.probes
 
     flags = [*TINY, "--objectives", "mlm", "--seeds", "2"]
     main([*flags, "--out", str(tmp_path / "straight")])
     # the final probes (the curves' frozen probes skip fine-tuning)
-    final_probes = signalling(bench.train.run_probes, lambda *args, finetune=True: finetune)
+    final_probes = signalling(bench.yardsticks.probes.run_probes, lambda *args, finetune=True: finetune)
     stopped = tmp_path / "stopped"
     with monkeypatch.context() as patch:
-        patch.setattr(bench.train, "run_probes", final_probes)
+        patch.setattr(bench.yardsticks.probes, "run_probes", final_probes)
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped)])
     assert exit_info.value.code == EXIT_STOPPED
     assert (stopped / "runs" / "mlm-seed0" / "result.json").exists() and not (stopped / "runs" / "mlm-seed1").exists()
 
     with monkeypatch.context() as patch:
-        patch.setattr(bench.compare, "bayes_references", signalling(bench.compare.bayes_references))
+        patch.setattr(bench.compare, "bayes_references", signalling(bench.comparison.bayes_references))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()
@@ -536,7 +542,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     # during the first untrained control (after the runs): it is written, and the command stops before the next
     with monkeypatch.context() as patch:
-        patch.setattr(bench.compare, "control_run", signalling(bench.compare.control_run))
+        patch.setattr(bench.comparison, "control_run", signalling(bench.comparison.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and (stopped / "runs" / "mlm-seed1" / "result.json").exists()

@@ -1,10 +1,10 @@
-"""bench.config_file: the one schema of config.json, checked without training anything."""
+"""bench.training.config_file: the one schema of config.json, checked without training anything."""
 
 import pytest
 
-from bench import config_file
 from bench.compare import build_parser
-from bench.train import TrainConfig
+from bench.training import config_file
+from bench.training.config import TrainConfig
 
 # what plan() writes for a CPU comparison without downstream tasks: every setting and fixed entry
 RECORDED = {"data": "synthetic", "seq_len": 64, "text_field": "text", "vocab_size": 8192, "tokenizer": None,

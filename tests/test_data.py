@@ -11,8 +11,10 @@ from tokenizers import Tokenizer, models
 from backbone import ConfigError
 from bench.cli import run
 from bench.compare import main
-from bench.data import TextOptions, load_corpus, train_tokenizer
-from bench.train import TrainConfig, build_run_objective, training_batch
+from bench.data.corpus import load_corpus
+from bench.data.text import TextOptions, train_tokenizer
+from bench.training.batches import build_run_objective, training_batch
+from bench.training.config import TrainConfig
 from objectives import IGNORE, SPECIAL_TOKENS, Vocab
 from objectives.masking import exact_count, select_spans, span_length_distribution
 
@@ -63,9 +65,10 @@ def test_text_file_becomes_windows_with_a_trained_tokenizer(text_file):
 
 PREPARE = """
 import sys, time
-import bench.data
-from bench.data import TextOptions, load_corpus
-real, log = bench.data.train_tokenizer, sys.argv[2]
+import bench.data.text
+from bench.data.corpus import load_corpus
+from bench.data.text import TextOptions
+real, log = bench.data.text.train_tokenizer, sys.argv[2]
 
 def counted(*args, **kwargs):
     with open(log, "a") as file:
@@ -73,7 +76,7 @@ def counted(*args, **kwargs):
     time.sleep(2)  # a window in which the other process would train too, were nothing holding it back
     return real(*args, **kwargs)
 
-bench.data.train_tokenizer = counted
+bench.data.text.train_tokenizer = counted
 corpus = load_corpus("text:" + sys.argv[1], 16, TextOptions(vocab_size=200))
 print(len(corpus.train), int(corpus.windows("train")[:].sum()))
 """
@@ -228,7 +231,7 @@ def test_unknown_hub_dataset_offline_fails_at_once(tmp_path, capsys, monkeypatch
 
 TRAIN = """
 import sys
-from bench.data import train_tokenizer
+from bench.data.text import train_tokenizer
 print(train_tokenizer(open(sys.argv[1]).read().splitlines(), 300).to_str())
 """
 

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from bench.train import EXIT_STOPPED, make_fabric, train_run
-
 from ddp_job import RUNS, config, corpus
+
+from bench.training.distributed import make_fabric
+from bench.training.runs import train_run
+from bench.training.stopping import EXIT_STOPPED
 
 TIMEOUT = 240
 COUNTS = ("steps", "flops", "tokens", "supervised_positions")
@@ -55,8 +56,8 @@ def test_two_processes_train_like_one(name, two_processes, tmp_path):
     assert {k: two[k] for k in COUNTS} == {k: one[k] for k in COUNTS}
     assert [row["step"] for row in two["curve"]] == [row["step"] for row in one["curve"]]
     for a, b in zip(two["curve"], one["curve"]):
-        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4)
-        assert a["accuracy"] == pytest.approx(b["accuracy"], abs=1e-6)
+        assert a["metrics"]["loss"] == pytest.approx(b["metrics"]["loss"], rel=1e-4)
+        assert a["metrics"]["accuracy"] == pytest.approx(b["metrics"]["accuracy"], abs=1e-6)
 
 
 def test_probes_run_on_rank_0_only(two_processes, tmp_path):
@@ -64,7 +65,8 @@ def test_probes_run_on_rank_0_only(two_processes, tmp_path):
     calls = [json.loads((out / f"probes-rank{rank}.json").read_text())["calls"] for rank in (0, 1)]
     result = json.loads((out / "probed" / "result.json").read_text())
     assert calls == [len(result["curve"]) + 1, 0]  # every checkpoint and the final probes; none on rank 1
-    assert all("hidden_state" in row for row in result["curve"]) and "replaced_word_finetuned" in result["probes"]
+    assert all("hidden_state" in row["probes"] for row in result["curve"])
+    assert "replaced_word_finetuned" in result["probes"]
 
 
 def test_ddp_keeps_gradients_in_its_buckets_and_does_not_rebroadcast_buffers(two_processes):
@@ -83,7 +85,7 @@ def test_micro_batches_under_ddp_train_like_the_whole_share(name, two_processes)
     whole, micro = two_processes[name], two_processes[f"{name}-micro"]
     assert {k: micro[k] for k in COUNTS} == {k: whole[k] for k in COUNTS}
     for a, b in zip(micro["curve"], whole["curve"], strict=True):
-        assert a["step"] == b["step"] and a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["step"] == b["step"] and a["metrics"]["loss"] == pytest.approx(b["metrics"]["loss"], rel=1e-5)
 
 
 def test_a_nan_or_a_signal_on_one_rank_stops_both_at_the_same_step(tmp_path):

@@ -7,15 +7,19 @@ import pytest
 import torch
 
 from backbone import Backbone, ConfigError, measure_flops, resolve_model
-from bench import tasks as tasks_module
+from bench.data import synthetic
+from bench.yardsticks import text_tasks
 from bench.cli import run
 from bench.compare import main as compare_main
-from bench.data import speller, synthetic_language, train_tokenizer, vocab_for_tokenizer
-from bench.downstream import (Classifier, FinetuneConfig, context_for_run, finetune, frozen_probe, hidden_states,
-                              main as downstream_main, reading, representations, scores)
-from bench.probes import ProbeConfig
-from bench.readout import fit_linear_probe
-from bench.tasks import Split, Task, TaskContext, load_task, parse_task_list
+from bench.data.corpus import speller, synthetic_language
+from bench.data.text import train_tokenizer, vocab_for_tokenizer
+from bench.downstream import context_for_run, main as downstream_main
+from bench.yardsticks.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, reading,
+                                         representations, scores)
+from bench.yardsticks.examples import Split, Task, TaskContext
+from bench.yardsticks.probes import ProbeConfig
+from bench.yardsticks.readout import fit_linear_probe
+from bench.yardsticks.tasks import load_task, parse_task_list
 from objectives import IGNORE, Vocab, build_objective
 
 TOPICS = {"sea": "wave ship salt harbour tide sail fish shore anchor deep".split(),
@@ -160,13 +164,13 @@ def test_pair_task_is_a_eos_b_eos_truncating_the_longer_side(tmp_path, text_cont
 def recorded_samples(monkeypatch):
     """The windows the embedded tasks draw, by number of windows."""
     drawn = {}
-    real_sample = tasks_module.synthetic.sample
+    real_sample = synthetic.sample
 
     def recording(language, count, length, seed):
         drawn[count] = real_sample(language, count, length, seed)
         return drawn[count]
 
-    monkeypatch.setattr(tasks_module.synthetic, "sample", recording)
+    monkeypatch.setattr(synthetic, "sample", recording)
     return drawn
 
 
@@ -281,7 +285,7 @@ def test_hub_tasks_load_through_datasets(tmp_path, monkeypatch, text_context):
     (root / "README.md").write_text("---\nconfigs:\n- config_name: mrpc\n  data_files:\n"
                                     + "".join(f"  - split: {s}\n    path: mrpc/{s}-*\n"
                                               for s in ("train", "validation", "test")) + "---\n")
-    monkeypatch.setitem(tasks_module.HUB_REPOS, "glue", str(root))
+    monkeypatch.setitem(text_tasks.HUB_REPOS, "glue", str(root))
     task = load_task("hf:glue:mrpc", text_context)
     assert task.pair and task.metrics == ("f1", "accuracy")
     assert task.label_names == ["not_equivalent", "equivalent"]  # the dataset's order: "equivalent" (1) is positive
@@ -379,31 +383,27 @@ def test_frozen_probe_beats_chance_on_a_topic_task_even_from_random_features(tex
 def test_probes_and_tasks_read_and_finetune_a_backbone_through_one_module(synthetic_context, monkeypatch):
     # the controls' scores mean something only if every yardstick reads every backbone the same way: one reader, one
     # fine-tuning loop, for the embedded probes and the downstream tasks alike
-    import bench.readout
-    from bench.data import load_corpus
-    from bench.downstream import Downstream
-    from bench.probes import run_probes
+    import bench.yardsticks.readout
+    from bench.data.corpus import load_corpus
+    from bench.yardsticks.downstream import Downstream
+    from bench.yardsticks.probes import run_probes
     calls = []
     for name in ("features", "finetune", "fit_linear_probe"):
-        real = getattr(bench.readout, name)
-        monkeypatch.setattr(bench.readout, name, lambda *a, _name=name, _real=real, **k: calls.append(_name)
+        real = getattr(bench.yardsticks.readout, name)
+        monkeypatch.setattr(bench.yardsticks.readout, name, lambda *a, _name=name, _real=real, **k: calls.append(_name)
                             or _real(*a, **k))
-    import bench.downstream
-    import bench.probes
-    for module in (bench.downstream, bench.probes):  # what they imported by name
-        monkeypatch.setattr(module, "fit_linear_probe", bench.readout.fit_linear_probe)
     corpus = load_corpus("synthetic:words=32,states=4,components=2,train=8,heldout=32", 16)
     objective = tiny_objective("mlm", synthetic_context)
     run_probes(objective, corpus, ProbeConfig(train_windows=24, test_windows=8, iterations=2, finetune_steps=2,
                                               finetune_batch=4))
     probes_called, calls[:] = list(calls), []
     task = load_task("synthetic:tagging,size=16", synthetic_context)
-    Downstream([task], FinetuneConfig(steps=2, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=2))).evaluate(
+    Downstream([task], FinetuneConfig(steps=2, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=2))).at_end(
         objective)
     assert {"features", "finetune", "fit_linear_probe"} <= set(probes_called) and set(calls) == set(probes_called)
 
 
-# --- bench.compare --downstream, then bench.downstream --run ------------------------------------------------------------
+# --- bench.compare --downstream, then bench.downstream --run -------------------------------------------------------
 
 def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tmp_path):
     out = tmp_path / "cmp"
@@ -431,7 +431,7 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
     assert (out / "tokenizer.json").is_file()
     before = [result["downstream"] for result in written["runs"]]
     for result in written["runs"]:
-        assert result["curve"][-1][f"downstream:{task}"] == result["downstream"][task]["frozen"]["score"]
+        assert result["curve"][-1]["downstream"][task] == result["downstream"][task]["frozen"]["score"]
     stripped = {key: [{k: v for k, v in r.items() if k != "downstream"} for r in written[key]]
                 for key in ("runs", "controls")}
     (out / "results.json").write_text(json.dumps({**written, **stripped}))
@@ -471,6 +471,7 @@ def test_bad_downstream_input_exits_2_and_writes_nothing(tmp_path, capsys, text_
 
 def test_tasks_of_a_comparison_with_a_length_schedule_use_its_longest_windows(tmp_path):
     from bench.downstream import context_for_run
+
     # the model's max_seq_len, as bench.compare built it; config.json records a schedule as its text
     assert context_for_run(tmp_path, {"data": "synthetic:words=64", "seq_len": "16:0.5,64:0.3,32:0.2"}).seq_len == 64
     assert context_for_run(tmp_path, {"data": "synthetic:words=64", "seq_len": 32}).seq_len == 32

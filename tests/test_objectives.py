@@ -2,13 +2,12 @@ import math
 
 import pytest
 import torch
+from conftest import VOCAB, random_tokens, tiny_objective
 
 from backbone import ConfigError, measure_flops
 from objectives import IGNORE, REGISTRY, Corrupted, Vocab, parse_objective_list, parse_spec
 from objectives.masking import KEPT, MASKED, RANDOM, UNTOUCHED
 from objectives.span import noise_and_spans, packed_lengths
-
-from conftest import VOCAB, random_tokens, tiny_objective
 
 BIG_VOCAB = Vocab(8192, num_sentinels=100)
 
@@ -310,7 +309,7 @@ def test_supervised_indices_survive_slicing_and_stacking(spec):
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_micro_batch_gradients_add_up_to_the_whole_batch(spec):
-    from bench.train import share_of_loss
+    from bench.training.loop import share_of_loss
     objective = tiny_objective(spec, 16)
     batch = objective.corrupt(random_tokens(4, 16), torch.Generator().manual_seed(5))
 

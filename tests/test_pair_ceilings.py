@@ -12,20 +12,11 @@ import math
 import pytest
 import torch
 
-from bench.report import downstream_table
-from bench.synthetic import (
-    Language,
-    LanguageConfig,
-    binary_ceiling,
-    component_posterior,
-    log_likelihood,
-    log_likelihood_from,
-    make_language,
-    order_posterior,
-    same_source_posterior,
-    sample,
-)
-from bench.tasks import TaskContext, load_task
+from bench.data.synthetic import (Language, LanguageConfig, binary_ceiling, component_posterior, log_likelihood,
+                                  log_likelihood_from, make_language, order_posterior, same_source_posterior, sample)
+from bench.report.sections import downstream_table
+from bench.yardsticks.examples import TaskContext
+from bench.yardsticks.tasks import load_task
 from objectives import Vocab
 from objectives.pairs import SPECIAL_POSITIONS, cut_range
 

@@ -3,15 +3,16 @@ import re
 from pathlib import Path
 
 import pytest
+from scipy.stats import t as scipy_t
 
 from backbone import ConfigError
-from bench import presets as presets_module
+from bench.analysis import presets as presets_module
+from bench.analysis.judges import Evidence, comparable, compare
+from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
+from bench.analysis.stats import welch_difference_interval
 from bench.cli import run
 from bench.compare import main as compare_main, parse_args
-from bench.presets import PRESETS, Evidence, Preset, PaperTable, Variant, comparable, compare
-from bench.stats import welch_difference_interval
 from objectives import parse_objective_list
-from scipy.stats import t as scipy_t
 
 ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "ANCHORS.md"
 
@@ -158,7 +159,7 @@ def test_a_preset_with_variants_runs_one_comparison_each(tmp_path, monkeypatch):
 
 
 def test_the_electra_efficiency_budgets_are_quarter_one_and_four_times_the_default():
+    from bench.analysis.judges import BUDGETS
     from bench.compare import DEFAULT_BUDGET
-    from bench.presets import BUDGETS
     assert dict(BUDGETS) == {"quarter": DEFAULT_BUDGET / 4, "default": DEFAULT_BUDGET, "four-times": 4 * DEFAULT_BUDGET}
     assert "mlm:rate=0.4" in PRESETS["electra-efficiency"].flags["objectives"].split(",")

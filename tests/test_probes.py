@@ -7,10 +7,12 @@ import pytest
 import torch
 
 from backbone import measure_flops
-from bench.data import load_corpus
-from bench.probes import ProbeConfig, features, input_only_controls, probe_ceilings, probe_data, question, run_probes
-from bench.readout import fit_linear_probe, majority_accuracy
-from bench.train import TrainConfig, build_run_objective
+from bench.data.corpus import load_corpus
+from bench.training.batches import build_run_objective
+from bench.training.config import TrainConfig
+from bench.yardsticks.probes import (ProbeConfig, Probes, features, input_only_controls, probe_ceilings, probe_data,
+                                     question, run_probes)
+from bench.yardsticks.readout import fit_linear_probe, majority_accuracy
 
 CONFIG = ProbeConfig(train_windows=24, test_windows=8, iterations=20, finetune_steps=3, finetune_batch=4)
 
@@ -74,11 +76,14 @@ def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, co
 
 def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_path):
     from bench.downstream import control_objective
-    from bench.tasks import TaskContext
-    from bench.train import control_run, make_fabric, setup_run
+    from bench.training.distributed import make_fabric
+    from bench.training.runs import control_run
+    from bench.training.state import setup_run
+    from bench.yardsticks.examples import TaskContext
 
     fabric, config = make_fabric("cpu"), TrainConfig(budget_flops=1.0, model="tiny")
-    controls = {spec: control_run(fabric, spec, 1, corpus, config, tmp_path / spec, CONFIG, progress=False)
+    controls = {spec: control_run(fabric, spec, 1, corpus, config, tmp_path / spec, [Probes(corpus, CONFIG)],
+                                  progress=False)
                 for spec in ("mlm", "electra", "ar")}
     # scored directly: the backbone a run of that seed starts from, before its first step
     direct = run_probes(setup_run(fabric, "mlm", 1, corpus, config, tmp_path / "run").objective, corpus, CONFIG)
@@ -119,7 +124,9 @@ def test_input_only_controls_have_their_known_answers():
 
 
 def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
-    from bench.train import fit, make_fabric, setup_run
+    from bench.training.distributed import make_fabric
+    from bench.training.loop import fit
+    from bench.training.state import setup_run
 
     corpus = load_corpus("synthetic:train=512,heldout=192", 32)
     config = ProbeConfig(train_windows=128, test_windows=64, iterations=30)
@@ -128,7 +135,7 @@ def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
         run = setup_run(fabric, "mlm", 0, corpus, TrainConfig(budget_flops=3e10, model="tiny", lr=3e-3, eval_points=1),
                         Path(folder))
         before = run_probes(run.objective, corpus, config, finetune=False)
-        fit(fabric, run, corpus, None, False, None)
+        fit(fabric, run, corpus, (), False, None)
         after = run_probes(run.objective, corpus, config, finetune=False)
     ceiling = probe_ceilings(corpus, config)["hidden_state_smoothing"]
     prior = input_only_controls(corpus, config)["smoothing"]["hidden_state"]
@@ -138,7 +145,7 @@ def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
 
 
 def test_the_probe_is_fitted_in_fp32_under_the_runs_autocast(corpus):
-    # the readouts run on the device inside the run's autocast (bench.train); the backbone's features follow it, the
+    # the readouts run on the device inside the run's autocast (bench.training); the backbone's features follow it, the
     # L-BFGS fit does not: under bf16 autocast it gives the fp32 fit bit for bit
     generator = torch.Generator().manual_seed(1)
     labels = torch.randint(3, (300,), generator=generator)

@@ -1,19 +1,23 @@
-"""bench.results and bench.report as layers of their own: hand-made run records in, the numbers and tables out,
-each checked against arithmetic done here."""
+"""bench.analysis.results and bench.report as layers of their own: hand-made run records in, the numbers and tables
+out, each checked against arithmetic done here."""
 
 import math
 
 import pytest
 
-from bench.report import compute_section, fmt, loss_table, table
-from bench.results import compute_summary, final_metrics, loss_summary, p_value, stat
+from bench.analysis.results import compute_summary, final_metrics, loss_summary, p_value, stat
+from bench.files import append_jsonl
+from bench.report.sections import compute_section, fmt, loss_table, table
+from bench.training.curve import read_curve, upgrade, upgrade_result
 
 
 def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> dict:
-    curve = [{"checkpoint": 1e9, "step": 5, "flops": 1e9, "tokens": 640, "supervised_positions": 96, "loss": 2.5,
-              "accuracy": 0.2, "hidden_state": 0.3, "downstream:synthetic:tagging": 0.4},
+    curve = [{"checkpoint": 1e9, "step": 5, "flops": 1e9, "tokens": 640, "supervised_positions": 96,
+              "metrics": {"loss": 2.5, "accuracy": 0.2}, "probes": {"hidden_state": 0.3},
+              "downstream": {"synthetic:tagging": 0.4}},
              {"checkpoint": 2e9, "step": 10, "flops": 2e9, "tokens": 1280, "supervised_positions": 192,
-              "loss": loss, "accuracy": accuracy, "hidden_state": 0.5, "downstream:synthetic:tagging": 0.6}]
+              "metrics": {"loss": loss, "accuracy": accuracy}, "probes": {"hidden_state": 0.5},
+              "downstream": {"synthetic:tagging": 0.6}}]
     return {"objective": objective, "seed": seed, "steps": 10, "flops": 2e9, "tokens": 1280,
             "supervised_positions": 192, "supervised_per_sequence": 12.0, "flops_per_step": 2e8,
             "wall_seconds": train_seconds + 3.0,
@@ -72,3 +76,19 @@ def test_report_tables_are_the_results_numbers_formatted():
         "mlm", "2", "2e+08", "1.562e+06", "1.042e+07", "10.0", "1280", "192", "2e+09", "5.0", "3.0", "1.5", "256"]
     losses = next(line for line in loss_table(results).splitlines() if line.startswith("| mlm"))
     assert f"| {fmt(stat([1.5, 1.7]), 4)} " in losses and "accuracy 0.600 ± " in losses
+
+
+def test_a_flat_curve_row_of_an_older_folder_reads_as_this_versions_row(tmp_path):
+    flat = {"checkpoint": 1e9, "step": 5, "flops": 1e9, "tokens": 640, "supervised_positions": 96, "loss": 2.5,
+            "accuracy": 0.2, "sees": "smoothing", "hidden_state": 0.3, "probe_flops": 7,
+            "downstream:synthetic:tagging": 0.4}
+    typed = run_record("mlm", 0, 2.5, 0.2, 4.0)["curve"][0]
+    assert upgrade(flat) == {**typed, "probes": {"sees": "smoothing", "hidden_state": 0.3, "probe_flops": 7}}
+    assert upgrade(typed) is typed  # this version's rows pass through
+    assert upgrade({**flat, "downstream:synthetic:tagging": None})["downstream"] == {"synthetic:tagging": None}
+    # a run resumed across versions: old rows, then new ones, in one file
+    append_jsonl(tmp_path / "curve.jsonl", flat)
+    append_jsonl(tmp_path / "curve.jsonl", typed)
+    assert [row["metrics"] for row in read_curve(tmp_path / "curve.jsonl")] == [typed["metrics"]] * 2
+    older = {"objective": "mlm", "curve": [flat]}
+    assert final_metrics(upgrade_result(older)) == {"loss": 2.5, "accuracy": 0.2}

@@ -1,4 +1,4 @@
-"""Tests for bench.synthetic: exact inference against brute-force enumeration, and the sampler against the model.
+"""Tests for bench.data.synthetic: exact inference against brute-force enumeration, and the sampler against the model.
 
 The brute-force references below enumerate every (component, state path) and, for the masked floor, every unknown
 word, in plain Python over lists; they share no code with the forward-backward implementation.
@@ -10,20 +10,9 @@ import random
 import pytest
 import torch
 
-from bench.synthetic import (
-    Language,
-    LanguageConfig,
-    component_posterior,
-    hidden_state_posterior,
-    kept_word_posterior,
-    log_likelihood,
-    make_language,
-    masked_token_nll,
-    next_state_posterior,
-    next_token_nll,
-    sample,
-    state_posteriors,
-)
+from bench.data.synthetic import (Language, LanguageConfig, component_posterior, hidden_state_posterior,
+                                  kept_word_posterior, log_likelihood, make_language, masked_token_nll,
+                                  next_state_posterior, next_token_nll, sample, state_posteriors)
 
 TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
 L = 5
@@ -295,7 +284,8 @@ def test_bad_config_raises(field, value):
 
 def test_unigram_is_the_marginal_over_window_positions_by_enumeration():
     import itertools
-    from bench.synthetic import LanguageConfig, log_likelihood, make_language, unigram
+
+    from bench.data.synthetic import LanguageConfig, log_likelihood, make_language, unigram
     language = make_language(LanguageConfig(components=2, states=3, words=4, successors=2, support=2, seed=5))
     length = 3
     sequences = torch.tensor(list(itertools.product(range(4), repeat=length)))

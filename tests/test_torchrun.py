@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from bench.compare import resume_after_restart
-from bench.train import unforwarded_stop_signals
+from bench.training.distributed import unforwarded_stop_signals
 
 TIMEOUT = 240
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")

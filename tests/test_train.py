@@ -9,22 +9,32 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-
-import bench.train
-from backbone import ConfigError, Transformer, preset
-from bench.data import load_corpus
-from bench.density import build_on_meta
-from bench.files import read_jsonl
-from bench.probes import ProbeConfig
-from bench.schedule import parse_seq_len, predict_phases
-from bench.seeds import derive_seed
-from bench.train import (EXIT_STOPPED, ROW_STREAM, Prefetcher, RunStopped, TrainConfig, TrainingDiverged, agree,
-                         build_run_objective, check_batch_split, check_config, check_memory, configure_matmuls,
-                         eval_batches, eval_grid, learning_rate, local_counts, make_fabric, make_optimizer, setup_run,
-                         step_counts, tf32_matmuls, train_run, train_step, training_batch)
 from conftest import signalling
 from ddp_job import acting_forward
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import bench.training.distributed
+import bench.training.loop
+import bench.training.memory
+import bench.training.runs
+import bench.yardsticks.probes
+from backbone import ConfigError, Transformer, preset
+from bench.analysis.density import build_on_meta
+from bench.data.corpus import load_corpus
+from bench.files import read_jsonl
+from bench.seeds import derive_seed
+from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
+                                    training_batch)
+from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, eval_grid,
+                                   learning_rate, make_optimizer, tf32_matmuls)
+from bench.training.distributed import agree, make_fabric, step_counts
+from bench.training.loop import TrainingDiverged, train_step
+from bench.training.memory import check_memory
+from bench.training.runs import train_run
+from bench.training.schedule import parse_seq_len, predict_phases
+from bench.training.state import setup_run
+from bench.training.stopping import EXIT_STOPPED, RunStopped
+from bench.yardsticks.probes import ProbeConfig, Probes
 from objectives import IGNORE, Vocab
 
 SEQ_LEN, BATCH = 32, 4
@@ -85,7 +95,7 @@ def test_runs_stop_within_one_step_of_the_budget(spec, per_sequence, corpus, fab
     curve = result["curve"]
     assert [row["checkpoint"] for row in curve] == eval_grid(c)
     assert all(row["flops"] >= row["checkpoint"] for row in curve) and curve[-1]["step"] == result["steps"]
-    assert all(math.isfinite(row["loss"]) for row in curve)
+    assert all(math.isfinite(row["metrics"]["loss"]) for row in curve)
     assert read_jsonl(tmp_path / "curve.jsonl") == curve and (tmp_path / "result.json").exists()
 
 
@@ -107,16 +117,17 @@ def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
     b = train_run(fabric, "electra", 3, corpus, config(), tmp_path / "b", progress=False)
     assert without_timings(a) == without_timings(b)
     c = train_run(fabric, "electra", 4, corpus, config(), tmp_path / "c", progress=False)
-    assert a["curve"][-1]["loss"] != c["curve"][-1]["loss"]
+    assert a["curve"][-1]["metrics"]["loss"] != c["curve"][-1]["metrics"]["loss"]
 
 
 @pytest.mark.parametrize("spec", ["mlm", "electra"])
 def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     # probes at every checkpoint must not disturb training either
-    c, probe = config(probe_every_eval=True), ProbeConfig(train_windows=12, test_windows=4, iterations=5,
-                                                          finetune_steps=2, finetune_batch=2)
+    c, probe = config(probe_every_eval=True), [Probes(corpus, ProbeConfig(train_windows=12, test_windows=4,
+                                                                          iterations=5, finetune_steps=2,
+                                                                          finetune_batch=2))]
     straight = train_run(fabric, spec, 1, corpus, c, tmp_path / "straight", probe, progress=False)
-    assert all("hidden_state" in row for row in straight["curve"])
+    assert all("hidden_state" in row["probes"] for row in straight["curve"])
     stopped_at = straight["steps"] // 2 + 1  # after the first checkpoint, between two others
     assert train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False,
                      stop_after_steps=stopped_at) is None
@@ -124,7 +135,7 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     resumed = train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False)
     assert without_timings(resumed) == without_timings(straight)
     unprobed = train_run(fabric, spec, 1, corpus, config(), tmp_path / "unprobed", progress=False)
-    assert [row["loss"] for row in unprobed["curve"]] == [row["loss"] for row in straight["curve"]]
+    assert [row["metrics"] for row in unprobed["curve"]] == [row["metrics"] for row in straight["curve"]]
 
 
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
@@ -140,7 +151,8 @@ def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_
                          progress=False)
     assert (compiled["steps"], compiled["flops"], compiled["supervised_positions"]) == \
         (eager["steps"], eager["flops"], eager["supervised_positions"])
-    assert compiled["curve"][-1]["loss"] == pytest.approx(eager["curve"][-1]["loss"], rel=1e-3)
+    last = [run["curve"][-1]["metrics"]["loss"] for run in (compiled, eager)]
+    assert last[0] == pytest.approx(last[1], rel=1e-3)
 
 
 def poison_training_forward(monkeypatch, spec_class, call: int, action) -> None:
@@ -230,7 +242,7 @@ def test_micro_batches_train_like_the_whole_batch(spec, corpus, fabric, tmp_path
         assert {k: micro[k] for k in counts} == {k: whole[k] for k in counts}
         assert [row["step"] for row in micro["curve"]] == [row["step"] for row in whole["curve"]]
         for a, b in zip(micro["curve"], whole["curve"]):
-            assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+            assert a["metrics"]["loss"] == pytest.approx(b["metrics"]["loss"], rel=1e-5)
 
 
 def test_a_micro_batch_must_divide_each_process_share():
@@ -243,12 +255,12 @@ def test_a_micro_batch_must_divide_each_process_share():
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
-    from bench.train import step_memory
+    from bench.training.memory import step_memory
     vocab = Vocab.for_words(64)
     objective = build_on_meta("mlm", preset("tiny", vocab.size, max_seq_len=512, n_layer=8), vocab)
     cpu = torch.device("cpu")
     # room for a step of 8 windows, but not of 32
-    monkeypatch.setattr(bench.train, "device_memory_bytes",
+    monkeypatch.setattr(bench.training.memory, "device_memory_bytes",
                         lambda device: step_memory(objective, 8, 512, "32-true", cpu).total)
     with pytest.raises(ConfigError, match="at 32 windows per forward"):
         check_memory(objective, 32, 512, "32-true", cpu)
@@ -281,7 +293,7 @@ def saved_bytes(objective, batch, precision: str) -> int:
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:pair=nsp"])
 def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     # under bf16 autocast the residual stream stays fp32: 2 bytes per value alone fell 20-30 % short of this
-    from bench.train import ALLOCATOR_SLACK, step_memory
+    from bench.training.memory import ALLOCATOR_SLACK, step_memory
     vocab = Vocab.for_words(512)
     corpus = type("C", (), {"vocab": vocab, "seq_len": 128})()
     objective = build_run_objective(spec, TrainConfig(budget_flops=1, model="mini"), corpus).train()
@@ -463,23 +475,23 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     ("NVIDIA GeForce GTX 1080", "bf16-mixed", None),  # not listed
 ])
 def test_peak_flops_are_the_datasheets_dense_figures(name, precision, expected):
-    import bench.live
+    import bench.training.live
 
-    assert bench.live.peak_flops(name, precision) == expected
+    assert bench.training.live.peak_flops(name, precision) == expected
 
 
 def test_mfu_uses_the_suites_peak_then_lightnings(monkeypatch):
-    import bench.live
+    import bench.training.live
 
     asked, cuda = [], torch.device("cuda", 0)
-    monkeypatch.setattr(bench.live, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
+    monkeypatch.setattr(bench.training.live, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    assert bench.live.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
+    assert bench.training.live.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Some Future GPU")
-    assert bench.live.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
-    assert bench.live.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
+    assert bench.training.live.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
+    assert bench.training.live.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
     assert asked == [torch.bfloat16, "tfloat32"]
-    assert bench.live.device_peak(torch.device("cpu"), "32-true") is None
+    assert bench.training.live.device_peak(torch.device("cpu"), "32-true") is None
 
 
 SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
@@ -583,7 +595,7 @@ def test_a_schedule_that_does_not_fit_the_corpus_or_objective_is_one_line(spec, 
 def test_a_resumed_optimizer_runs_the_implementation_of_its_device_not_of_the_checkpoints():
     import copy
 
-    from bench.train import match_optimizer_to_device
+    from bench.training.config import match_optimizer_to_device
 
     def optimizer(fused):
         torch.manual_seed(0)
@@ -614,7 +626,7 @@ def test_a_resumed_optimizer_runs_the_implementation_of_its_device_not_of_the_ch
 
 
 def test_a_folder_seen_late_is_waited_for_and_one_never_seen_is_refused_after_the_wait(tmp_path, monkeypatch):
-    import bench.train
+    import bench.training.loop
 
     marker, listed = tmp_path / ".shared-x", []
     marker.touch()
@@ -622,12 +634,13 @@ def test_a_folder_seen_late_is_waited_for_and_one_never_seen_is_refused_after_th
     answers = iter([False, False, True])  # an NFS client's cached "not there", twice, then the truth
     monkeypatch.setattr(Path, "exists", lambda path: next(answers) if path == marker else real_exists(path))
     monkeypatch.setattr(os, "listdir", lambda path: listed.append(path) or real_listdir(path))
-    monkeypatch.setattr(bench.train, "FOLDER_WAIT_SECONDS", 30.0)
-    assert bench.train.sees(marker, poll_seconds=0.01) and listed == [tmp_path] * 3  # the folder re-read each time
+    monkeypatch.setattr(bench.training.distributed, "FOLDER_WAIT_SECONDS", 30.0)
+    # the folder re-read each time
+    assert bench.training.distributed.sees(marker, poll_seconds=0.01) and listed == [tmp_path] * 3
     monkeypatch.setattr(Path, "exists", lambda path: False if path == marker else real_exists(path))
-    monkeypatch.setattr(bench.train, "FOLDER_WAIT_SECONDS", 0.05)
+    monkeypatch.setattr(bench.training.distributed, "FOLDER_WAIT_SECONDS", 0.05)
     started = time.monotonic()
-    assert not bench.train.sees(marker, poll_seconds=0.01) and time.monotonic() - started >= 0.05
+    assert not bench.training.distributed.sees(marker, poll_seconds=0.01) and time.monotonic() - started >= 0.05
 
 
 def test_each_compiled_run_starts_from_empty_compile_caches_with_room_for_its_blocks(corpus, fabric, tmp_path,
@@ -652,15 +665,16 @@ def test_each_compiled_run_starts_from_empty_compile_caches_with_room_for_its_bl
 def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_nothing_is_lost(corpus, fabric,
                                                                                                 tmp_path, monkeypatch,
                                                                                                 capsys):
-    import bench.train
+    import bench.training.loop
 
-    probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
+    probe = [Probes(corpus, ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2,
+                                        finetune_batch=4))]
     straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", probe, progress=False)
     # the evaluation at the budget, after the last step
-    at_budget = signalling(bench.train.checkpoint_evaluation,
+    at_budget = signalling(bench.training.loop.checkpoint_evaluation,
                            lambda fabric, run, *args, **kwargs: run.counters["flops"] >= run.config.budget_flops)
     with monkeypatch.context() as patch:
-        patch.setattr(bench.train, "checkpoint_evaluation", at_budget)
+        patch.setattr(bench.training.loop, "checkpoint_evaluation", at_budget)
         with pytest.raises(RunStopped) as stopped:
             train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False)
     assert stopped.value.code == EXIT_STOPPED and "stopped by SIGTERM after step" in stopped.value.message
@@ -671,7 +685,7 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
     assert without_timings(resumed) == without_timings(straight)
 
     with monkeypatch.context() as patch:
-        patch.setattr(bench.train, "run_probes", signalling(bench.train.run_probes))
+        patch.setattr(bench.yardsticks.probes, "run_probes", signalling(bench.yardsticks.probes.run_probes))
         with pytest.raises(RunStopped) as stopped:
             train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False)
     assert "after mlm-seed0 finished" in stopped.value.message
@@ -684,7 +698,7 @@ def test_the_next_steps_counts_ride_in_the_steps_all_reduce_exactly(monkeypatch)
     # two processes holding the same values stand in for NCCL: their sum is each value doubled. No process group is
     # made (an in-process gloo group hung in CI's sandbox), so what is checked is the carrying: counts past
     # float64's 2**53, sent as halves, come back exact beside the loss and the flags
-    from bench.train import StepCounts
+    from bench.training.batches import StepCounts
     reduced = []
     monkeypatch.setattr(torch.distributed, "all_reduce", lambda tensor, op=None: reduced.append(tensor.dtype) or
                         tensor.mul_(2))
@@ -699,7 +713,7 @@ def test_the_next_steps_counts_ride_in_the_steps_all_reduce_exactly(monkeypatch)
 
 
 def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypatch):
-    from bench.train import slurm_without_srun
+    from bench.training.distributed import slurm_without_srun
     batch_shell = {"SLURM_NTASKS": "4", "SLURM_NTASKS_PER_NODE": "4", "SLURM_JOB_NAME": "pretrain"}
     for name, value in batch_shell.items():
         monkeypatch.setenv(name, value)
@@ -716,7 +730,7 @@ def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypa
 
 
 def test_the_memory_check_compares_with_free_memory(monkeypatch):
-    from bench.train import device_memory_bytes
+    from bench.training.memory import device_memory_bytes
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (30 * 2 ** 30, 80 * 2 ** 30))
     assert device_memory_bytes(torch.device("cuda", 0)) == 30 * 2 ** 30  # another process holds the other 50 GiB
     with open("/proc/meminfo") as meminfo:
@@ -725,15 +739,16 @@ def test_the_memory_check_compares_with_free_memory(monkeypatch):
 
 
 def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch):
-    import bench.train
-    seen, real = [], bench.train.run_probes
+    import bench.yardsticks.probes
+    seen, real = [], bench.yardsticks.probes.run_probes
 
     def recording(*args, **kwargs):
         seen.append(torch.is_autocast_enabled("cpu"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bench.train, "run_probes", recording)
-    probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
+    monkeypatch.setattr(bench.yardsticks.probes, "run_probes", recording)
+    probe = [Probes(corpus, ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2,
+                                        finetune_batch=4))]
     for precision in ("bf16-mixed", "32-true"):
         train_run(make_fabric(precision=precision), "mlm", 0, corpus, config(probe_every_eval=True),
                   tmp_path / precision, probe, progress=False)
@@ -741,14 +756,14 @@ def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch)
 
 
 def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, monkeypatch, capsys):
-    from bench.train import trained_or_reused
+    from bench.training.runs import trained_or_reused
     trained = []
 
-    def diverging(fabric, spec, seed, corpus, config, run_dir, probe, progress, downstream=None):
+    def diverging(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress):
         trained.append(spec)
         raise TrainingDiverged(spec, seed, 3, float("nan"), 2.5, 7)
 
-    monkeypatch.setattr(bench.train, "train_run", diverging)
+    monkeypatch.setattr(bench.training.runs, "train_run", diverging)
     one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
     config = TrainConfig(budget_flops=1.0)
     result, record = trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True)

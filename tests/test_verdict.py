@@ -4,8 +4,9 @@ import math
 import numpy as np
 import pytest
 
-from bench.verdict import (beats_control, compute_multiplier, format_multiplier, gain_over_control, holm,
-                           holm_gains, interpolate_flops, rise_with_compute, signal_density_ratio, yardstick_verdict)
+from bench.analysis.verdict import (beats_control, compute_multiplier, format_multiplier, gain_over_control, holm,
+                                    holm_gains, interpolate_flops, rise_with_compute, signal_density_ratio,
+                                    yardstick_verdict)
 
 BUDGET = 1e12
 CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1% of the budget to the budget, log-spaced like the runs'
@@ -242,12 +243,13 @@ def test_rise_with_compute_is_spearmans_rho_by_hand():
 
 def _runs(spec: str, finals: list[float], control: str = "untrained, bidirectional") -> list[dict]:
     return [{"objective": spec, "seed": seed, "control": control, "probes": {"component": value, "sees": "smoothing"},
-             "curve": [{"checkpoint": 1e10, "component": value - 0.1}, {"checkpoint": 1e11, "component": value}]}
+             "curve": [{"checkpoint": 1e10, "probes": {"component": value - 0.1}},
+                       {"checkpoint": 1e11, "probes": {"component": value}}]}
             for seed, value in enumerate(finals)]
 
 
 def test_a_yardstick_no_objective_moves_ranks_nothing():
-    from bench.results import verdict
+    from bench.analysis.results import verdict
 
     controls = {"untrained, bidirectional": [{"control": "untrained, bidirectional", "seed": seed,
                                               "probes": {"component": value, "sees": "smoothing"}}

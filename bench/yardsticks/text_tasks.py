@@ -1,53 +1,23 @@
-"""Labelled downstream tasks as padded token windows: one code path for local files, the hub, CoNLL tagging and the
-embedded language's own tasks.
-
-    --downstream "reviews.csv,label=sentiment, hf:glue:mrpc, conll:ner/, synthetic:component"
-
-A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and no ":" continues the previous spec
-(as in --objectives):
-- PATH or file:PATH: a .csv/.tsv/.jsonl/.json/.parquet file, or a folder of them, read with `datasets`. A folder
-  whose files are named train.*, dev.* (or validation.*) and test.* gives its own splits; otherwise test and dev are
-  drawn from the examples with a fixed seed (shares `test`, `dev`).
-- hf:NAME[:CONFIG]: a Hugging Face hub dataset (the network is needed to download it). GLUE tasks (hf:glue:sst2,
-  hf:glue:mnli, ...) know their fields and metric; since GLUE hides its test labels, the labelled validation split
-  is the test split and dev is drawn from train.
-- conll:PATH: token tagging from CoNLL-style files (the token first and its tag last on each line, a blank line
-  between sentences), scored by span F1 when the tags are BIO, else by accuracy.
-- synthetic:tagging|component|order|same-source: the embedded language's tasks, sampled afresh from the true
-  distribution (they need --data synthetic): hidden-state tagging, mixture-component classification, whether two
-  halves are in their original order (SOP), whether two halves come from the same sequence (NSP); the pairs are made
-  as mlm:pair=sop and mlm:pair=nsp make theirs, from windows in the middle of a sequence (times T .. 2T − 1).
-
-Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
-is "a [EOS] b [EOS]". Examples are truncated to the window and padded with [PAD] after their last token. Every user
-mistake is a ConfigError naming the file and the fix, raised before anything is written.
+"""Tasks from text: local files (a folder's own splits or seeded ones), hub datasets (GLUE's fields and metrics), and
+CoNLL token tagging.
 """
 
 from __future__ import annotations
 
-import zlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 import datasets
 import torch
-from tokenizers import Tokenizer
-from torch import Tensor
 
 from backbone import ConfigError
-from bench import synthetic
-from bench.data import file_kind, hub_reachable, quiet_datasets
-from bench.seeds import derive_seed
-from objectives import IGNORE, Vocab, parse_options, split_specs
-from objectives.pairs import Pairs, make_pairs, pair_layout
+from bench.data.text import file_kind, hub_reachable
+from bench.yardsticks.examples import SPLIT_SEED, Task, TaskContext, TaskOptions, encode, encode_tagged
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
-SPLIT_SEED = 0
-SYNTHETIC_TASKS = ("tagging", "component", "order", "same-source")
-PAIR_TASK_OF = {"order": "sop", "same-source": "nsp"}  # the embedded pair tasks ask what these objectives train on
-PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
+
 # GLUE: (first text field, second or None, metrics; the task's score is their mean, as the GLUE leaderboard averages
 # F1 and accuracy for MRPC and QQP), and the labelled split that stands in for the hidden test split.
 GLUE = {
@@ -60,117 +30,8 @@ GLUE = {
     "rte": ("sentence1", "sentence2", ("accuracy",), "validation"),
     "wnli": ("sentence1", "sentence2", ("accuracy",), "validation"),
 }
+
 HUB_REPOS = {"glue": "nyu-mll/glue"}  # short names users type -> hub repositories (tests point these at folders)
-METRICS = ("accuracy", "f1", "macro_f1", "mcc", "span_f1")
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    text: str = "text"  # field of the (first) text
-    text_pair: str = ""  # field of the second text of a pair task; empty: single texts
-    label: str = "label"
-    dev: str = ""  # a file, or the share of train drawn as dev (default 0.1)
-    test: str = ""  # a file, or the share of the examples drawn as test (default 0.2)
-    metric: str = ""  # accuracy, f1 (binary: class id 1 is positive), macro_f1, mcc, span_f1
-    train: int = 0  # keep at most this many training examples (0: all)
-    size: int = 1024  # synthetic tasks: training examples (dev a quarter of it, test half)
-
-
-@dataclass
-class Split:
-    tokens: Tensor  # (N, T) int64, [PAD] after each example's last token
-    lengths: Tensor  # (N,) tokens before the padding
-    labels: Tensor  # (N,) class ids, or (N, T) for tagging with IGNORE where nothing is scored
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-    def rows(self, index: Tensor | slice) -> "Split":
-        return Split(self.tokens[index], self.lengths[index], self.labels[index])
-
-
-@dataclass
-class Task:
-    name: str  # the spec as given
-    level: str  # "sequence" (one label per example) or "token" (one per word)
-    metrics: tuple[str, ...]  # computed on the test split; the task's score is their mean
-    label_names: list[str]
-    train: Split
-    dev: Split
-    test: Split
-    source: str  # where the examples and splits came from, for the report
-    pair: bool = False
-    first_position: bool = False  # "[BOS] a [EOS] b [EOS]" pairs: bidirectional backbones read them at [BOS]
-    # the embedded language's tasks: the Bayes classifier's expected accuracy on the test split, by exact inference in
-    # the language that generated it (no model can beat it in expectation); None where the truth is unknown
-    bayes_ceiling: float | None = None
-
-    @property
-    def classes(self) -> int:
-        return len(self.label_names)
-
-    @property
-    def seed(self) -> int:
-        """Fine-tuning batches of this task are drawn from it: the same for every objective, seed and rate."""
-        return derive_seed(SPLIT_SEED, zlib.crc32(self.name.encode()))
-
-    def majority_accuracy(self) -> float:
-        """The trivial baseline: always answer the most frequent training label, scored on the test split."""
-        train, test = (split.labels[split.labels != IGNORE] for split in (self.train, self.test))
-        return (test == train.bincount(minlength=self.classes).argmax()).double().mean().item()
-
-    def describe(self) -> dict:
-        return {"task": self.name, "level": self.level, "metric": " & ".join(self.metrics), "classes": self.classes,
-                "train": len(self.train), "dev": len(self.dev), "test": len(self.test), "source": self.source,
-                "majority_accuracy": self.majority_accuracy(), "bayes_ceiling": self.bayes_ceiling}
-
-
-@dataclass
-class TaskContext:
-    """What tasks are tokenized with: the comparison's window, vocabulary, and tokenizer or embedded language."""
-
-    seq_len: int
-    vocab: Vocab
-    tokenizer: Tokenizer | None = None
-    language: synthetic.Language | None = None
-    spell: Callable[[int], str] | None = None  # synthetic:text: words are spelled, then tokenized with `tokenizer`
-
-
-def parse_task_list(text: str) -> list[str]:
-    """Split "a.csv,label=y,hf:glue:sst2" into specs, as --objectives is split (objectives.split_specs)."""
-    specs = split_specs(text)
-    if not specs:
-        raise ConfigError("--downstream names no task")
-    return specs
-
-
-def load_task(spec: str, context: TaskContext) -> Task:
-    """A spec -> Task with train/dev/test splits; every user mistake raises ConfigError."""
-    source, _, option_text = spec.partition(",")
-    options = parse_options(f"task {source}", option_text, TaskOptions)
-    if options.metric and options.metric not in METRICS:
-        raise ConfigError(f"{spec}: unknown metric {options.metric!r}; choose one of {', '.join(METRICS)}")
-    scheme, _, rest = source.partition(":")
-    if scheme == "synthetic":
-        return synthetic_task(spec, rest, options, context)
-    if scheme == "conll":
-        return conll_task(spec, rest, options, context)
-    if context.tokenizer is None:
-        raise ConfigError(f"{spec}: text tasks need a text corpus and its tokenizer (--data text:..., hf:... or "
-                          "synthetic:text); on --data synthetic use synthetic:" + "|".join(SYNTHETIC_TASKS))
-    if scheme == "hf":
-        return hub_task(spec, rest, options, context)
-    return file_task(spec, rest if scheme == "file" else source, options, context)
-
-
-def load_tasks(specs: list[str], context: TaskContext) -> list[Task]:
-    with quiet_datasets():  # labelled sets are small: a progress bar would only bury a one-line error
-        tasks = [load_task(spec, context) for spec in specs]
-    names = [task.name for task in tasks]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"a task is listed twice in --downstream ({', '.join(names)})")
-    return tasks
-
 
 # --- local files --------------------------------------------------------------------------------------------------
 
@@ -277,7 +138,6 @@ def hub_task(spec: str, name_text: str, options: TaskOptions, context: TaskConte
     return text_task(spec, tables, options, context, f"hub {repo}" + (f" ({config})" if config else "")
                      + f"; test: {test_from}", default_metrics=metrics)
 
-
 # --- text tasks: labels, splits, tokens -----------------------------------------------------------------------------
 
 def _label_names(table: datasets.Dataset, column: str) -> list[str] | None:
@@ -306,7 +166,7 @@ def text_task(spec: str, tables: dict[str, datasets.Dataset], options: TaskOptio
     if not any(text.strip() for text in columns["train"][0]):
         raise ConfigError(f"{spec}: every training text in the {options.text!r} field is empty; name the text field "
                           "with text=FIELD")
-    splits = {split: _encode(context, texts, pairs, torch.tensor([index[label] for label in labels]))
+    splits = {split: encode(context, texts, pairs, torch.tensor([index[label] for label in labels]))
               for split, (texts, pairs, labels) in columns.items()}
     metrics = (options.metric,) if options.metric else default_metrics
     if "span_f1" in metrics:
@@ -363,31 +223,6 @@ def _draw_splits(spec: str, columns: dict[str, tuple], options: TaskOptions) -> 
         if not columns[split][0]:
             raise ConfigError(f"{spec}: the {split} split holds no labelled example")
     return columns
-
-
-def _encode(context: TaskContext, texts: list[str], pairs: list[str] | None, labels: Tensor) -> Split:
-    """Tokenize; a single text is "a [EOS]", a pair "a [EOS] b [EOS]", the longer side truncated first."""
-    tokenizer, window, eos = context.tokenizer, context.seq_len, Vocab.EOS
-    first = [e.ids for e in tokenizer.encode_batch(texts, add_special_tokens=False)]
-    second = [e.ids for e in tokenizer.encode_batch(pairs, add_special_tokens=False)] if pairs is not None else None
-    rows = []
-    for i, a in enumerate(first):
-        if second is None:
-            rows.append(a[:window - 1] + [eos])
-            continue
-        b = second[i]
-        room = window - 2
-        keep_a = min(len(a), max(room // 2, room - len(b)))
-        keep_b = min(len(b), room - keep_a)
-        rows.append(a[:keep_a] + [eos] + b[:keep_b] + [eos])
-    return _pad(rows, labels, window)
-
-
-def _pad(rows: list[list[int]], labels: Tensor, window: int) -> Split:
-    tokens = torch.full((len(rows), window), Vocab.PAD, dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, :len(row)] = torch.tensor(row, dtype=torch.long)
-    return Split(tokens, torch.tensor([len(row) for row in rows], dtype=torch.long), labels)
 
 
 # --- CoNLL tagging ----------------------------------------------------------------------------------------------------
@@ -450,95 +285,7 @@ def conll_task(spec: str, path_text: str, options: TaskOptions, context: TaskCon
     metrics = (options.metric,) if options.metric else (("span_f1",) if bio else ("accuracy",))
     if metrics == ("span_f1",) and not bio:
         raise ConfigError(f"{spec}: span_f1 needs BIO tags (O, B-X, I-X); these are not (e.g. {tags[0]!r})")
-    splits = {split: _encode_tagged(context, words, [[index[t] for t in sentence_tags] for sentence_tags in tagged])
+    splits = {split: encode_tagged(context, words, [[index[t] for t in sentence_tags] for sentence_tags in tagged])
               for split, (words, _, tagged) in as_columns.items()}
     sizes = ", ".join(f"{split} {len(splits[split])} sentences" for split in ("train", "dev", "test"))
     return Task(spec, "token", metrics, tags, splits["train"], splits["dev"], splits["test"], f"{source}; {sizes}")
-
-
-def _encode_tagged(context: TaskContext, sentences: list[list[str]], tags: list[list[int]]) -> Split:
-    """Each word's first piece carries its tag (the rest are not scored, as in BERT's NER); truncated to the window."""
-    window = context.seq_len
-    encodings = context.tokenizer.encode_batch(sentences, is_pretokenized=True, add_special_tokens=False)
-    rows, labels = [], torch.full((len(sentences), window), IGNORE, dtype=torch.long)
-    for i, encoding in enumerate(encodings):
-        ids, seen = encoding.ids[:window - 1], set()
-        for position, word in enumerate(encoding.word_ids[:window - 1]):
-            if word is not None and word not in seen:
-                seen.add(word)
-                labels[i, position] = tags[i][word]
-        rows.append(ids + [Vocab.EOS])
-    return _pad(rows, labels, window)
-
-
-# --- the embedded language's tasks ------------------------------------------------------------------------------------
-
-def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskContext) -> Task:
-    if name not in SYNTHETIC_TASKS:
-        raise ConfigError(f"{spec}: unknown embedded task {name!r}; choose one of {', '.join(SYNTHETIC_TASKS)}")
-    if context.language is None:
-        raise ConfigError(f"{spec}: the embedded language's tasks need --data synthetic or synthetic:text")
-    if context.spell is not None and name in PAIR_TASK_OF:
-        raise ConfigError(f"{spec}: the pair tasks need --data synthetic (their Bayes ceiling reads the words as "
-                          "tokens); on synthetic:text use synthetic:tagging or synthetic:component")
-    if options.size < 8:
-        raise ConfigError(f"{spec}: size={options.size} is too small; use 8 or more")
-    language, window, first = context.language, context.seq_len, context.vocab.first_ordinary
-    K, S, _ = language.emission.shape
-    sizes = {"train": options.size, "dev": max(2, options.size // 4), "test": max(2, options.size // 2)}
-    splits, ceiling = {}, None
-    for number, (split, count) in enumerate(sizes.items()):
-        # seeds of their own: never the corpus's samples (seeds 2·seed and 2·seed + 1 of the small integers)
-        seed = derive_seed(1 + SYNTHETIC_TASKS.index(name), number)
-        # Pairs are cut from the middle of a sequence: a window that opens one starts with words that say so (the
-        # chain's first states), a cue a swapped pair breaks and any encoder reads next to [BOS]; with it the order
-        # task rewarded every model for the window's start rather than for the order of its segments.
-        start = window if name in PAIR_TASK_OF else 0
-        drawn = synthetic.sample(language, count, start + window, seed)
-        tokens, lengths = drawn.words[:, start:] + first, torch.full((count,), window, dtype=torch.long)
-        if context.spell is not None:
-            # The words spelled and tokenized as synthetic:text writes them, cut to the window. No ceiling: the cut
-            # falls at a word piece, and a truncated window's component evidence is not the sampled window's.
-            splits[split] = _spelled(name, drawn, context)
-        elif name == "tagging":
-            # No ceiling: a causal backbone's feature at a position has read only the words up to it (its ceiling is
-            # the filtering accuracy), the others the whole window (smoothing); one number would hold one of them to
-            # the wrong limit (synthetic.state_posteriors gives both).
-            splits[split] = Split(tokens, lengths, drawn.states)
-        elif name == "component":
-            splits[split] = Split(tokens, lengths, drawn.components)
-            if split == "test":  # every backbone's sequence feature has read the whole window
-                ceiling = synthetic.component_posterior(language, drawn.words).amax(-1).mean().item()
-        else:
-            splits[split], pairs = _synthetic_pairs(name, tokens, lengths, context.vocab,
-                                                    torch.Generator().manual_seed(seed))
-            if split == "test":  # from the pairs as shown: words in shown order and where the separator falls
-                posterior = PAIR_POSTERIORS[name](language, pairs.content - first, pairs.first_length, start)
-                ceiling = synthetic.binary_ceiling(posterior)
-    level, labels = ("token", [f"{k}.{s}" for k in range(K) for s in range(S)]) if name == "tagging" \
-        else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])
-    sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
-    spelled = " and spelled as synthetic:text" if context.spell else ""
-    return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language{spelled}; {sizes_text}",
-                pair=name in PAIR_TASK_OF, first_position=name in PAIR_TASK_OF, bayes_ceiling=ceiling)
-
-
-def _spelled(name: str, drawn: synthetic.Sample, context: TaskContext) -> Split:
-    """A tagging or component task on the words of `drawn` as synthetic:text spells them: a tag on each word's first
-    piece (as CoNLL tasks are read), or the component of the whole text."""
-    words = [[context.spell(word) for word in row] for row in drawn.words.tolist()]
-    if name == "tagging":
-        return _encode_tagged(context, words, drawn.states.tolist())
-    return _encode(context, [" ".join(row) for row in words], None, drawn.components)
-
-
-def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, vocab: Vocab,
-                     generator: torch.Generator) -> tuple[Split, Pairs]:
-    """Each sampled window as "[BOS] a [EOS] b [EOS]", made exactly as mlm:pair=sop (order) or mlm:pair=nsp
-    (same-source) makes its pairs (objectives.pairs): the label says whether b follows a in the same sequence. order's
-    negatives swap a and b; same-source's take b from another window. Each label is a fair coin. The pairs before
-    the layout come back too: their content in shown order is what the Bayes ceiling is computed from."""
-    pairs = make_pairs(PAIR_TASK_OF[name], tokens, generator)
-    laid_out, _, _ = pair_layout(pairs, vocab)
-    return Split(laid_out, lengths, pairs.is_next), pairs

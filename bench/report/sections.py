@@ -1,25 +1,10 @@
-"""The comparison report: report.md (tabulate) with PNG plots (seaborn) beside it, and results.json for machines.
-
-Every number comes from the runs' results; nothing here is typed in by hand. Files are written atomically.
-"""
+"""The sections and tables of report.md, each a function of the results dict."""
 
 from __future__ import annotations
 
-import io
-from pathlib import Path
+from tabulate import tabulate
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; never needs a display
-import matplotlib.ticker  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-import seaborn as sns  # noqa: E402
-from tabulate import tabulate  # noqa: E402
-
-from bench.density import analytic_count  # noqa: E402
-from bench.files import write_atomic, write_json  # noqa: E402
-from bench.results import yardsticks  # noqa: E402
+from bench.analysis.density import analytic_count
 
 
 def table(rows: list[list], headers: list[str]) -> str:
@@ -27,7 +12,7 @@ def table(rows: list[list], headers: list[str]) -> str:
 
 
 def fmt(summary: dict | None, digits: int = 3) -> str:
-    """A stat dict of bench.results as "mean ± ci95", or the mean alone with one seed."""
+    """A stat dict of bench.analysis.results as "mean ± ci95", or the mean alone with one seed."""
     if not summary:
         return ""
     if summary["ci95"] is None:
@@ -110,7 +95,7 @@ def setup_section(setup: dict) -> str:
 
 def schedule_section(results: dict) -> str:
     """Under a sequence-length schedule, the positions that flowed per phase beside what the final length throughout
-    would have given for the same FLOPs (bench.schedule's accounting)."""
+    would have given for the same FLOPs (bench.training.schedule's accounting)."""
     schedule = results.get("seq_len_schedule")
     if not schedule or not schedule["measured"]:
         return ""
@@ -315,109 +300,6 @@ def downstream_table(results: dict) -> str:
     return "\n".join(text)
 
 
-def curve_frame(runs: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame([{"objective": r["objective"], "seed": r["seed"], **point} for r in runs for point in r["curve"]])
-
-
-def plot_loss(runs: list[dict], path: Path) -> None:
-    """One panel per objective: their losses measure different tasks and do not share a scale."""
-    frame = curve_frame(runs)
-    specs = list(dict.fromkeys(frame["objective"]))
-    figure, axes = plt.subplots(1, len(specs), figsize=(3.6 * len(specs), 3.6), squeeze=False)
-    for spec, ax in zip(specs, axes[0]):
-        sns.lineplot(frame[frame["objective"] == spec], x="checkpoint", y="loss", marker="o", errorbar=("ci", 95),
-                     ax=ax)
-        ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective)", title=spec)
-    figure.suptitle("Each objective's own held-out loss against compute (band: 95 % CI over seeds)")
-    save_figure(figure, path)
-
-
-def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
-    rows = [{"objective": f"{r['objective']} ({metric})" if metric != "loss" else r["objective"], "seed": r["seed"],
-             "checkpoint": point["checkpoint"], "excess": point[metric] - floor}
-            for r in runs for metric, floor in floors.get(r["objective"], {}).items() for point in r["curve"]
-            if point.get(metric) is not None]
-    if not rows:
-        return False
-    figure, axes = plt.subplots(figsize=(7, 4.5))
-    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="excess", hue="objective", marker="o", errorbar=("ci", 95),
-                 ax=axes)
-    axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss − Bayes floor (nats)",
-             title="Excess over the Bayes-optimal loss")
-    save_figure(figure, path)
-    return True
-
-
-def plot_yardsticks(results: dict, path: Path) -> bool:
-    """One panel per cross-objective yardstick with a curve over FLOPs: what the compute multipliers are read from."""
-    ceilings = (results["bayes"] or {}).get("ceilings") or {}
-    rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": yardstick.label,
-             "value": value}
-            for yardstick in yardsticks(results["runs"], ceilings) if yardstick.point is not None
-            for r in results["runs"] for point in r["curve"] for value in [yardstick.point(point)] if value is not None]
-    if not rows:
-        return False
-    frame = pd.DataFrame(rows).dropna()
-    labels = list(dict.fromkeys(frame["yardstick"]))
-    columns = min(4, len(labels))
-    rows_ = -(-len(labels) // columns)
-    figure, axes = plt.subplots(rows_, columns, figsize=(5 * columns, 4 * rows_), squeeze=False)
-    for ax in axes.flat[len(labels):]:
-        ax.set_visible(False)
-    controls = {y["label"]: y.get("controls", []) for y in (results["verdict"] or {}).get("yardsticks", [])}
-    for label, ax in zip(labels, axes.flat):
-        sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
-                     errorbar=("ci", 95), ax=ax)
-        for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
-            ax.axhline(control["mean"], color="grey", linestyle=style, label=control["control"])
-            if control["ci95"] is not None:
-                ax.axhspan(control["mean"] - control["ci95"], control["mean"] + control["ci95"], color="grey",
-                           alpha=0.15)
-        if controls.get(label):
-            ax.legend(fontsize="small")
-        ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
-    figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds; grey: the untrained controls)")
-    save_figure(figure, path)
-    return True
-
-
-def plot_density(results: dict, path: Path) -> None:
-    frame = pd.DataFrame([{"objective": row["objective"], "count": "analytic", "positions": row["supervised_positions"]}
-                          for row in results["positions"]]
-                         + [{"objective": o["objective"], "count": "measured",
-                             "positions": o["compute"]["supervised_per_sequence"]} for o in results["objectives"]])
-    figure, axes = plt.subplots(figsize=(7, 4))
-    sns.barplot(frame, x="objective", y="positions", hue="count", ax=axes)
-    axes.set(ylabel="supervised positions per sequence", title="Signal density")
-    save_figure(figure, path)
-
-
-def save_figure(figure: plt.Figure, path: Path) -> None:
-    for axes in figure.axes:
-        if axes.get_xscale() == "log":  # decade labels only: minor labels collide on short ranges
-            axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    buffer = io.BytesIO()
-    figure.tight_layout()
-    figure.savefig(buffer, format="png", dpi=120)
-    plt.close(figure)
-    write_atomic(path, buffer.getvalue())
-
-
-def write_plots(results: dict, out: Path) -> list[str]:
-    """The PNG plots beside report.md; returns their markdown links."""
-    runs = results["runs"]
-    if not runs:  # every run diverged: the report is the table that says so
-        return []
-    plot_loss(runs, out / "loss_vs_flops.png")
-    plot_density(results, out / "signal_density.png")
-    plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
-    if plot_excess(runs, (results["bayes"] or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
-        plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
-    if plot_yardsticks(results, out / "yardsticks_vs_flops.png"):
-        plots.insert(0, "![yardsticks against FLOPs](yardsticks_vs_flops.png)")
-    return plots + ["![signal density](signal_density.png)"]
-
-
 def paper_value(value: float | None) -> str:
     if value is None:
         return "—"
@@ -451,40 +333,3 @@ def paper_text(paper: dict) -> str:
                "downstream tasks, summed over runs; a --resume keeps finished runs)." if paper.get("runs_seconds")
                else "")]
     return "\n".join(text)
-
-
-def render(results: dict, plots: list[str]) -> str:
-    """report.md from the results dict (bench.results.build_results)."""
-    sections = [
-        f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
-        "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
-        *([paper_text(results["paper"])] if results.get("paper") else []),
-        verdict_section(results),
-        setup_section(results["setup"]) + schedule_section(results),
-        density_section(results),
-        compute_section(results) + sweep_section(results) + diverged_section(results),
-        loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),
-        "## 5. Plots\n\n" + ("\n\n".join(plots) or "No finished run to plot."),
-    ]
-    return "\n\n".join(sections) + "\n"
-
-
-def write_report(out: Path, results: dict) -> Path:
-    """Write results.json, the PNG plots and report.md into `out`; return report.md's path."""
-    write_json(out / "results.json", results)
-    plots = write_plots(results, out)
-    report = out / "report.md"
-    write_atomic(report, render(results, plots))
-    return report
-
-
-def write_preset_report(out: Path, paper: dict) -> Path:
-    """A multi-comparison preset's own results.json and report.md: the paper section and a link to each
-    comparison's full report."""
-    write_json(out / "results.json", {"paper": paper})
-    variants = list(dict.fromkeys(row["variant"] for row in paper["ours"]))
-    links = "\n".join(f"- [{name}]({name}/report.md)" for name in variants)
-    report = out / "report.md"
-    write_atomic(report, f"# Preset {paper['preset']}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
-                         f"Each has its full report (verdict, setup, compute, plots):\n\n{links}\n")
-    return report

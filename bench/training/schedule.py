@@ -5,7 +5,7 @@ A schedule is a list of phases LENGTH:SHARE, SHARE the fraction of the FLOP budg
 length is one phase with the whole budget. Which phase a step runs in is a pure function of the FLOPs counted before
 it (phase k runs while flops < budget · (share_0 + ... + share_k)), so it depends only on checkpointed counters and a
 resumed run switches at the same step as an uninterrupted one. The corpus is built at the longest length; shorter
-phases read its windows cut into pieces (bench.data.CutWindows).
+phases read its windows cut into pieces (bench.data.corpus.CutWindows).
 
 predict_phases is the accounting: what a schedule gives per phase (steps, token positions, supervised positions,
 FLOPs) for a budget, a batch size and an objective's cost per sequence, without training.

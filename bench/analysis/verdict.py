@@ -13,7 +13,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from bench.stats import summarize, welch_difference_interval, welch_p_value
+from bench.analysis.stats import summarize, welch_difference_interval, welch_p_value
 
 ALPHA = 0.05
 # crossing kinds: "=" the baseline reaches the target at that many FLOPs; ">" not within the run (the value is the

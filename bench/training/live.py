@@ -19,14 +19,13 @@ import torch
 from lightning_fabric.loggers import CSVLogger, Logger
 from lightning_fabric.utilities.throughput import get_available_flops
 
-
-# Dense peak FLOP/s of the matrix units per device and the dtype each precision's matmuls run in (32-true runs in
-# TF32 on CUDA: bench.train.tf32_matmuls; 64-true on the FP64 tensor cores), from NVIDIA's datasheets, never the
-# "with sparsity" figures: H100 and H200 Tensor Core GPU datasheets (SXM, PCIe, NVL), A100 (SXM and PCIe alike),
-# L4, L40S, L40, A10 / A10G, V100 (SXM2; no TF32 or bf16) and T4 (no TF32 or bf16). Lightning's own table names H200
-# only as "h200 sxm1" / "h200 nvl1" (the datasheet's footnote marks), while the device reports "NVIDIA H200", and
-# gives H100 NVL its sparse figure: the suite's table comes first, Lightning's is the fallback. Patterns are tried
-# in order against the lower-cased device name, the more specific first.
+# Dense peak FLOP/s of the matrix units per device and the dtype each precision's matmuls run in (32-true runs in TF32
+# on CUDA: bench.training.config.tf32_matmuls; 64-true on the FP64 tensor cores), from NVIDIA's datasheets, never the
+# "with sparsity" figures: H100 and H200 Tensor Core GPU datasheets (SXM, PCIe, NVL), A100 (SXM and PCIe alike), L4,
+# L40S, L40, A10 / A10G, V100 (SXM2; no TF32 or bf16) and T4 (no TF32 or bf16). Lightning's own table names H200 only as
+# "h200 sxm1" / "h200 nvl1" (the datasheet's footnote marks), while the device reports "NVIDIA H200", and gives H100 NVL
+# its sparse figure: the suite's table comes first, Lightning's is the fallback. Patterns are tried in order against the
+# lower-cased device name, the more specific first.
 PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
     (r"h200.*nvl", {"bf16": 835e12, "fp16": 835e12, "tf32": 417.5e12, "fp64": 60e12}),
     (r"h200", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp64": 67e12}),
@@ -79,9 +78,8 @@ def open_loggers(run_dir: Path, first_step: int) -> list[Logger]:
     folder = f"from-step-{first_step}"
     loggers: list[Logger] = [CSVLogger(run_dir, name="logs", version=folder, flush_logs_every_n_steps=1)]
     try:
-        from lightning_fabric.loggers import TensorBoardLogger
-
         import tensorboard  # noqa: F401  (TensorBoardLogger needs it, or tensorboardX, to write anything)
+        from lightning_fabric.loggers import TensorBoardLogger
         loggers.append(TensorBoardLogger(run_dir, name="tensorboard", version=folder))
     except ImportError:
         pass

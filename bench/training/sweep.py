@@ -15,8 +15,9 @@ from pathlib import Path
 from lightning_fabric import Fabric
 
 from backbone import ConfigError
-from bench.data import Corpus
-from bench.train import TrainConfig, run_name, trained_or_reused
+from bench.data.corpus import Corpus
+from bench.training.config import TrainConfig, run_name
+from bench.training.runs import trained_or_reused
 
 
 def parse_rate(text: str, flag: str) -> float:
@@ -75,7 +76,7 @@ def sweep(fabric: Fabric, specs: list[str], rates: list[float], corpus: Corpus, 
                 flops += record["flops"]
                 continue
             # rank 0's read of the curve decides: another node's view of a shared folder can lag (NFS caches)
-            losses[f"{rate:g}"] = run["curve"][-1]["loss"] if fabric.is_global_zero else None
+            losses[f"{rate:g}"] = run["curve"][-1]["metrics"]["loss"] if fabric.is_global_zero else None
             flops += run["flops"]
         losses = fabric.broadcast(losses, src=0)  # so every rank chooses the same rate
         finite = {rate: loss for rate, loss in losses.items() if loss is not None and math.isfinite(loss)}

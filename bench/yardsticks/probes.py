@@ -10,11 +10,11 @@ backbone has too):
 - replaced word: whether the word shown at a position is its own or a replacement drawn from the language's word
   frequencies (so that how common a word is says nothing); a causal reader sees the words up to the position.
 - component: the window's mixture component ("genre"), from mean-pooled features.
-Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone itself on
-the replaced-word question: both through bench.readout, as the downstream tasks are. Every question has an exact
-Bayes ceiling (bench.synthetic), and a control of what the input alone gives (`input_only_controls`: the prior, a
-probe on the shown word, a bag of words), which the report sets beside the untrained backbone's scores. Probe compute
-is counted and reported, never charged to the budget.
+Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone itself on the
+replaced-word question: both through bench.yardsticks.readout, as the downstream tasks are. Every question has an exact
+Bayes ceiling (bench.data.synthetic), and a control of what the input alone gives (`input_only_controls`: the prior, a
+probe on the shown word, a bag of words), which the report sets beside the untrained backbone's scores. Probe compute is
+counted and reported, never charged to the budget.
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from backbone import Backbone
-from bench import readout, synthetic
-from bench.data import Corpus
-from bench.readout import StandardizedLinear, fit_linear_probe, majority_accuracy
+from bench.data import synthetic
+from bench.data.corpus import Corpus
+from bench.yardsticks import readout
+from bench.yardsticks.readout import StandardizedLinear, majority_accuracy
 from objectives import Objective
 
 QUESTIONS = ("hidden_state", "replaced_word", "component")
@@ -122,7 +123,7 @@ def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
 
 
 def features(backbone: Backbone, tokens: Tensor, attention: dict, batch_size: int = 32) -> Tensor:
-    """(N, T, d) final-layer features of the windows `tokens`, read in `attention`'s mode (bench.readout)."""
+    """(N, T, d) final-layer features of the windows `tokens`, read in `attention`'s mode (bench.yardsticks.readout)."""
     device = backbone.token_embedding.weight.device
     return readout.features(backbone, len(tokens), lambda rows: backbone(tokens[rows].to(device), **attention),
                             batch_size)
@@ -137,11 +138,11 @@ def input_only_controls(corpus: Corpus, config: ProbeConfig) -> dict[str, dict[s
     # the shown word and the bag of words are the same input whatever the reader: one probe each
     shown = F.one_hot(data.shown - data.first, V).float()
     _, read, labels = question(data, "replaced_word", "smoothing")
-    replaced, _, _ = fit_linear_probe(shown[train][read[train]], labels[train][read[train]], shown[test][read[test]],
-                                      labels[test][read[test]], 2, config)
+    replaced, _, _ = readout.fit_linear_probe(shown[train][read[train]], labels[train][read[train]],
+                                              shown[test][read[test]], labels[test][read[test]], 2, config)
     bag = F.one_hot(data.words, V).float().mean(1)
-    component, _, _ = fit_linear_probe(bag[train], data.components[train], bag[test], data.components[test],
-                                       int(corpus.language.emission.shape[0]), config)
+    component, _, _ = readout.fit_linear_probe(bag[train], data.components[train], bag[test], data.components[test],
+                                               int(corpus.language.emission.shape[0]), config)
     found = {}
     for sees in SEES:  # the hidden-state question differs: a causal reader is asked at the position before
         _, read, labels = question(data, "hidden_state", sees)
@@ -183,6 +184,23 @@ def finetune_positions(backbone: Backbone, head: StandardizedLinear, attention: 
     return accuracy, flops
 
 
+@dataclass(frozen=True)
+class Probes:
+    """The embedded probes as a yardstick of bench.training: the frozen probes at each FLOP checkpoint, all of them
+    (the fine-tuned one too) on the final backbone and on the untrained controls."""
+
+    corpus: Corpus
+    config: ProbeConfig
+    result_key = "probes"
+    seconds_key = "probe_seconds"
+
+    def at_checkpoint(self, objective: Objective) -> dict[str, float]:
+        return run_probes(objective, self.corpus, self.config, finetune=False)
+
+    def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
+        return run_probes(objective, self.corpus, self.config)
+
+
 def run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finetune: bool = True) -> dict:
     """The frozen probes' test accuracies (and, when `finetune`, the fine-tuned replaced-word probe's), what the
     backbone sees ("sees": the ceiling that applies), and the FLOPs the probes spent. The global RNG is left
@@ -205,14 +223,14 @@ def _run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finet
         else:
             hidden, passes = features(backbone, inputs, attention), passes + 1
         read = where.to(hidden.device)
-        result[name], probe_flops, heads[name] = fit_linear_probe(
+        result[name], probe_flops, heads[name] = readout.fit_linear_probe(
             hidden[train][read[train]], labels[train][where[train]], hidden[test][read[test]],
             labels[test][where[test]], classes[name], config)
         flops += probe_flops
     pooled = clean.mean(1)
-    result["component"], probe_flops, _ = fit_linear_probe(pooled[train], data.components[train], pooled[test],
-                                                           data.components[test],
-                                                           int(corpus.language.emission.shape[0]), config)
+    result["component"], probe_flops, _ = readout.fit_linear_probe(pooled[train], data.components[train],
+                                                                   pooled[test], data.components[test],
+                                                                   int(corpus.language.emission.shape[0]), config)
     flops += probe_flops + passes * backbone.flops(len(data.tokens), corpus.seq_len, 0).forward
     if finetune:
         inputs, where, labels = question(data, "replaced_word", sees)

@@ -8,15 +8,15 @@ batches each objective is evaluated on, and the best accuracies the probes could
   value depends on the generator, so it has no fixed floor);
 - span, and MLM with SpanBERT span masking: none (their corruption couples positions, which the per-position
   evidence model here cannot express; not computed).
-The probes' ceilings are bench.probes.probe_ceilings.
+The probes' ceilings are bench.yardsticks.probes.probe_ceilings.
 """
 
 from __future__ import annotations
 
 import torch
 
-from bench import synthetic
-from bench.data import Corpus
+from bench.data import synthetic
+from bench.data.corpus import Corpus
 from objectives import IGNORE, Corrupted, FloorSpec, Objective, Vocab
 
 

@@ -1,59 +1,17 @@
-"""The classic published ablations, each one command: `python -m bench.compare --preset NAME`.
-
-A preset fixes the objectives, data, model, budget and seeds of a comparison (any flag given explicitly still
-overrides it), and names the paper table it re-asks. After the runs, its judge reads the comparison's own yardsticks
-(probes and downstream tasks, bench.results) and states, for each of the paper's claims, whether this run reproduces
-its direction, with the suite's CIs and Welch's test (its p-value and the interval it inverts). The paper's numbers
-are quoted from ../shared/ANCHORS.md with their sources; "not reproduced" is a valid outcome, and the report then says
-what differs between the paper's setting and this run.
-
-A preset that varies what one comparison holds fixed (the budget, the sequence length) runs one comparison per
-variant, each in its own folder under --out, and writes the paper section to --out/report.md.
+"""The presets' judges: for each claim of a paper, whether this comparison reproduces its direction, on its own
+yardsticks, with CIs and Welch's test; "not measurable at this scale" where no objective beat its control.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
 
-from backbone import ConfigError
-from bench.results import p_value, stat, yardsticks
-from bench.stats import welch_difference_interval
+from bench.analysis.results import p_value, stat, yardsticks
+from bench.analysis.stats import welch_difference_interval
 
 # Welch's p below this is a difference; at or above it, "not significant" (the verdict's threshold)
 ALPHA = 0.05
-
-
-@dataclass(frozen=True)
-class PaperTable:
-    """What the paper reports: one row per setting, one value per column, and its claim in one sentence."""
-
-    citation: str
-    claim: str
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, tuple[float | None, ...]], ...]
-    setting: str  # the paper's scale and data, for "what differs"
-
-
-@dataclass(frozen=True)
-class Variant:
-    """One comparison of a multi-comparison preset: its folder name and the flags it changes."""
-
-    name: str
-    flags: dict
-
-
-@dataclass(frozen=True)
-class Preset:
-    name: str
-    summary: str
-    flags: dict  # bench.compare's flag defaults (argparse names): what the preset fixes
-    paper: PaperTable
-    rows: tuple[tuple[str, str], ...]  # (paper row, our spec or variant/spec) put side by side
-    yardsticks: tuple[str, ...]  # the yardsticks our columns show
-    judge: Callable[["Evidence"], list[dict]]
-    variants: tuple[Variant, ...] = ()
 
 
 @dataclass
@@ -276,6 +234,7 @@ def judge_units(evidence: Evidence) -> list[dict]:
 
 # ¼×, 1× and 4× bench.compare's DEFAULT_BUDGET (8e11; a test holds "default" to it: presets cannot import compare)
 BUDGETS = (("quarter", 2e11), ("default", 8e11), ("four-times", 3.2e12))
+
 ELECTRA_PEERS = ("mlm", "mlm:rate=0.4", "electra", "ar")
 
 
@@ -317,163 +276,3 @@ def judge_seq_len(evidence: Evidence) -> list[dict]:
                                              f"length throughout, at equal FLOPs ({yardstick})", yardstick,
                                    ("schedule", "mlm"), ("fixed", "mlm"))
                         for yardstick in ("replaced_word_finetuned_share", "hidden_state_share")]
-
-
-BERT_SETTING = "BERT-base (110M parameters), 1M steps of 256 × 512 tokens, BooksCorpus + English Wikipedia"
-
-PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
-    Preset(
-        "bert-table8", "BERT's masking-strategy ablation: the six MASK/SAME/RND splits of the chosen 15 %",
-        {"objectives": ",".join(spec for _, spec in TABLE8_SPECS), "seeds": 3},
-        PaperTable("Devlin et al. 2019 (BERT), Appendix C.2, Table 8 (dev sets)",
-                   "Fine-tuning is insensitive to the masking strategy (MNLI spread < 1 point), while the "
-                   "feature-based use, whose frozen features never adapt to inputs without [MASK], is where MASK-only "
-                   "loses most (NER 94.0 vs 94.9).",
-                   ("MNLI fine-tuned", "NER fine-tuned", "NER feature-based"),
-                   (("80/10/10", (84.2, 95.4, 94.9)), ("100/0/0", (84.3, 94.9, 94.0)),
-                    ("80/0/20", (84.1, 95.2, 94.6)), ("80/20/0", (84.4, 95.2, 94.7)),
-                    ("0/20/80", (83.7, 94.8, 94.6)), ("0/0/100", (83.6, 94.9, 94.6))),
-                   BERT_SETTING),
-        TABLE8_SPECS, ("replaced_word_finetuned_share", "replaced_word_share"), judge_table8),
-    Preset(
-        "corruption-rate", "How much to corrupt: T5 span corruption at 10-50 % and MLM masking at 15-80 %",
-        # no probe curves: nine objectives fit in 15 minutes only without them, and no claim here needs a multiplier
-        {"objectives": "span:density=0.15,span:density=0.1,span:density=0.25,span:density=0.5,"
-                       "mlm,mlm:rate=0.3,mlm:rate=0.4,mlm:rate=0.5,mlm:rate=0.8", "seeds": 3, "no_probe_curves": True},
-        PaperTable("Raffel et al. 2020 (T5), Table 6 (GLUE average); Wettig et al. 2022 (claims, no table quoted)",
-                   "Span corruption is flat from 10 % to 25 % and worse at 50 % (T5); masking 40 % can beat 15 % and "
-                   "80 % keeps most of the quality (Wettig et al., large models).",
-                   ("GLUE (T5)",),
-                   (("span 10 %", (82.82,)), ("span 15 %", (83.28,)), ("span 25 %", (83.00,)),
-                    ("span 50 %", (81.27,)), ("mlm 15 %", (None,)), ("mlm 30 %", (None,)), ("mlm 40 %", (None,)),
-                    ("mlm 50 %", (None,)), ("mlm 80 %", (None,))),
-                   "T5-base (220M), 2^35 tokens of C4 (T5); BERT-large on Wikipedia + books (Wettig et al.)"),
-        (("span 10 %", "span:density=0.1"), ("span 15 %", "span:density=0.15"), ("span 25 %", "span:density=0.25"),
-         ("span 50 %", "span:density=0.5"), ("mlm 15 %", "mlm"), ("mlm 30 %", "mlm:rate=0.3"),
-         ("mlm 40 %", "mlm:rate=0.4"), ("mlm 50 %", "mlm:rate=0.5"), ("mlm 80 %", "mlm:rate=0.8")),
-        ("replaced_word_finetuned_share", "hidden_state_share"), judge_corruption),
-    Preset(
-        "static-vs-dynamic", "BERT's static masking (10 fixed copies) against dynamic masking, with the data repeated "
-                             "for about 40 epochs",
-        # 432 training windows: the default budget's 544 steps of 32 read each window about 40 times, each of the 10
-        # static copies about 4 times, as BERT's 40 epochs over 10 copies (the report states the epochs run). 10
-        # seeds: with 5, the CI of the difference (± 0.03 on a probe share near 0.3) could not rule out a 5 % gap.
-        {"objectives": "mlm,mlm:static=10", "data": "synthetic:train=432", "seeds": 10},
-        PaperTable("Liu et al. 2019 (RoBERTa), Table 1 (medians over 5 seeds)",
-                   "Dynamic masking is comparable to or slightly better than static masking.",
-                   ("SQuAD 2.0 F1", "MNLI-m", "SST-2"),
-                   (("dynamic", (78.7, 84.0, 92.9)), ("static", (78.3, 84.3, 92.5))),
-                   BERT_SETTING + " (static: 10 copies × 40 epochs)"),
-        (("dynamic", "mlm"), ("static", "mlm:static=10")), ("replaced_word_finetuned_share", "hidden_state_share"),
-        judge_static),
-    Preset(
-        "masking-units", "What to mask: sub-word tokens, whole words or SpanBERT's spans of words, on text whose words "
-                         "are split into pieces",
-        {"objectives": "mlm,mlm:whole_word=true,mlm:span=geometric", "data": "synthetic:text",
-         "downstream": "synthetic:tagging,synthetic:component", "seeds": 3},
-        PaperTable("Joshi et al. 2020 (SpanBERT), Table 6 (masking schemes; ANCHORS.md holds none of its numbers) "
-                   "and Section 3.1 (span lengths)",
-                   "Masking random contiguous spans of whole words (lengths ~ Geometric(0.2) words, clipped at 10: "
-                   "mean 3.8) works better than masking sub-word tokens or single whole words on most tasks.",
-                   ("mean masked span, words",),
-                   (("token", (None,)), ("whole word", (None,)), ("span", (3.8,))),
-                   "BERT-large-sized models on BooksCorpus + English Wikipedia"),
-        (("token", "mlm"), ("whole word", "mlm:whole_word=true"), ("span", "mlm:span=geometric")),
-        ("synthetic:tagging (finetuned)", "synthetic:tagging (frozen)", "synthetic:component (finetuned)"),
-        judge_units),
-    Preset(
-        "nsp-sop", "Sentence-level auxiliaries: MLM alone, MLM + next-sentence prediction, MLM + sentence order",
-        {"objectives": "mlm,mlm:pair=nsp,mlm:pair=sop", "downstream": "synthetic:same-source,synthetic:order",
-         "seeds": 3},
-        PaperTable("Lan et al. 2020 (ALBERT), Table 5 (intrinsic accuracy)",
-                   "A model trained with NSP solves NSP but not SOP (chance): NSP is mostly topic prediction; one "
-                   "trained with SOP solves SOP and most of NSP.",
-                   ("MLM", "NSP", "SOP"),
-                   (("none", (54.9, 52.4, 53.3)), ("NSP", (54.5, 90.5, 52.0)), ("SOP", (54.0, 78.9, 86.5))),
-                   "ALBERT-base (12M parameters), 125k steps of 4096 × 512 tokens, BooksCorpus + English Wikipedia"),
-        (("none", "mlm"), ("NSP", "mlm:pair=nsp"), ("SOP", "mlm:pair=sop")),
-        ("synthetic:same-source (finetuned)", "synthetic:order (finetuned)", "synthetic:same-source (frozen)",
-         "synthetic:order (frozen)"), judge_pairs),
-    Preset(
-        "electra-efficiency", "ELECTRA's compute efficiency: mlm (15 % and 40 %), electra and ar at ¼×, 1× and 4× the "
-                              "default budget",
-        {"objectives": ",".join(ELECTRA_PEERS), "seeds": 2},
-        PaperTable("Clark et al. 2020 (ELECTRA), Tables 1 and 2 (GLUE dev)",
-                   "At equal compute ELECTRA beats BERT (Small: 79.9 vs 75.1 at 1.4e18 FLOPs), and matches RoBERTa "
-                   "with less than ¼ of its compute (89.0 at 7.1e20 vs 88.9 at 3.2e21); the discriminator learns from "
-                   "all T positions instead of 0.15 T (a signal-density ratio of 6.65 at T = 512).",
-                   ("GLUE", "train FLOPs"),
-                   (("BERT-Small", (75.1, 1.4e18)), ("ELECTRA-Small", (79.9, 1.4e18)),
-                    ("RoBERTa-500K", (88.9, 3.2e21)), ("ELECTRA-400K", (89.0, 7.1e20))),
-                   "ELECTRA-Small (14M) to -Large (335M), up to 1.4e18-3.1e21 FLOPs, Wikipedia + books (+ web text)"),
-        tuple((f"{name}: {spec}", f"{name}/{spec}") for name, _ in BUDGETS for spec in ELECTRA_PEERS),
-        ("replaced_word_finetuned_share", "hidden_state_share"), judge_electra,
-        variants=tuple(Variant(name, {"budget": budget}) for name, budget in BUDGETS)),
-    Preset(
-        "seq-len-schedule", "BERT's sequence-length schedule (90 % of the steps at T/4, then T) against T "
-                            "throughout, at equal FLOPs",
-        {"objectives": "mlm", "seeds": 3},
-        PaperTable("Devlin et al. 2019 (BERT), Section A.2; the positions are this suite's arithmetic",
-                   "Training 90 % of the steps at length 128 and the rest at 512 saves compute (attention is quadratic "
-                   "in T): 4.26e10 token positions flow instead of 1.31e11 for 10^6 steps of 256 at 512.",
-                   ("token positions (10^6 steps × 256)",),
-                   (("T = 512 throughout", (1.31e11,)), ("90 % at 128, then 512", (4.26e10,))),
-                   BERT_SETTING),
-        (("90 % at 128, then 512", "schedule/mlm"), ("T = 512 throughout", "fixed/mlm")),
-        ("replaced_word_finetuned_share", "hidden_state_share"), judge_seq_len,
-        # 90 % of the steps at 32 is 64 % of the FLOPs for mlm on mini (a sequence of 128 costs 5.0 of one of 32), as
-        # BERT's 90 % of the steps at 128 is 67 % of BERT-base's FLOPs
-        variants=(Variant("schedule", {"seq_len": "32:0.64,128:0.36"}), Variant("fixed", {"seq_len": "128"}))),
-)}
-
-
-def get_preset(name: str) -> Preset:
-    if name not in PRESETS:
-        raise ConfigError(f"unknown --preset {name!r}; choose one of {', '.join(PRESETS)} (or --preset list)")
-    return PRESETS[name]
-
-
-def flag_text(flags: dict) -> str:
-    """The flags as they would be typed: --key value, a bare --key for a switch that is on."""
-    words = []
-    for key, value in flags.items():
-        flag = "--" + key.replace("_", "-")
-        words.append(flag if value is True else f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
-    return " ".join(words)
-
-
-def describe_presets() -> str:
-    """What `--preset list` prints: each preset, what it runs and the paper it re-asks."""
-    lines = []
-    for preset in PRESETS.values():
-        runs = "; one comparison per variant: " + ", ".join(f"{v.name} ({flag_text(v.flags)})"
-                                                           for v in preset.variants) if preset.variants else ""
-        lines.append(f"{preset.name}: {preset.summary}\n    paper: {preset.paper.citation}\n    runs: "
-                     f"{flag_text(preset.flags)}{runs}")
-    return "\n".join(lines)
-
-
-def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float | None) -> dict:
-    """The "Paper versus this run" data: the paper's rows beside ours, the judge's findings and what differs."""
-    evidence = Evidence.collect(results)
-    ours = []
-    for label, target in preset.rows:
-        variant, _, spec = target.rpartition("/")
-        ours.append({"row": label, "spec": spec, "variant": variant,
-                     **{name: stat(evidence.get(spec, name, variant)) for name in preset.yardsticks}})
-    first = next(iter(results.values()))
-    setup = first.get("setup", {})
-    runs = [run for result in results.values() for run in result["runs"]]
-    # what the runs cost, however many sessions (--resume) they took: training with its evaluations, probes, tasks
-    runs_seconds = sum(run.get(key) or 0 for run in runs for key in ("wall_seconds", "probe_seconds",
-                                                                     "downstream_seconds"))
-    return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
-            "paper_columns": list(preset.paper.columns),
-            "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],
-            "yardsticks": list(preset.yardsticks), "ours": ours, "findings": preset.judge(evidence),
-            "paper_setting": preset.paper.setting,
-            "this_run": f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
-                        + (" (per comparison: " + ", ".join(f"{name} {r['budget_flops']:.3g}" for name, r in
-                                                            results.items()) + ")" if len(results) > 1 else "")
-                        + f"; {setup.get('data', '?')}; {first.get('seeds', '?')} seeds",
-            "wall_seconds": wall_seconds, "runs_seconds": runs_seconds}

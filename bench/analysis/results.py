@@ -9,23 +9,17 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
-from bench.stats import summarize, welch_p_value
-from bench.verdict import (ALPHA, beats_control, compute_multiplier, gain_over_control, holm_gains,
-                           rise_with_compute, signal_density_ratio, yardstick_verdict)
+from bench.analysis.stats import summarize, welch_p_value
+from bench.analysis.verdict import (ALPHA, beats_control, compute_multiplier, gain_over_control, holm_gains,
+                                    rise_with_compute, signal_density_ratio, yardstick_verdict)
+from bench.training.curve import upgrade_result
 
-COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
-PROBE_KEYS = ("hidden_state", "replaced_word", "replaced_word_finetuned", "component", "sees", "probe_flops")
 PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned", "component")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")
-
-
-def curve_key(task_name: str) -> str:
-    """A downstream task's frozen score in a curve row (bench.train writes it at every FLOP checkpoint)."""
-    return f"downstream:{task_name}"
 
 
 def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
@@ -36,9 +30,8 @@ def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
 
 
 def final_metrics(run: dict) -> dict[str, float]:
-    """The objective's own held-out metrics at the budget (probes are reported on their own)."""
-    return {k: v for k, v in run["curve"][-1].items()
-            if k not in COUNTERS + PROBE_KEYS and not k.startswith(curve_key("")) and v is not None}
+    """The objective's own held-out metrics at the budget (the yardsticks are reported on their own)."""
+    return {k: v for k, v in run["curve"][-1]["metrics"].items() if v is not None}
 
 
 def stat(values: list[float]) -> dict:
@@ -105,7 +98,8 @@ QUESTIONS = ("hidden_state", "replaced_word", "component")
 
 
 def ceiling_key(question: str, sees: str) -> str:
-    """The key of a probe question's Bayes ceiling (bench.probes.probe_ceilings) for a reader that sees `sees`."""
+    """The key of a probe question's Bayes ceiling (bench.yardsticks.probes.probe_ceilings) for a reader that sees
+    `sees`."""
     return question if question == "component" else f"{question}_{sees}"
 
 
@@ -150,6 +144,11 @@ def downstream_value(run: dict, task: str, mode: str) -> float | None:
     return ((run.get("downstream") or {}).get(task) or {}).get(mode, {}).get("score")
 
 
+def frozen_point(row: dict, task: str) -> float | None:
+    """A task's frozen-probe score in a curve row (written at every FLOP checkpoint)."""
+    return (row.get("downstream") or {}).get(task)
+
+
 def average(values: list[float | None]) -> float | None:
     return None if not values or any(v is None for v in values) else sum(values) / len(values)
 
@@ -171,13 +170,13 @@ def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
         return value
 
     found = [Yardstick(name, label, lambda run, k=key, s=share: yardstick_value(run.get("probes") or {}, k, s, ceilings),
-                       lambda point, k=key, s=share: yardstick_value(point, k, s, ceilings),
+                       lambda point, k=key, s=share: yardstick_value(point.get("probes") or {}, k, s, ceilings),
                        probe_ceiling(key, share), probe_input_only(key.removesuffix("_finetuned"), share))
              for name, key, share, label in PROBE_YARDSTICKS]
     bayes = {t["task"]: t.get("bayes_ceiling") for t in tasks_described or []}
     tasks = task_names(runs)
     for mode, reading in (("finetuned", "fine-tuned"), ("frozen", "frozen probe")):
-        point = (lambda row, t=tasks: average([row.get(curve_key(task)) for task in t])) if mode == "frozen" else None
+        point = (lambda row, t=tasks: average([frozen_point(row, task) for task in t])) if mode == "frozen" else None
         if len(tasks) > 1:
             found.append(Yardstick(f"downstream_average_{mode}", f"downstream average over {len(tasks)} tasks "
                                    f"({reading})", lambda run, m=mode: average([downstream_value(run, task, m)
@@ -185,7 +184,7 @@ def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
         for task in tasks:
             found.append(Yardstick(f"{task} ({mode})", f"task {task} ({reading})",
                                    lambda run, t=task, m=mode: downstream_value(run, t, m),
-                                   (lambda row, t=task: row.get(curve_key(t))) if mode == "frozen" else None,
+                                   (lambda row, t=task: frozen_point(row, t)) if mode == "frozen" else None,
                                    lambda sees, t=task: bayes.get(t)))
     return found
 
@@ -201,6 +200,47 @@ def mean_curve(runs: list[dict], point: Callable[[dict], float | None]) -> list[
     return [(flops, sum(v) / len(v)) for flops, v in sorted(by_checkpoint.items()) if len(v) == len(runs)]
 
 
+def final_values(runs: list[dict], yardstick: Yardstick) -> list[float]:
+    return [value for run in runs for value in [yardstick.final(run)] if value is not None]
+
+
+def gains_over_controls(grouped: dict[str, list[dict]], yardstick: Yardstick, values: dict[str, list[float]],
+                        control_values: dict[str, list[float]], control_of: dict[str, str],
+                        sees: dict[str, str]) -> list[dict]:
+    """Each objective's gain over its own untrained control on one yardstick, and how its mean curve rises from the
+    control (0 FLOPs) to the budget."""
+    gains = []
+    for spec in grouped:
+        control = control_values.get(control_of[spec]) or []
+        if not control:
+            continue
+        gain = {"objective": spec, "control": control_of[spec],
+                **gain_over_control(values[spec], control, yardstick.ceiling(sees[spec]))}
+        if yardstick.point is not None:
+            curve = mean_curve(grouped[spec], yardstick.point)
+            gain["rise"] = rise_with_compute([0.0] + [f for f, _ in curve],
+                                             [gain["control_mean"]] + [v for _, v in curve])
+        gains.append(gain)
+    return gains
+
+
+def judge_measurement(item: dict) -> None:
+    """Whether the yardstick measures pretraining (some objective beats its control, after Holm), and the sentence
+    that says so; None where no control ran or too few seeds test a gain."""
+    gains = item["gains"]
+    item["measures_pretraining"] = True if any(beats_control(g) for g in gains) else \
+        False if gains and all(g["p"] is not None for g in gains) else None
+    if item["measures_pretraining"] is False:
+        best = max(gains, key=lambda g: g["gain"])
+        item["sentence"] = (f"No objective beats its untrained control on {item['label']} (the largest gain, "
+                            f"{best['objective']}'s, is {best['gain']:+.4g}, Holm p = "
+                            f"{_p(best['p_holm'])}): at this setup it does not measure pretraining, and no "
+                            "ranking or compute multiplier is drawn from it.")
+    elif item["measures_pretraining"] is None:
+        item["sentence"] += (" No untrained control was run" if not gains else " With one seed no gain over the "
+                             "untrained control can be tested") + ": whether this measures pretraining is unknown."
+
+
 def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, positions: list[dict],
             budget: float, controls: dict[str, list[dict]] | None = None, input_only: dict | None = None,
             tasks: list[dict] | None = None) -> dict:
@@ -213,53 +253,26 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
     density = {row["objective"]: row["supervised_positions"] for row in positions}
     control_of = {spec: runs[0].get("control") for spec, runs in grouped.items()}
     sees = {spec: (runs[0].get("probes") or {}).get("sees", "smoothing") for spec, runs in grouped.items()}
-    found, family = [], []
-    everything = [r for runs in grouped.values() for r in runs]
-    for yardstick in yardsticks(everything, ceilings, input_only, tasks):
-        values = {spec: [v for r in runs for v in [yardstick.final(r)] if v is not None]
-                  for spec, runs in grouped.items()}
+    found, family, measured = [], [], []
+    for yardstick in yardsticks([r for runs in grouped.values() for r in runs], ceilings, input_only, tasks):
+        values = {spec: final_values(runs, yardstick) for spec, runs in grouped.items()}
         if not all(values.values()):
             continue
-        control_values = {name: [v for r in runs for v in [yardstick.final(r)] if v is not None]
-                          for name, runs in controls.items()}
-        gains = []
-        for spec in grouped:
-            control = control_values.get(control_of[spec]) or []
-            if not control:
-                continue
-            gain = {"objective": spec, "control": control_of[spec],
-                    **gain_over_control(values[spec], control, yardstick.ceiling(sees[spec]))}
-            if yardstick.point is not None:  # the mean curve from the control (0 FLOPs) to the budget
-                curve = mean_curve(grouped[spec], yardstick.point)
-                gain["rise"] = rise_with_compute([0.0] + [f for f, _ in curve],
-                                                 [gain["control_mean"]] + [v for _, v in curve])
-            gains.append(gain)
+        control_values = {name: final_values(runs, yardstick) for name, runs in controls.items()}
+        gains = gains_over_controls(grouped, yardstick, values, control_values, control_of, sees)
         family += gains
         found.append({**yardstick_verdict(yardstick.name, values, baseline, label=yardstick.label),
                       "label": yardstick.label, "gains": gains,
                       "controls": [{"control": name, **stat(v)} for name, v in control_values.items() if v],
                       "input_only": {s: v for s in dict.fromkeys(sees.values())
-                                     for v in [yardstick.input_only(s)] if v is not None},
-                      "_yardstick": yardstick, "_values": values})
+                                     for v in [yardstick.input_only(s)] if v is not None}})
+        measured.append((yardstick, values))
     holm_gains(family)
     multipliers = []
-    for item in found:
-        yardstick, values, gains = item.pop("_yardstick"), item.pop("_values"), item["gains"]
-        # None: no control ran, or too few seeds to test any gain
-        item["measures_pretraining"] = True if any(beats_control(g) for g in gains) else \
-            False if gains and all(g["p"] is not None for g in gains) else None
-        if item["measures_pretraining"] is False:
-            best = max(gains, key=lambda g: g["gain"])
-            item["sentence"] = (f"No objective beats its untrained control on {item['label']} (the largest gain, "
-                                f"{best['objective']}'s, is {best['gain']:+.4g}, Holm p = "
-                                f"{_p(best['p_holm'])}): at this setup it does not measure pretraining, and no "
-                                "ranking or compute multiplier is drawn from it.")
-            continue
-        if item["measures_pretraining"] is None:
-            item["sentence"] += (" No untrained control was run" if not gains else " With one seed no gain over the "
-                                 "untrained control can be tested") + ": whether this measures pretraining is unknown."
-        if yardstick.point is None:
-            continue  # no curve over FLOPs (fine-tuning runs only at the budget)
+    for item, (yardstick, values) in zip(found, measured):
+        judge_measurement(item)
+        if item["measures_pretraining"] is False or yardstick.point is None:
+            continue  # nothing is drawn from it; or no curve over FLOPs (fine-tuning runs only at the budget)
         curves = {spec: [[(p["checkpoint"], v) for p in r["curve"] for v in [yardstick.point(p)] if v is not None]
                          for r in runs] for spec, runs in grouped.items()}
         if not all(curve for curve in curves[baseline]):
@@ -339,7 +352,7 @@ PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
 
 
 def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) -> dict | None:
-    """A sequence-length schedule's accounting (bench.compare.schedule_accounting: per objective the predicted
+    """A sequence-length schedule's accounting (bench.comparison.schedule_accounting: per objective the predicted
     phases and the final length throughout at the same FLOPs) with, beside it, the counts per phase measured in the
     runs, as means over seeds."""
     if accounting is None:
@@ -361,16 +374,45 @@ def by_control(controls: list[dict]) -> dict[str, list[dict]]:
     return dict(grouped)
 
 
-def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_flops: float, seq_len: int,
-                  bayes: dict | None = None, diverged: list[dict] | None = None, lr_sweep: dict | None = None,
-                  baseline: str | None = None, tasks: list[dict] | None = None,
-                  seq_len_schedule: dict | None = None, controls: list[dict] | None = None) -> dict:
+@dataclass(frozen=True)
+class Measured:
+    """What a comparison measured: the one input of build_results. results.json stores each field under its own
+    name, so a later step (bench.downstream --run) rebuilds the report from it (Measured.from_results)."""
+
+    setup: dict  # the report's setup table
+    positions: list[dict]  # the signal-density table (bench.analysis.density)
+    runs: list[dict]  # the finished runs' records
+    budget_flops: float
+    seq_len: int  # the length the models are evaluated at (a schedule's last)
+    baseline: str | None = None  # the first objective given
+    bayes: dict | None = None  # floors, ceilings, unigram losses and input-only controls (bench.comparison)
+    diverged: list[dict] = field(default_factory=list)
+    lr_sweep: dict | None = None
+    tasks: list[dict] | None = None  # the downstream tasks as described (Downstream.describe)
+    seq_len_accounting: dict | None = None  # a schedule's predicted phases (bench.comparison.schedule_accounting)
+    controls: list[dict] = field(default_factory=list)  # the untrained controls (bench.training.runs.control_run)
+
+    @classmethod
+    def from_results(cls, results: dict) -> "Measured":
+        """Read back from results.json. Folders written before "tasks" and "seq_len_accounting" were stored kept
+        them inside the summaries: the tasks' descriptions beside their rows, the accounting beside "measured"."""
+        older = {"tasks": [{k: v for k, v in t.items() if k != "rows"}
+                           for t in (results.get("downstream") or {}).get("tasks", []) if "source" in t] or None,
+                 "seq_len_accounting": {k: v for k, v in results["seq_len_schedule"].items() if k != "measured"}
+                 if results.get("seq_len_schedule") else None}
+        found = {f.name: results[f.name] if f.name in results else older.get(f.name, f.default) for f in fields(cls)}
+        return cls(**{**found, "runs": [upgrade_result(run) for run in found["runs"]],
+                      "controls": found["controls"] or []})
+
+
+def build_results(measured: Measured) -> dict:
     """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
-    its runs diverged, nothing is tested against it (rather than silently against another one). `seq_len` is the
-    length the models are evaluated at (a schedule's last); `seq_len_schedule` a schedule's accounting; `controls`
-    the untrained controls (bench.train.control_run), each objective's gains measured against its own."""
-    grouped, control_groups = by_objective(runs), by_control(controls or [])
-    baseline = baseline or next(iter(grouped), None)
+    its runs diverged, nothing is tested against it (rather than silently against another one). Each objective's
+    gains are measured against its own untrained control."""
+    runs, controls, bayes, tasks = measured.runs, measured.controls, measured.bayes, measured.tasks
+    budget_flops, positions = measured.budget_flops, measured.positions
+    grouped, control_groups = by_objective(runs), by_control(controls)
+    baseline = measured.baseline or next(iter(grouped), None)
     floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings") or {}
     unigram, input_only = (bayes or {}).get("unigram", {}), (bayes or {}).get("input_only")
     objectives = []
@@ -382,13 +424,13 @@ def build_results(setup: dict, positions: list[dict], runs: list[dict], budget_f
     untrained = [{"control": name, "seeds": len(group), "read_as": group[0]["read_as"],
                   "probes": probe_summary(group, ceilings, input_only)} for name, group in control_groups.items()]
     has_probes = any(r.get("probes") or r.get("downstream") for r in runs)
-    return {"budget_flops": budget_flops, "seq_len": seq_len, "baseline": baseline,
-            "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": setup,
+    return {"budget_flops": budget_flops, "seq_len": measured.seq_len, "baseline": baseline,
+            "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": measured.setup,
             "verdict": verdict(grouped, baseline, ceilings, positions, budget_flops, control_groups, input_only, tasks)
             if has_probes and baseline in grouped else None,
-            "lr_sweep": lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
+            "lr_sweep": measured.lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
             "untrained": untrained,
             "downstream": downstream_summary({**grouped, **control_groups}, tasks),
-            "seq_len_schedule": schedule_summary(grouped, seq_len_schedule),
-            "diverged": diverged or [],
-            "runs": runs, "controls": controls or []}
+            "seq_len_schedule": schedule_summary(grouped, measured.seq_len_accounting),
+            "diverged": measured.diverged, "tasks": tasks, "seq_len_accounting": measured.seq_len_accounting,
+            "runs": runs, "controls": controls}

@@ -257,9 +257,9 @@ def log_likelihood_from(language: Language, words: Tensor, start: Tensor | int =
     return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
 
 
-# The embedded pair tasks (objectives.pairs, bench.tasks synthetic:order and synthetic:same-source). A window w of T
-# words is sampled from time `start` of a fresh sequence (0 for a window that opens a sequence); its first C = T − 3
-# words are cut at h, uniform over a range symmetric under h -> C − h, into a = w[:h] and b = w[h:C]; the pair is
+# The embedded pair tasks (objectives.pairs, bench.yardsticks.embedded_tasks synthetic:order and same-source). A
+# window w of T words is sampled from time `start` of a fresh sequence (0 for a window that opens a sequence); its first
+# C = T − 3 words are cut at h, uniform over a range symmetric under h -> C − h, into a = w[:h] and b = w[h:C]; the pair is
 # shown as x then y, label 1 ("is next") being (x, y) = (a, b), with prior 1/2. What is shown is the C words in their
 # shown order, `content` = x ++ y, and `first_length` = len(x). The last 3 words of the window are never shown and sum
 # out of every likelihood below; the cut's prior is the same under both labels (for order by its symmetry), so it
@@ -391,9 +391,9 @@ def component_posterior(language: Language, words: Tensor) -> Tensor:
     return _log_component_filter(language, log_z)[-1].exp().T.contiguous()
 
 
-# The probes' questions (bench.probes): what a position's context says about it, with its own word hidden or perhaps
-# replaced. A reader that sees the whole window (bidirectional) conditions on every word it is shown; a causal reader
-# on the words before the position (and, for the replaced word, the position's own word).
+# The probes' questions (bench.yardsticks.probes): what a position's context says about it, with its own word hidden or
+# perhaps replaced. A reader that sees the whole window (bidirectional) conditions on every word it is shown; a causal
+# reader on the words before the position (and, for the replaced word, the position's own word).
 
 
 def hidden_state_posterior(language: Language, words: Tensor, hidden: Tensor) -> Tensor:

@@ -45,7 +45,7 @@ class StandardizedLinear(nn.Module):
 
 
 class Fit(Protocol):
-    """The L-BFGS settings of a linear probe (bench.probes.ProbeConfig has them)."""
+    """The L-BFGS settings of a linear probe (bench.yardsticks.probes.ProbeConfig has them)."""
 
     iterations: int  # L-BFGS iterations
     l2: float  # ridge on the weights, so that a separable task still has a unique answer

@@ -1,0 +1,50 @@
+"""report.md, results.json and the plots written into a comparison's folder (atomically); a multi-comparison
+preset's own report.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.files import write_atomic, write_json
+from bench.report.plots import write_plots
+from bench.report.sections import (compute_section, density_section, diverged_section, downstream_table, floor_table,
+                                   loss_table, paper_text, probe_table, schedule_section, setup_section, sweep_section,
+                                   verdict_section)
+
+
+def render(results: dict, plots: list[str]) -> str:
+    """report.md from the results dict (bench.analysis.results.build_results)."""
+    sections = [
+        f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
+        "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
+        *([paper_text(results["paper"])] if results.get("paper") else []),
+        verdict_section(results),
+        setup_section(results["setup"]) + schedule_section(results),
+        density_section(results),
+        compute_section(results) + sweep_section(results) + diverged_section(results),
+        loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),
+        "## 5. Plots\n\n" + ("\n\n".join(plots) or "No finished run to plot."),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def write_report(out: Path, results: dict) -> Path:
+    """Write results.json, the PNG plots and report.md into `out`; return report.md's path."""
+    write_json(out / "results.json", results)
+    plots = write_plots(results, out)
+    report = out / "report.md"
+    write_atomic(report, render(results, plots))
+    return report
+
+
+def write_preset_report(out: Path, paper: dict) -> Path:
+    """A multi-comparison preset's own results.json and report.md: the paper section and a link to each
+    comparison's full report."""
+    write_json(out / "results.json", {"paper": paper})
+    variants = list(dict.fromkeys(row["variant"] for row in paper["ours"]))
+    links = "\n".join(f"- [{name}]({name}/report.md)" for name in variants)
+    report = out / "report.md"
+    write_atomic(report, f"# Preset {paper['preset']}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
+                         f"Each has its full report (verdict, setup, compute, plots):\n\n{links}\n")
+    return report

@@ -1,0 +1,122 @@
+"""The report's PNG plots (seaborn): losses, excess over the Bayes floor, yardsticks against FLOPs with the untrained
+controls' band, signal density.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+import matplotlib.ticker  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+from bench.files import write_atomic
+from bench.analysis.results import yardsticks
+
+
+def curve_frame(runs: list[dict]) -> pd.DataFrame:
+    """The objectives' own metrics at every checkpoint, a row per (run, checkpoint)."""
+    return pd.DataFrame([{"objective": r["objective"], "seed": r["seed"], "checkpoint": point["checkpoint"],
+                          **point["metrics"]} for r in runs for point in r["curve"]])
+
+
+def plot_loss(runs: list[dict], path: Path) -> None:
+    """One panel per objective: their losses measure different tasks and do not share a scale."""
+    frame = curve_frame(runs)
+    specs = list(dict.fromkeys(frame["objective"]))
+    figure, axes = plt.subplots(1, len(specs), figsize=(3.6 * len(specs), 3.6), squeeze=False)
+    for spec, ax in zip(specs, axes[0]):
+        sns.lineplot(frame[frame["objective"] == spec], x="checkpoint", y="loss", marker="o", errorbar=("ci", 95),
+                     ax=ax)
+        ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective)", title=spec)
+    figure.suptitle("Each objective's own held-out loss against compute (band: 95 % CI over seeds)")
+    save_figure(figure, path)
+
+
+def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
+    rows = [{"objective": f"{r['objective']} ({metric})" if metric != "loss" else r["objective"], "seed": r["seed"],
+             "checkpoint": point["checkpoint"], "excess": point["metrics"][metric] - floor}
+            for r in runs for metric, floor in floors.get(r["objective"], {}).items() for point in r["curve"]
+            if point["metrics"].get(metric) is not None]
+    if not rows:
+        return False
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="excess", hue="objective", marker="o", errorbar=("ci", 95),
+                 ax=axes)
+    axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss − Bayes floor (nats)",
+             title="Excess over the Bayes-optimal loss")
+    save_figure(figure, path)
+    return True
+
+
+def plot_yardsticks(results: dict, path: Path) -> bool:
+    """One panel per cross-objective yardstick with a curve over FLOPs: what the compute multipliers are read from."""
+    ceilings = (results["bayes"] or {}).get("ceilings") or {}
+    rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": yardstick.label,
+             "value": value}
+            for yardstick in yardsticks(results["runs"], ceilings) if yardstick.point is not None
+            for r in results["runs"] for point in r["curve"] for value in [yardstick.point(point)] if value is not None]
+    if not rows:
+        return False
+    frame = pd.DataFrame(rows).dropna()
+    labels = list(dict.fromkeys(frame["yardstick"]))
+    columns = min(4, len(labels))
+    rows_ = -(-len(labels) // columns)
+    figure, axes = plt.subplots(rows_, columns, figsize=(5 * columns, 4 * rows_), squeeze=False)
+    for ax in axes.flat[len(labels):]:
+        ax.set_visible(False)
+    controls = {y["label"]: y.get("controls", []) for y in (results["verdict"] or {}).get("yardsticks", [])}
+    for label, ax in zip(labels, axes.flat):
+        sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
+                     errorbar=("ci", 95), ax=ax)
+        for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
+            ax.axhline(control["mean"], color="grey", linestyle=style, label=control["control"])
+            if control["ci95"] is not None:
+                ax.axhspan(control["mean"] - control["ci95"], control["mean"] + control["ci95"], color="grey",
+                           alpha=0.15)
+        if controls.get(label):
+            ax.legend(fontsize="small")
+        ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
+    figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds; grey: the untrained controls)")
+    save_figure(figure, path)
+    return True
+
+
+def plot_density(results: dict, path: Path) -> None:
+    frame = pd.DataFrame([{"objective": row["objective"], "count": "analytic", "positions": row["supervised_positions"]}
+                          for row in results["positions"]]
+                         + [{"objective": o["objective"], "count": "measured",
+                             "positions": o["compute"]["supervised_per_sequence"]} for o in results["objectives"]])
+    figure, axes = plt.subplots(figsize=(7, 4))
+    sns.barplot(frame, x="objective", y="positions", hue="count", ax=axes)
+    axes.set(ylabel="supervised positions per sequence", title="Signal density")
+    save_figure(figure, path)
+
+
+def save_figure(figure: plt.Figure, path: Path) -> None:
+    for axes in figure.axes:
+        if axes.get_xscale() == "log":  # decade labels only: minor labels collide on short ranges
+            axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    buffer = io.BytesIO()
+    figure.tight_layout()
+    figure.savefig(buffer, format="png", dpi=120)
+    plt.close(figure)
+    write_atomic(path, buffer.getvalue())
+
+
+def write_plots(results: dict, out: Path) -> list[str]:
+    """The PNG plots beside report.md; returns their markdown links."""
+    runs = results["runs"]
+    if not runs:  # every run diverged: the report is the table that says so
+        return []
+    plot_loss(runs, out / "loss_vs_flops.png")
+    plot_density(results, out / "signal_density.png")
+    plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
+    if plot_excess(runs, (results["bayes"] or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
+        plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
+    if plot_yardsticks(results, out / "yardsticks_vs_flops.png"):
+        plots.insert(0, "![yardsticks against FLOPs](yardsticks_vs_flops.png)")
+    return plots + ["![signal density](signal_density.png)"]

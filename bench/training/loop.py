@@ -1,0 +1,297 @@
+"""The training loop: `fit` trains to the FLOP budget as a short loop of named calls (take_batch, update, count,
+evaluate_or_save, stop_if_asked); at every FLOP checkpoint the held-out evaluation and the yardsticks' curve points
+are written, and the state saved. Yardsticks are called by name (`Yardstick`): the loop imports none of them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import closing
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+from lightning_fabric import Fabric
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from bench.data.corpus import Corpus
+from bench.files import append_jsonl
+from bench.seeds import derive_seed
+from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
+from bench.training.curve import curve_row
+from bench.training.config import EVAL_SEED, eval_grid, learning_rate, run_name
+from bench.training.distributed import Agreement, agree, step_counts
+from bench.training.live import LiveMetrics
+from bench.training.state import Run, save_checkpoint
+from bench.training.stopping import RunStopped, StopRequest, stop_agreed, stop_message, stop_on_signals
+from objectives import Corrupted, Objective, Output
+
+
+class Yardstick(Protocol):
+    """What a run is read with besides its own loss: the probes (bench.yardsticks.probes.Probes) and the downstream
+    tasks (bench.yardsticks.downstream.Downstream), called by name, so the loop imports none of their insides."""
+
+    result_key: str  # where its final scores go in result.json
+    seconds_key: str  # and the seconds they took
+
+    def at_checkpoint(self, objective: Objective) -> dict[str, float]:
+        """Frozen scores at a FLOP checkpoint, for the row of curve.jsonl."""
+
+    def at_end(self, objective: Objective, progress: bool, desc: str) -> dict:
+        """A final (or untrained) backbone's scores."""
+
+
+@torch.no_grad()
+def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted],
+             objective: Objective) -> dict[str, float]:
+    """The objective's own loss and metrics, averaged over supervised positions, and its pooled metrics; every rank
+    computes the same. Unlike a training step, this reads every batch's numbers from the device."""
+    was_training = module.training
+    module.eval()
+    totals: dict[str, float] = {}
+    outputs = []
+    weight = 0  # supervised positions; a batch without any carries no loss and is skipped
+    devices = [fabric.device] if fabric.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
+        torch.manual_seed(EVAL_SEED)
+        for batch in batches:
+            with fabric.autocast():
+                output = module(batch.to(fabric.device))
+            if output.supervised_positions == 0:
+                continue
+            outputs.append(output)
+            for key, value in {"loss": output.loss, **output.metrics}.items():
+                totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
+            weight += output.supervised_positions
+    module.train(was_training)
+    if weight == 0:
+        return {"loss": float("nan")}
+    return {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or infinite: not a configuration mistake, so not a ConfigError. Carries what the report
+    states about the run (the step, the last finite loss)."""
+
+    def __init__(self, spec: str, seed: int, step: int, loss: float, last_finite_loss: float | None,
+                 flops: int = 0) -> None:
+        last = "none" if last_finite_loss is None else f"{last_finite_loss:.4g}"
+        super().__init__(f"{spec} seed {seed} diverged: the loss became {loss} at step {step} (last finite loss "
+                         f"{last}); try a lower --lr")
+        self.record = {"objective": spec, "seed": seed, "diverged": True, "step": step,
+                       "last_finite_loss": last_finite_loss, "flops": flops}
+
+
+def train_step(fabric: Fabric, run: Run, rows: Corrupted, loss_counts: dict[str, int]) -> Tensor:
+    """One optimizer step on this process's `rows` of the global batch, in micro-batches of config.micro_batch
+    windows whose gradients add up to the share's; `loss_counts`: the global batch's (step_counts). Returns this
+    process's part of the global batch's loss (the processes' parts sum to it) as a tensor on the device: nothing in
+    the step reads a value back from the device (fit reads this one, once)."""
+    world, rank, step = fabric.world_size, fabric.global_rank, run.counters["step"]
+    objective, config = run.objective, run.config
+    per_rank = config.batch_size // world
+    size = config.micro_batch or per_rank
+    for group in run.optimizer.param_groups:
+        group["lr"] = learning_rate(run.counters["flops"] / config.budget_flops, config)
+    torch.manual_seed(derive_seed(run.seed, step, rank))  # see the module docstring
+    run.optimizer.zero_grad(set_to_none=True)
+    parts = []
+    for start in range(0, per_rank, size):
+        micro = rows.rows(slice(start, start + size))
+        # DDP all-reduces the gradients in the backward of the last micro-batch only; before it they accumulate
+        with fabric.no_backward_sync(run.module, enabled=start + size < per_rank):
+            with fabric.autocast():
+                output = run.module(micro.to(fabric.device, non_blocking=True))
+            loss = share_of_loss(objective, output, micro, loss_counts, world, whole=size == config.batch_size)
+            fabric.backward(loss)
+        parts.append(loss.detach())
+    if config.grad_clip > 0:
+        # a non-finite norm is not an error here: fit's check stops every process together, with one line
+        run.grad_norm = fabric.clip_gradients(run.module, run.optimizer, max_norm=config.grad_clip,
+                                              error_if_nonfinite=False)
+    run.optimizer.step()
+    return (parts[0] if len(parts) == 1 else torch.stack(parts).sum()) / world
+
+
+def share_of_loss(objective: Objective, output: Output, micro: Corrupted, totals: dict[str, int], world: int,
+                  whole: bool) -> Tensor:
+    """The loss to back-propagate for one micro-batch, so that the gradients summed over micro-batches and averaged
+    over processes (DDP) are the gradient of the global batch's loss. Each mean in the loss is weighed by this
+    micro-batch's share of the positions it averages over in the global batch, times the number of processes DDP
+    divides by: Bernoulli or whole-word batches, whose rows hold different numbers of masked positions, weigh every
+    position as the whole batch does. `whole`: the micro-batch is the global batch, and its loss is used as it is."""
+    if whole:
+        return output.loss
+    counts, terms = objective.loss_counts(micro), output.loss_terms()
+    return sum(term * (counts[name] * world / totals[name] if totals[name] else 0.0)
+               for name, term in terms.items())
+
+
+def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], grid: list[float],
+                          yardsticks: Sequence[Yardstick], started: float) -> None:
+    """Evaluate at the FLOP checkpoint just passed, append the row to curve.jsonl and checkpoint the state."""
+    counters = run.counters
+    while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
+        counters["next_eval"] += 1
+    row = curve_row({**counters, "checkpoint": grid[counters["next_eval"] - 1]},
+                    evaluate(fabric, run.module, heldout, run.objective))
+    loss = row["metrics"]["loss"]
+    if not math.isfinite(loss):  # the last update broke the weights: not a finished run
+        raise TrainingDiverged(run.spec, run.seed, counters["step"], loss, counters["last_finite_loss"],
+                               counters["flops"])
+    if run.config.probe_every_eval and fabric.is_global_zero:  # only rank 0 writes the row; the others need not wait
+        with fabric.autocast():  # the readouts run on the device, under the run's precision
+            for yardstick in yardsticks:
+                row[yardstick.result_key] = yardstick.at_checkpoint(run.objective)
+    counters["wall_seconds"] = time.perf_counter() - started
+    if fabric.is_global_zero:
+        append_jsonl(run.curve_path, row)
+    save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
+
+
+@dataclass
+class Step:
+    """A training step as the loop sees it: its index, its phase of the sequence-length schedule, this process's
+    rows and the global batch's counts."""
+
+    index: int
+    phase: int
+    rows: Corrupted
+    spent: StepCounts
+
+
+class TrainingLoop:
+    """What `fit` keeps across steps (the progress bar, live metrics, the batch prefetcher, the counts carried from
+    one step's all-reduce to the next, the time of the last save) and the named parts of a step."""
+
+    def __init__(self, fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick], progress: bool,
+                 request: StopRequest) -> None:
+        self.fabric, self.run, self.yardsticks = fabric, run, yardsticks
+        self.request, config, counters = request, run.config, run.counters
+        self.windows = [corpus.windows("train", phase.seq_len) for phase in run.schedule.phases]
+        self.heldout, self.grid = eval_batches(run.objective, corpus, config), eval_grid(config)
+        self.bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
+                        disable=not (progress and fabric.is_global_zero),
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
+        self.bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
+        self.started, self.last_save = time.perf_counter() - counters["wall_seconds"], time.monotonic()
+        self.live = LiveMetrics(run.run_dir, counters["step"], config.log_every, fabric.device,
+                                fabric.strategy.precision.precision, fabric.world_size, enabled=fabric.is_global_zero)
+        per_rank = config.batch_size // fabric.world_size
+        self.share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
+        self.prefetch = Prefetcher(self.build)
+        self.carried: tuple[tuple[int, int], StepCounts] | None = None  # a step's global counts, from the step before
+        self.upcoming = (counters["step"], 0)  # the (step, phase) being built ahead
+        run.module.train()
+
+    def build(self, step: int, phase: int) -> tuple[Corrupted, StepCounts]:
+        """This process's rows of the step's batch, and their counts."""
+        rows = training_batch(self.run.objective, self.windows[phase], self.run.seed, step,
+                              self.run.config.batch_size, self.share)
+        return (rows.pin_memory() if self.fabric.device.type == "cuda" else rows), local_counts(self.run.objective, rows)
+
+    def take_batch(self) -> Step:
+        """The step's rows (built ahead while the last step ran) and its global counts; starts building the next."""
+        counters, budget, schedule = self.run.counters, self.run.config.budget_flops, self.run.schedule
+        # a pure function of the counted FLOPs, which the checkpoint holds: a resumed run switches at the same
+        # step. Its windows are indexed by the run's step, so a later phase does not continue the token stream
+        # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
+        # throughout would read at step s.
+        step, phase = counters["step"], schedule.phase_at(counters["flops"], budget)
+        rows, local = self.prefetch.take(step, phase)
+        carried = self.carried
+        spent = carried[1] if carried and carried[0] == (step, phase) else step_counts(self.fabric, local)
+        # the next step's phase is known now: its rows are corrupted while this step runs
+        self.upcoming = (step + 1, schedule.phase_at(counters["flops"] + spent.flops, budget))
+        self.prefetch.start(*self.upcoming)
+        return Step(step, phase, rows, spent)
+
+    def update(self, step: Step) -> Agreement:
+        """The optimizer step, then the one all-reduce every process agrees on (loss, stop and save requests, and,
+        on several processes, the next step's counts)."""
+        config = self.run.config
+        loss_part = train_step(self.fabric, self.run, step.rows, step.spent.loss_counts)
+        save_due = config.checkpoint_every is not None and \
+            time.monotonic() - self.last_save >= 60 * config.checkpoint_every
+        agreed = agree(self.fabric, loss_part, self.request.signal_name is not None, save_due,
+                       self.prefetch.ahead() if self.fabric.world_size > 1 else None)
+        self.carried = (self.upcoming, agreed.ahead) if agreed.ahead else None
+        return agreed
+
+    def count(self, step: Step, loss: float) -> None:
+        """The run's and its phase's counters, the bar and the live metrics; a non-finite loss ends the run (every
+        rank sees the same loss, so every rank stops here)."""
+        run, counters, spent = self.run, self.run.counters, step.spent
+        if not math.isfinite(loss):
+            self.bar.close()
+            raise TrainingDiverged(run.spec, run.seed, step.index, loss, counters["last_finite_loss"],
+                                   counters["flops"] + spent.flops)
+        tokens = run.config.batch_size * step.rows.inputs.shape[1]
+        counts = {"tokens": tokens, "supervised_positions": spent.supervised_positions, "flops": spent.flops}
+        for totals in (counters, counters["phases"][step.phase]):  # the run's totals, and its phase's
+            for key, value in counts.items():
+                totals[key] += value
+        counters["phases"][step.phase]["steps"] += 1
+        counters.update(step=step.index + 1, last_finite_loss=loss)
+        self.bar.update(min(100.0, 100 * counters["flops"] / run.config.budget_flops) - self.bar.n)
+        self.bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
+        self.live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
+                       run.grad_norm, getattr(self.fabric.strategy.precision, "scaler", None))
+
+    def evaluate_or_save(self, agreed: Agreement) -> None:
+        """At a FLOP checkpoint: evaluate and save; else save when a process asked (a signal, --checkpoint-every)."""
+        counters = self.run.counters
+        if counters["flops"] >= self.grid[counters["next_eval"]]:
+            checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid, self.yardsticks, self.started)
+            self.last_save = time.monotonic()
+            self.live.restart()
+        elif agreed.stop or agreed.save:
+            counters["wall_seconds"] = time.perf_counter() - self.started
+            save_checkpoint(self.fabric, self.run.checkpoint_path, self.run.state(self.fabric))
+            self.last_save = time.monotonic()
+
+    def stop_if_asked(self, agreed: bool) -> None:
+        """After a signal the state is saved: end the command (closing the bar first, so the message has a line)."""
+        if agreed:
+            self.bar.close()
+            raise stopped(self.fabric, self.run, self.request.signal_name)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.prefetch.close()
+        self.live.close()
+
+
+def fit(fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick], progress: bool,
+        stop_after_steps: int | None) -> bool:
+    """Train until the accounted FLOPs reach the budget, evaluating at every checkpoint of the grid. Returns False
+    when stopped early by `stop_after_steps` (which simulates an interruption). Raises RunStopped after saving the
+    state when SIGTERM or SIGUSR1 arrives, TrainingDiverged when the loss stops being finite."""
+    counters, early = run.counters, False
+    with stop_on_signals() as request, closing(TrainingLoop(fabric, run, corpus, yardsticks, progress,
+                                                            request)) as loop:
+        while not early and counters["flops"] < run.config.budget_flops:
+            tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
+            # --- the step: its rows, the update, the one all-reduce
+            step = loop.take_batch()
+            agreed = loop.update(step)
+            counters["train_seconds"] += time.perf_counter() - tick
+            # --- what it counted, then an evaluation at each FLOP checkpoint (or a save when asked)
+            loop.count(step, agreed.loss)
+            loop.evaluate_or_save(agreed)
+            loop.stop_if_asked(agreed.stop)
+            early = stop_after_steps is not None and counters["step"] >= stop_after_steps
+        if not early:
+            counters["wall_seconds"] = time.perf_counter() - loop.started
+            # a signal that arrived during the last evaluation: its checkpoint (at the budget) is saved, so stop now,
+            # before the final probes; --resume runs them from there
+            loop.stop_if_asked(stop_agreed(fabric, request))
+    return not early
+
+
+def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
+    """Say (once, on rank 0) that the state is saved and how to go on; the exception ends the command."""
+    return stop_message(fabric, f"after step {run.counters['step']} of {run.spec} seed {run.seed}: the state is saved "
+                                f"in {run.checkpoint_path}", signal_name)

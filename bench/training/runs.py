@@ -1,0 +1,135 @@
+"""A run from start to result.json (train_run), the untrained control beside it (control_run), and the one rule
+for "reuse the finished run, else train it, and record a divergence" (trained_or_reused).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from lightning_fabric import Fabric
+
+from bench.data.corpus import Corpus
+from bench.files import read_json, write_json
+from bench.training.batches import build_run_objective
+from bench.training.curve import read_curve, upgrade_result
+from bench.training.config import TrainConfig, configure_matmuls, run_name
+from bench.training.loop import TrainingDiverged, Yardstick, fit
+from bench.training.state import Run, restore, setup_run
+from bench.training.stopping import stop_agreed, stop_message, stop_on_signals
+from objectives import Objective
+
+
+def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
+    """The finished run's record: counters (in total and per phase of the sequence-length schedule), throughput,
+    sizes, the analytic counts and the curve. Per-sequence numbers are at the final length, the one the signal-density
+    table and the evaluation are at: measured over the last phase's sequences (over all, should it have run none)."""
+    counters, objective, batch_size = run.counters, run.objective, run.config.batch_size
+    final = counters["phases"][-1]
+    measured = final if final["steps"] else {"steps": counters["step"], **counters}
+    return {
+        "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
+        "control": control_name(objective),
+        "steps": counters["step"],
+        "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
+        "phases": [dict(phase) for phase in counters["phases"]],
+        "supervised_per_sequence": measured["supervised_positions"] / (measured["steps"] * batch_size),
+        "flops_per_step": counters["flops"] / counters["step"],
+        "wall_seconds": counters["wall_seconds"], "train_seconds": counters["train_seconds"],
+        "tokens_per_second": counters["tokens"] / counters["train_seconds"],
+        "parameters": sum(p.numel() for p in objective.parameters()),
+        "backbone_parameters": objective.backbone.num_parameters(),
+        "expected_supervised_per_sequence": objective.expected_supervised_positions(run.schedule.final),
+        "expected_flops_per_sequence": objective.expected_flops_per_sequence(run.schedule.final),
+        "curve": read_curve(run.curve_path),  # complete on every rank: the last checkpoint ended in a barrier
+    }
+
+
+def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+              yardsticks: Sequence[Yardstick] = (), progress: bool = True,
+              stop_after_steps: int | None = None) -> dict | None:
+    """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
+    run_dir. Resumes from run_dir's checkpoint when there is one. Each yardstick reads the final backbone (and, with
+    config.probe_every_eval, the frozen backbone at every checkpoint).
+    Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
+    being finite, RunStopped after a stop signal (at the end of its step, after the evaluation it arrived in, or once
+    result.json is written when it arrived during the final probes and tasks)."""
+    with stop_on_signals() as request:  # the command's, when it installed one
+        run = setup_run(fabric, spec, seed, corpus, config, run_dir)
+        restore(fabric, run)
+        if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
+            return None
+        result = run_result(fabric, run, corpus)
+        # The yardsticks read one copy of the final weights, so rank 0 alone runs them (every rank holds the same
+        # weights; the others would only repeat its work) and the others wait at the barrier below.
+        with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
+            for yardstick in yardsticks if fabric.is_global_zero else ():
+                tick = time.perf_counter()
+                result[yardstick.result_key] = yardstick.at_end(run.objective, progress, run_name(spec, seed))
+                result[yardstick.seconds_key] = time.perf_counter() - tick
+        if fabric.is_global_zero:
+            write_json(run_dir / "result.json", result)
+        fabric.barrier()
+        if stop_agreed(fabric, request):  # arrived during the final probes or tasks: their results are kept
+            raise stop_message(fabric, f"after {run_name(spec, seed)} finished (its result.json is written)",
+                               request.signal_name)
+        return result
+
+
+def control_name(objective: Objective) -> str:
+    """The untrained control an objective's runs are set beside: its backbone at initialisation, read as the
+    objective reads it (causal or over the whole window; BERT's segment embeddings change the backbone itself)."""
+    causal = objective.probe_attention(objective.backbone.config.max_seq_len)["attention"] == "causal"
+    segments = " with segment embeddings" if objective.backbone.segment_embedding is not None else ""
+    return f"untrained, {'causal' if causal else 'bidirectional'}{segments}"
+
+
+def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+                yardsticks: Sequence[Yardstick] = (), progress: bool = True) -> dict | None:
+    """The untrained control of seed `seed`: the very backbone a run of `spec` starts from (the same seeding and
+    construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
+    run_dir/result.json on rank 0 and returns it there (None elsewhere). Its evaluation FLOPs are reported, never
+    charged: it spends no training compute."""
+    if fabric.is_global_zero:
+        tick = time.perf_counter()
+        configure_matmuls(fabric.device, config.tf32)
+        with torch.random.fork_rng(devices=[]):
+            fabric.seed_everything(seed, verbose=False)
+            objective = build_run_objective(spec, config, corpus).to(fabric.device)
+        result = {"control": control_name(objective), "read_as": spec, "seed": seed,
+                  "attention": objective.attention, "flops": 0}
+        with fabric.autocast():  # read as the runs are read
+            for yardstick in yardsticks:
+                result[yardstick.result_key] = yardstick.at_end(objective, progress, run_dir.name)
+        result["wall_seconds"] = time.perf_counter() - tick
+        write_json(run_dir / "result.json", result)
+    fabric.barrier()
+    return result if fabric.is_global_zero else None
+
+
+def trained_or_reused(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
+                      reuse: bool, yardsticks: Sequence[Yardstick] = (),
+                      progress: bool = True) -> tuple[dict | None, dict | None]:
+    """A run as (its result, None), or (None, its divergence record): with `reuse`, what run_dir holds from before
+    (rank 0 decides, so every process takes the same branch); else trained by train_run. A run that diverges is
+    recorded in run_dir/diverged.json, so that a resumed comparison does not train it again."""
+    diverged = run_dir / "diverged.json"
+    record, result = fabric.broadcast((read_json(diverged) if reuse and diverged.exists() else None,
+                                       finished_result(run_dir) if reuse else None), src=0)
+    if record is not None or result is not None:
+        return result, record
+    try:
+        return train_run(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress), None
+    except TrainingDiverged as error:
+        print(f"warning: {error}", file=sys.stderr)
+        if fabric.is_global_zero:
+            write_json(diverged, error.record)
+        return None, error.record
+
+
+def finished_result(run_dir: Path) -> dict | None:
+    path = run_dir / "result.json"
+    return upgrade_result(read_json(path)) if path.exists() else None

@@ -1,0 +1,130 @@
+"""A run's state: what setup_run builds (model, optimizer, counters, schedule), how a checkpoint restores it
+exactly, and how it is saved (atomically).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from lightning_fabric import Fabric
+from torch import Tensor
+
+from backbone import ConfigError, Transformer
+from bench.data.corpus import Corpus
+from bench.files import append_jsonl, read_jsonl
+from bench.training.batches import build_run_objective, run_schedule
+from bench.training.config import (TrainConfig, check_config, configure_matmuls, make_optimizer,
+                                   match_optimizer_to_device)
+from bench.training.schedule import SeqLenSchedule
+from objectives import Objective
+
+
+@dataclass
+class Run:
+    """One training run's moving parts: what setup_run builds and the loop updates."""
+
+    spec: str
+    seed: int
+    config: TrainConfig
+    objective: Objective
+    module: torch.nn.Module  # the objective as Fabric wrapped it
+    optimizer: torch.optim.Optimizer
+    counters: dict
+    run_dir: Path
+    schedule: SeqLenSchedule
+    grad_norm: Tensor | None = None  # of the last step, on the device: read only when it is logged
+
+    @property
+    def curve_path(self) -> Path:
+        return self.run_dir / "curve.jsonl"
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.run_dir / "checkpoint.pt"
+
+    def state(self, fabric: Fabric) -> dict:
+        # the precision plugin holds the loss scaler under 16-mixed, whose state must resume too
+        return {"model": self.module, "optimizer": self.optimizer, "counters": self.counters,
+                "precision": fabric.strategy.precision.state_dict()}
+
+
+def fresh_compile_caches(blocks: int) -> None:
+    """Before a compiled run: every block shares one forward's code, and dynamo keeps a few compiled entries per
+    code (8 by default) across everything the process compiled, so a comparison's later runs, or one run's many
+    blocks (each a guard on its own module), silently ran uncompiled past the limit. Each run starts from empty
+    caches, with room for each of its blocks in training and evaluation, with and without gradients."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    config, name = torch._dynamo.config, "recompile_limit"
+    if not hasattr(config, name):  # its name before torch 2.6
+        name = "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), 4 * blocks))
+
+
+def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path) -> Run:
+    """Seed, build the objective, compile it if asked, and hand it to Fabric with its optimizer."""
+    check_config(config, fabric.world_size)
+    configure_matmuls(fabric.device, config.tf32)
+    fabric.seed_everything(seed, verbose=False)
+    objective = build_run_objective(spec, config, corpus)
+    stacks = [m for m in objective.modules() if isinstance(m, Transformer)]
+    if config.compile:
+        fresh_compile_caches(sum(len(stack.blocks) for stack in stacks))
+    for stack in stacks:
+        stack.activation_checkpointing = config.activation_checkpointing
+        if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
+            for block in stack.blocks:  # per block: DDP's gradient all-reduce can start as each block's backward ends
+                block.compile()
+    module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
+    schedule = run_schedule(config, corpus)
+    counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
+                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None,
+                "phases": [phase_counters(phase.seq_len, phase.share) for phase in schedule.phases]}
+    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule)
+
+
+def phase_counters(seq_len: int, share: float, steps: int = 0, tokens: int = 0, supervised_positions: int = 0,
+                   flops: int = 0) -> dict:
+    """What one phase of the sequence-length schedule has spent; the phases' counts add up to the run's."""
+    return {"seq_len": seq_len, "share": share, "steps": steps, "tokens": tokens,
+            "supervised_positions": supervised_positions, "flops": flops}
+
+
+def restore(fabric: Fabric, run: Run) -> None:
+    """Continue from the run folder's checkpoint when there is one; evaluations appended after it are redone."""
+    if not fabric.broadcast(run.checkpoint_path.exists(), src=0):  # rank 0 decides; agree_on_folder checked it
+        if fabric.is_global_zero:
+            run.curve_path.unlink(missing_ok=True)
+        return
+    state = run.state(fabric)
+    fabric.load(run.checkpoint_path, state, weights_only=True)
+    match_optimizer_to_device(run.optimizer, fabric.device)
+    run.counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
+    run.counters.setdefault("last_finite_loss", None)
+    counters, schedule = run.counters, run.schedule
+    if "phases" not in counters and schedule.is_fixed:  # saved before schedules: all of it at one length
+        counters["phases"] = [phase_counters(schedule.final, 1.0, counters["step"], counters["tokens"],
+                                             counters["supervised_positions"], counters["flops"])]
+    saved = [(phase["seq_len"], phase["share"]) for phase in counters.get("phases", [])]
+    if saved != [(phase.seq_len, phase.share) for phase in schedule.phases]:
+        raise ConfigError(f"{run.checkpoint_path} was trained with another --seq-len than {schedule.text}; resume "
+                          "it with the one it started with")
+    fabric.strategy.precision.load_state_dict(state["precision"])
+    if fabric.is_global_zero:
+        kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]
+        run.curve_path.unlink(missing_ok=True)
+        for row in kept:
+            append_jsonl(run.curve_path, row)
+    fabric.barrier()
+
+
+def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:
+    temporary = path.with_name(f".{path.name}.tmp")
+    fabric.save(temporary, state)
+    if fabric.is_global_zero:
+        os.replace(temporary, path)  # never a half-written checkpoint under the real name
+    fabric.barrier()

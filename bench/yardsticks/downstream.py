@@ -1,0 +1,294 @@
+"""Downstream tasks: the yardstick that compares objectives on any text, as the papers do (BERT's MNLI and NER,
+ELECTRA's GLUE against FLOPs, T5's GLUE).
+
+Every final backbone of a comparison is evaluated on every task (bench.yardsticks.tasks) twice, with one recipe for
+every objective and seed:
+- frozen: a linear probe (L-BFGS on standardised features, bench.yardsticks.readout) on the backbone's features;
+- fine-tuned: the backbone and a head that starts from the frozen probe (linear probe, then fine-tune) are trained
+  for a fixed number of AdamW steps at each rate of a small grid; the rate with the best score on the dev split is
+  chosen, and only that model ever sees the test split.
+Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens: a causal
+model reads left to right and a sequence is represented by its last token (the only one that has seen all of it);
+the others read the whole example and mean-pool its tokens, except the embedded pair tasks, "[BOS] a [EOS] b [EOS]",
+which they read at [BOS] as BERT reads pairs at [CLS]. Downstream FLOPs are reported, never charged to the
+pretraining budget.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from seqeval.metrics import f1_score as span_f1_score
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from backbone import Backbone, ConfigError
+from bench.yardsticks import readout
+from bench.yardsticks.examples import Split, Task
+from bench.yardsticks.probes import ProbeConfig
+from bench.yardsticks.readout import StandardizedLinear
+from objectives import IGNORE, Objective
+from objectives.pairs import segments_from_separators
+
+DEFAULT_STEPS = 150
+
+# the suite's small models: on the docs task (examples/docs_corpus.py, mini, 2e12 FLOPs) the dev split chose the top of
+# 1e-4..1e-3 and of 3e-4..3e-3 every time, and 3e-3 in 7 of 9 runs from 1e-3..1e-2: a grid centred there
+DEFAULT_LRS = "1e-3,3e-3,1e-2"
+
+
+@dataclass(frozen=True)
+class FinetuneConfig:
+    steps: int = DEFAULT_STEPS  # AdamW steps per rate of the grid
+    batch: int = 16
+    lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
+    warmup: float = 0.1  # share of the steps warming up; then linear decay to zero (BERT's fine-tuning schedule)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)  # the frozen probe's L-BFGS settings
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    try:
+        rates = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ConfigError(f"--finetune-lrs {text!r} is not a comma-separated list of numbers") from None
+    if not rates or not all(0 < rate < 1 for rate in rates):
+        raise ConfigError(f"--finetune-lrs {text!r}: give one or more rates in (0, 1), e.g. {DEFAULT_LRS}")
+    return rates
+
+
+# --- reading a backbone ---------------------------------------------------------------------------------------------
+
+def reads_left_to_right(objective: Objective) -> bool:
+    return objective.probe_attention(objective.backbone.config.max_seq_len)["attention"] == "causal"
+
+
+def reading(objective: Objective, task: Task) -> str:
+    """Where a sequence is read: "last" token for a causal backbone (the only one that has seen all of it); "first"
+    for a bidirectional one on pairs laid out "[BOS] a [EOS] b [EOS]" (BERT reads pairs at [CLS]: the evidence sits
+    at one junction, which a mean over the window dilutes); else the "mean" over the example's tokens."""
+    if reads_left_to_right(objective):
+        return "last"
+    return "first" if task.first_position else "mean"
+
+
+def pooling(objective: Objective, task: Task) -> str:
+    return {"last": "last token", "first": "first position ([BOS])", "mean": "mean over tokens"}[
+        reading(objective, task)]
+
+
+def hidden_states(backbone: Backbone, causal: bool, split: Split, batch_size: int = 64) -> Tensor:
+    """(N, T, d) final hidden states (bench.yardsticks.readout). Padding comes after each example's tokens: a causal
+    model never sees it; the others read in prefix mode with the prefix ending at the example's end, which is
+    bidirectional attention over the example with the padding masked out."""
+    return readout.features(backbone, len(split), lambda rows: forward(backbone, causal, split.rows(rows)), batch_size)
+
+
+def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
+    device = backbone.token_embedding.weight.device
+    attention = {"attention": "causal"} if causal else {"attention": "prefix", "prefix_len": split.lengths.to(device)}
+    # a backbone pretrained on sentence pairs (mlm:pair=...) reads a pair's segments as it did then; a single text,
+    # which holds no separator before its end, is all segment A
+    segments = segments_from_separators(split.tokens) if backbone.segment_embedding is not None else None
+    return backbone(split.tokens.to(device), **attention,
+                    segments=None if segments is None else segments.to(device))
+
+
+def representations(hidden: Tensor, split: Split, level: str, read: str) -> tuple[Tensor, Tensor]:
+    """(rows, d) features and their labels: per sequence, the position(s) `read` names (see reading()); per token,
+    the positions that carry a tag."""
+    if level == "token":
+        scored = split.labels != IGNORE
+        return hidden[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
+    return pool(hidden, split.lengths.to(hidden.device), read), split.labels.to(hidden.device)
+
+
+def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
+    if read == "last":
+        return hidden[torch.arange(len(hidden), device=hidden.device), lengths - 1]
+    if read == "first":
+        return hidden[:, 0]
+    inside = (torch.arange(hidden.shape[1], device=hidden.device)[None, :] < lengths[:, None]).to(hidden.dtype)
+    return (hidden * inside[..., None]).sum(1) / lengths[:, None].to(hidden.dtype)
+
+
+# --- metrics (scikit-learn, and seqeval for entity spans, as the CoNLL and GLUE papers score them) -------------------
+
+def scores(task: Task, predicted: Tensor, split: Split) -> dict[str, float]:
+    """Each of the task's metrics on `split`, and "score": their mean (GLUE averages F1 and accuracy for MRPC/QQP)."""
+    truth = split.labels[split.labels != IGNORE] if task.level == "token" else split.labels
+    truth, predicted = truth.cpu().numpy(), predicted.cpu().numpy()
+    values = {}
+    for metric in task.metrics:
+        if metric == "accuracy":
+            values[metric] = float(accuracy_score(truth, predicted))
+        elif metric == "f1":
+            values[metric] = float(f1_score(truth, predicted, pos_label=1, average="binary", zero_division=0))
+        elif metric == "macro_f1":
+            values[metric] = float(f1_score(truth, predicted, labels=list(range(task.classes)), average="macro",
+                                            zero_division=0))
+        elif metric == "mcc":
+            values[metric] = float(matthews_corrcoef(truth, predicted))
+        elif metric == "span_f1":
+            counts = (split.labels != IGNORE).sum(1).tolist()
+            names = task.label_names
+            true_tags, predicted_tags, start = [], [], 0
+            for count in counts:
+                true_tags.append([names[i] for i in truth[start:start + count]])
+                predicted_tags.append([names[i] for i in predicted[start:start + count]])
+                start += count
+            values[metric] = float(span_f1_score(true_tags, predicted_tags, zero_division=0))
+    values["score"] = sum(values.values()) / len(values)
+    return values
+
+# --- the frozen probe -----------------------------------------------------------------------------------------------
+
+def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tuple[dict, int, StandardizedLinear]:
+    """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe)."""
+    backbone, causal, read = objective.backbone, reads_left_to_right(objective), reading(objective, task)
+    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, read)
+    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, read)
+    # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
+    _, probe_flops, head = readout.fit_linear_probe(train_x, train_y, test_x,
+                                                    torch.zeros(len(test_x), dtype=torch.long), task.classes,
+                                                    config.probe)
+    with torch.no_grad():
+        predicted = head(test_x).argmax(-1)
+    seq_len = task.train.tokens.shape[1]
+    flops = backbone.flops(len(task.train) + len(task.test), seq_len, 0).forward + probe_flops
+    return scores(task, predicted, task.test), flops, head
+
+# --- fine-tuning ------------------------------------------------------------------------------------------------------
+
+class Classifier(nn.Module):
+    """A backbone read in its objective's mode, with a linear head per sequence or per token."""
+
+    def __init__(self, backbone: Backbone, head: StandardizedLinear, read: str, level: str) -> None:
+        super().__init__()
+        self.backbone, self.head, self.read, self.level = backbone, head, read, level
+
+    def forward(self, split: Split) -> Tensor:
+        hidden = forward(self.backbone, self.read == "last", split)
+        if self.level == "token":
+            return self.head(hidden)  # (N, T, classes)
+        return self.head(pool(hidden, split.lengths.to(hidden.device), self.read))
+
+    def loss(self, split: Split) -> Tensor:
+        logits = self(split)
+        labels = split.labels.to(logits.device)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), labels.reshape(-1), ignore_index=IGNORE)
+
+    @torch.no_grad()
+    def predict(self, split: Split, batch_size: int = 64) -> Tensor:
+        self.eval()
+        predicted = []
+        for i in range(0, len(split), batch_size):
+            rows = split.rows(slice(i, i + batch_size))
+            logits = self(rows).argmax(-1).cpu()
+            predicted.append(logits[rows.labels != IGNORE] if self.level == "token" else logits)
+        return torch.cat(predicted)
+
+
+def train_classifier(model: Classifier, task: Task, lr: float, config: FinetuneConfig) -> None:
+    """`config.steps` AdamW steps (bench.yardsticks.readout) on batches drawn from the task's own seed: the same batches
+    for every objective, seed and rate. BERT's fine-tuning schedule: a linear warm-up, then a linear decay to zero."""
+    warmup = max(1, round(config.warmup * config.steps))
+    scale = lambda step: (step + 1) / warmup if step < warmup else (  # noqa: E731
+        (config.steps - step) / max(1, config.steps - warmup))
+    model.train()
+    readout.finetune(model.parameters(), lambda rows: model.loss(task.train.rows(rows)), len(task.train),
+                     config.steps, config.batch, lr, scale, task.seed)
+
+
+def finetune(objective: Objective, task: Task, head: StandardizedLinear, config: FinetuneConfig) -> tuple[dict, int]:
+    """Fine-tune at each rate of the grid, choose the rate by the dev score (the first of equals), and score only the
+    chosen model on the test split. Returns (test scores with the rate and every dev score, FLOPs)."""
+    backbone, read = objective.backbone, reading(objective, task)
+    device = backbone.token_embedding.weight.device
+    dev_scores, best, best_score = {}, None, float("-inf")
+    for lr in config.lrs:
+        torch.manual_seed(task.seed)  # dropout, where the backbone has any
+        model = Classifier(copy.deepcopy(backbone), copy.deepcopy(head).to(device), read, task.level)
+        train_classifier(model, task, lr, config)
+        dev_scores[f"{lr:g}"] = scores(task, model.predict(task.dev), task.dev)["score"]
+        if dev_scores[f"{lr:g}"] > best_score:
+            best, best_score, chosen = model, dev_scores[f"{lr:g}"], lr
+    result = {**scores(task, best.predict(task.test), task.test), "lr": chosen, "dev": dev_scores}
+    seq_len = task.train.tokens.shape[1]
+    head_rows = (lambda n: n * seq_len) if task.level == "token" else (lambda n: n)  # noqa: E731
+    read_flops = lambda n: (backbone.flops(n, seq_len, 0).forward  # noqa: E731  (scoring n examples)
+                            + readout.head_flops(head_rows(n), backbone.config.d_model, task.classes))
+    per_rate = (readout.finetune_flops(backbone, config.steps, config.batch, seq_len, head_rows(config.batch),
+                                       task.classes) + read_flops(len(task.dev)))
+    return result, len(config.lrs) * per_rate + read_flops(len(task.test))
+
+
+# --- what a comparison calls ------------------------------------------------------------------------------------------
+
+@dataclass
+class Downstream:
+    """The tasks of a comparison and their recipe: a yardstick of bench.training (each run's backbone at its FLOP
+    checkpoints and at the end, and the untrained controls) and of `python -m bench.downstream`."""
+
+    tasks: list[Task]
+    config: FinetuneConfig
+    result_key = "downstream"
+    seconds_key = "downstream_seconds"
+
+    def at_checkpoint(self, objective: Objective) -> dict[str, float]:
+        """Frozen-probe scores at a FLOP checkpoint: the curves the compute multipliers are read from."""
+        with torch.random.fork_rng(devices=[]):
+            return {task.name: frozen_probe(objective, task, self.config)[0]["score"]
+                    for task in self.tasks}
+
+    def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
+        """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent. The global RNG is left as
+        it was."""
+        results = {}
+        with torch.random.fork_rng(devices=[]):
+            bar = tqdm(self.tasks, desc=f"{desc} downstream".strip(), unit="task", disable=not progress, leave=False)
+            for task in bar:
+                frozen, frozen_flops, head = frozen_probe(objective, task, self.config)
+                tuned, tuned_flops = finetune(objective, task, head, self.config)
+                results[task.name] = {"frozen": frozen, "finetuned": tuned, "pooling": pooling(objective, task),
+                                      "flops": {"frozen": frozen_flops, "finetune": tuned_flops}}
+        return results
+
+    def settings(self) -> dict:
+        """What config.json records: the task specs and the recipe."""
+        return {"tasks": [task.name for task in self.tasks], "finetune_steps": self.config.steps,
+                "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs)}
+
+    def describe(self) -> list[dict]:
+        return [task.describe() for task in self.tasks]
+
+
+def add_finetune_flags(add, defaults_from_run: bool = False) -> None:
+    suffix = " (default: the comparison's, else {})" if defaults_from_run else " (default {})"
+    add("--finetune-steps", type=int, default=None if defaults_from_run else DEFAULT_STEPS,
+        help="downstream fine-tuning: AdamW steps per rate" + suffix.format(DEFAULT_STEPS))
+    add("--finetune-lrs", default=None if defaults_from_run else DEFAULT_LRS,
+        help="downstream fine-tuning: the rate grid; each task's rate is chosen on its dev split, never on test"
+             + suffix.format(DEFAULT_LRS))
+
+
+def finetune_config(steps: int | None, lrs: str | None, saved: dict | None = None) -> FinetuneConfig:
+    saved = saved or {}
+    steps = steps if steps is not None else saved.get("finetune_steps", DEFAULT_STEPS)
+    if steps < 1:
+        raise ConfigError(f"--finetune-steps must be >= 1, got {steps}")
+    rates = parse_rates(lrs) if lrs is not None else tuple(saved.get("finetune_lrs", parse_rates(DEFAULT_LRS)))
+    return FinetuneConfig(steps=steps, lrs=rates, batch=saved.get("finetune_batch", FinetuneConfig.batch))
+
+
+def describe_recipe(downstream: Downstream, runs: list[dict]) -> str:
+    config = downstream.config
+    readings = sorted({f"{run['objective']}: {next(iter(run['downstream'].values()))['pooling']}" for run in runs
+                       if run.get("downstream")})
+    return (f"{', '.join(task.name for task in downstream.tasks)}; frozen linear probe (L-BFGS, "
+            f"{config.probe.iterations} iterations) and fine-tuning ({config.steps} AdamW steps of {config.batch} at "
+            f"each rate of {', '.join(f'{lr:g}' for lr in config.lrs)}, chosen on dev); sequence features: "
+            + "; ".join(readings))

@@ -1,0 +1,69 @@
+"""Labelled downstream tasks as padded token windows: one code path for local files, the hub, CoNLL tagging and the
+embedded language's own tasks.
+
+    --downstream "reviews.csv,label=sentiment, hf:glue:mrpc, conll:ner/, synthetic:component"
+
+A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and no ":" continues the previous spec
+(as in --objectives):
+- PATH or file:PATH: a .csv/.tsv/.jsonl/.json/.parquet file, or a folder of them, read with `datasets`. A folder
+  whose files are named train.*, dev.* (or validation.*) and test.* gives its own splits; otherwise test and dev are
+  drawn from the examples with a fixed seed (shares `test`, `dev`).
+- hf:NAME[:CONFIG]: a Hugging Face hub dataset (the network is needed to download it). GLUE tasks (hf:glue:sst2,
+  hf:glue:mnli, ...) know their fields and metric; since GLUE hides its test labels, the labelled validation split
+  is the test split and dev is drawn from train.
+- conll:PATH: token tagging from CoNLL-style files (the token first and its tag last on each line, a blank line
+  between sentences), scored by span F1 when the tags are BIO, else by accuracy.
+- synthetic:tagging|component|order|same-source: the embedded language's tasks, sampled afresh from the true
+  distribution (they need --data synthetic): hidden-state tagging, mixture-component classification, whether two
+  halves are in their original order (SOP), whether two halves come from the same sequence (NSP); the pairs are made
+  as mlm:pair=sop and mlm:pair=nsp make theirs, from windows in the middle of a sequence (times T .. 2T − 1).
+
+Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
+is "a [EOS] b [EOS]". Examples are truncated to the window and padded with [PAD] after their last token. Every user
+mistake is a ConfigError naming the file and the fix, raised before anything is written.
+"""
+
+from __future__ import annotations
+
+from backbone import ConfigError
+from bench.data.text import quiet_datasets
+from bench.yardsticks.embedded_tasks import SYNTHETIC_TASKS, synthetic_task
+from bench.yardsticks.examples import METRICS, Task, TaskContext, TaskOptions
+from bench.yardsticks.text_tasks import conll_task, file_task, hub_task
+from objectives import parse_options, split_specs
+
+
+def parse_task_list(text: str) -> list[str]:
+    """Split "a.csv,label=y,hf:glue:sst2" into specs, as --objectives is split (objectives.split_specs)."""
+    specs = split_specs(text)
+    if not specs:
+        raise ConfigError("--downstream names no task")
+    return specs
+
+
+def load_task(spec: str, context: TaskContext) -> Task:
+    """A spec -> Task with train/dev/test splits; every user mistake raises ConfigError."""
+    source, _, option_text = spec.partition(",")
+    options = parse_options(f"task {source}", option_text, TaskOptions)
+    if options.metric and options.metric not in METRICS:
+        raise ConfigError(f"{spec}: unknown metric {options.metric!r}; choose one of {', '.join(METRICS)}")
+    scheme, _, rest = source.partition(":")
+    if scheme == "synthetic":
+        return synthetic_task(spec, rest, options, context)
+    if scheme == "conll":
+        return conll_task(spec, rest, options, context)
+    if context.tokenizer is None:
+        raise ConfigError(f"{spec}: text tasks need a text corpus and its tokenizer (--data text:..., hf:... or "
+                          "synthetic:text); on --data synthetic use synthetic:" + "|".join(SYNTHETIC_TASKS))
+    if scheme == "hf":
+        return hub_task(spec, rest, options, context)
+    return file_task(spec, rest if scheme == "file" else source, options, context)
+
+
+def load_tasks(specs: list[str], context: TaskContext) -> list[Task]:
+    with quiet_datasets():  # labelled sets are small: a progress bar would only bury a one-line error
+        tasks = [load_task(spec, context) for spec in specs]
+    names = [task.name for task in tasks]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"a task is listed twice in --downstream ({', '.join(names)})")
+    return tasks
