@@ -6,15 +6,15 @@
 Per objective, one training step (corruption, forward, backward, AdamW) of the suite against its Hugging Face peer at
 the same width, depth, heads, vocabulary, length and batch, dropout off on both: mlm vs BertForMaskedLM fed by
 DataCollatorForLanguageModeling; ar vs GPT2LMHeadModel; electra vs ElectraForMaskedLM + ElectraForPreTraining with
-ELECTRA's recipe; span vs the AR peer at the same packed length (what span corruption costs elsewhere). MFU is model FLOP/s (the suite's own count for ours,
-FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype, measured in the same run. Also: MLM
-masking against the collator, one process's share of a batch (its own rows) against corrupting the whole batch, and
-KV-cached generation against recomputing the prefix for every new token.
-With `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training),
-every timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the
-device's dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a
-measured matrix product.
-The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
+ELECTRA's recipe; span vs the AR peer at the same packed length (what span corruption costs elsewhere). MFU is model
+FLOP/s (the suite's own count for ours, FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype,
+measured in the same run. Also: MLM masking against the collator, one process's share of a batch (its own rows) against
+corrupting the whole batch, and KV-cached generation against recomputing the prefix for every new token. With
+`--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training), every
+timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the device's
+dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured
+matrix product. The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are
+printed.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from bench.training.live import device_peak
 from bench.training.schedule import single_seq_len
 from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
 
-OBJECTIVES = tuple(REGISTRY)  # every registered objective, in the registry's order
 DESCRIPTION = "Speed against the tools researchers would otherwise use, measured in one run."
 AUTOCAST_DTYPES = {"32-true": None, "bf16-mixed": torch.bfloat16}  # the precisions bench.perf times
 
@@ -303,7 +302,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
     except ImportError:
         note = 'the peer columns need transformers: pip install -e ".[perf]"'
     rows, peer_seconds = [], {}
-    for spec in OBJECTIVES:
+    for spec in REGISTRY:  # every registered objective, in the registry's order (one registered later too)
         measured = ours(spec, model, vocab, tokens, dtype, repeats, device)
         row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
                "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]

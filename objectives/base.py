@@ -295,6 +295,13 @@ class Objective(nn.Module):
             return {"attention": "prefix", "prefix_len": seq_len}
         return {"attention": self.attention}
 
+    @classmethod
+    def report_note(cls, metrics: dict[str, str], closed: dict[str, str]) -> str | None:
+        """A sentence the report prints below the loss table about this objective's own held-out metrics, given
+        them formatted as "mean ± CI" (`metrics`) and the share of each floor-bounded metric's learnable range its
+        runs closed (`closed`); None when the loss table says it all."""
+        return None
+
     @property
     def perf_peer(self) -> str | None:
         """The Hugging Face peer bench.perf times this objective against (one of its peers' names), or None."""

@@ -92,6 +92,19 @@ class Electra(Objective):
         return {"discriminator_positions": seq_len, "generator_positions": generator,
                 "parts": f"discriminator {seq_len} + generator {generator:g}"}
 
+    @classmethod
+    def report_note(cls, metrics: dict[str, str], closed: dict[str, str]) -> str | None:
+        """The discriminator against its trivial answer, "everything is original", and the generator beside it."""
+        if "discriminator_auc" not in metrics:
+            return None
+        return (f"discriminator ROC AUC (replaced against original) {metrics['discriminator_auc']} (0.5 is chance); "
+                f"loss {metrics['discriminator_loss']} against {metrics['label_entropy']}, the entropy of its labels "
+                f"(the loss of always answering the replaced fraction {metrics['replaced_fraction']}); accuracy "
+                f"{metrics['discriminator_accuracy']} against {metrics['trivial_accuracy']} for \"all original\". Its "
+                f"generator reached {metrics.get('generator_accuracy', '')} accuracy"
+                + (f" and closed {closed['generator_loss']} of its learnable range" if closed.get("generator_loss")
+                   else "") + ": the better the generator, the harder the discriminator's task.")
+
     def pooled_metrics(self, outputs: list[Output]) -> dict[str, float]:
         """Whether the discriminator has left its trivial answer: accuracy at a 0.5 threshold cannot show it (near a
         good generator even the best discriminator rarely crosses 0.5), the ROC AUC of replaced against original

@@ -9,9 +9,9 @@ window as it was ("is next"); the other half are negatives:
 The cut h is uniform over a range that is symmetric under h -> C − h, so a swap leaves the separator's position
 distributed as before: where [EOS] sits says nothing about the label.
 
-Everything is a deterministic function of (tokens, generator), shared by the pretraining objective (mlm:pair=...)
-and the embedded pair tasks (bench.yardsticks.tasks synthetic:order and synthetic:same-source), so a probe asks exactly the
-question the objective trained on.
+Everything is a deterministic function of (tokens, generator), shared by the pretraining objective (mlm:pair=...) and
+the embedded pair tasks (bench.yardsticks.embedded_tasks synthetic:order and synthetic:same-source), so a probe asks
+exactly the question the objective trained on.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from objectives.base import Vocab
 from objectives.draws import Randomness, integers, uniform
 
 PAIR_TASKS = ("nsp", "sop")
+# the embedded downstream task that asks each pair question of held-out pairs made the same way (synthetic:NAME)
+EMBEDDED_TASK_OF = {"nsp": "same-source", "sop": "order"}
 SPECIAL_POSITIONS = 3  # [BOS], the separating [EOS] and the final [EOS]
 
 

@@ -273,3 +273,47 @@ def test_a_yardstick_no_objective_moves_ranks_nothing():
                   {"untrained, bidirectional": controls["untrained, bidirectional"][:1]})
     assert one["yardsticks"][0]["measures_pretraining"] is None and one["pretraining"]["paid"] is None
     assert one["pretraining"]["sentence"].startswith("With one seed")
+
+
+def test_a_gain_where_lower_is_better_is_the_fall_below_the_control():
+    values, control = [0.20, 0.22, 0.24], [0.50, 0.52, 0.51]
+    lower = gain_over_control(values, control, ceiling=0.0, higher_is_better=False)
+    higher = gain_over_control(values, control, ceiling=0.0)
+    assert lower["gain"] == pytest.approx(0.51 - 0.22) and lower["gain"] == pytest.approx(-higher["gain"])
+    assert (lower["ci_low"], lower["ci_high"]) == pytest.approx((-higher["ci_high"], -higher["ci_low"]))
+    assert lower["p"] == higher["p"] and lower["share_of_gain"] == pytest.approx(0.29 / 0.51)  # of 0.51 down to 0
+    holm_gains([lower])
+    assert beats_control(lower)
+
+
+def test_every_task_metric_has_a_direction_and_a_task_mixing_two_is_refused(monkeypatch):
+    from bench.yardsticks import metrics
+    from bench.yardsticks.metrics import METRICS, Metric, direction
+    assert set(METRICS) == {"accuracy", "f1", "macro_f1", "mcc", "span_f1"}
+    assert all(METRICS[name].higher_is_better for name in METRICS) and direction(("f1", "accuracy")) is True
+    assert [name for name, metric in METRICS.items() if metric.tagging_only] == ["span_f1"]
+    monkeypatch.setitem(metrics.METRICS, "error_rate", Metric("error_rate", lambda *a: 0.0, higher_is_better=False))
+    assert direction(("error_rate",)) is False
+    with pytest.raises(ValueError, match="different directions"):
+        direction(("accuracy", "error_rate"))
+
+
+def test_a_task_where_lower_is_better_ranks_and_gains_in_its_direction():
+    from bench.analysis.results import verdict
+
+    def runs(spec, finals, control="untrained, bidirectional"):
+        return [{"objective": spec, "seed": seed, "control": control,
+                 "downstream": {"t": {"frozen": {"score": value}, "finetuned": {"score": value}}},
+                 "curve": [{"checkpoint": 1e10, "downstream": {"t": value + 0.1}},
+                           {"checkpoint": 1e11, "downstream": {"t": value}}]} for seed, value in enumerate(finals)]
+
+    controls = {"untrained, bidirectional": [{"control": "untrained, bidirectional", "seed": seed,
+                                              "downstream": {"t": {"frozen": {"score": v}, "finetuned": {"score": v}}}}
+                                             for seed, v in enumerate([0.50, 0.52, 0.51])]}
+    grouped = {"mlm": runs("mlm", [0.30, 0.31, 0.32]), "electra": runs("electra", [0.20, 0.21, 0.22])}
+    found = verdict(grouped, "mlm", {}, [], 1e11, controls,
+                    tasks=[{"task": "t", "higher_is_better": False, "bayes_ceiling": None}])
+    frozen = next(y for y in found["yardsticks"] if y["yardstick"] == "t (frozen)")
+    assert frozen["higher_is_better"] is False and frozen["rows"][0]["objective"] == "electra"  # the lowest first
+    assert frozen["measures_pretraining"] is True and all(g["gain"] > 0 for g in frozen["gains"])
+    assert all(g["rise"] == pytest.approx(1.0) for g in frozen["gains"])  # falling, from the control, is rising

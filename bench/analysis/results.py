@@ -116,9 +116,9 @@ PROBE_YARDSTICKS = (("replaced_word_share", "replaced_word", True, "replaced-wor
 
 @dataclass(frozen=True)
 class Yardstick:
-    """A cross-objective measure, higher is better: its value at the budget for a run (or an untrained control), and
-    at a curve point (the FLOP checkpoints the compute multipliers are read from) when it has a curve; its best
-    possible value where one is known (1 for a share of the Bayes ceiling)."""
+    """A cross-objective measure: its value at the budget for a run (or an untrained control), and at a curve point
+    (the FLOP checkpoints the compute multipliers are read from) when it has a curve; its best possible value where
+    one is known (1 for a share of the Bayes ceiling); and its direction (a task's, from its metrics)."""
 
     name: str
     label: str
@@ -126,6 +126,7 @@ class Yardstick:
     point: Callable[[dict], float | None] | None = None  # curve row -> value
     ceiling: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the best value
     input_only: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the input-only control
+    higher_is_better: bool = True
 
 
 def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> float | None:
@@ -174,18 +175,20 @@ def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
                        probe_ceiling(key, share), probe_input_only(key.removesuffix("_finetuned"), share))
              for name, key, share, label in PROBE_YARDSTICKS]
     bayes = {t["task"]: t.get("bayes_ceiling") for t in tasks_described or []}
+    higher = {t["task"]: t.get("higher_is_better", True) for t in tasks_described or []}
     tasks = task_names(runs)
     for mode, reading in (("finetuned", "fine-tuned"), ("frozen", "frozen probe")):
         point = (lambda row, t=tasks: average([frozen_point(row, task) for task in t])) if mode == "frozen" else None
         if len(tasks) > 1:
             found.append(Yardstick(f"downstream_average_{mode}", f"downstream average over {len(tasks)} tasks "
                                    f"({reading})", lambda run, m=mode: average([downstream_value(run, task, m)
-                                                                              for task in tasks]), point))
+                                                                              for task in tasks]), point,
+                                   higher_is_better=all(higher.get(task, True) for task in tasks)))
         for task in tasks:
             found.append(Yardstick(f"{task} ({mode})", f"task {task} ({reading})",
                                    lambda run, t=task, m=mode: downstream_value(run, t, m),
                                    (lambda row, t=task: frozen_point(row, t)) if mode == "frozen" else None,
-                                   lambda sees, t=task: bayes.get(t)))
+                                   lambda sees, t=task: bayes.get(t), higher_is_better=higher.get(task, True)))
     return found
 
 
@@ -215,11 +218,12 @@ def gains_over_controls(grouped: dict[str, list[dict]], yardstick: Yardstick, va
         if not control:
             continue
         gain = {"objective": spec, "control": control_of[spec],
-                **gain_over_control(values[spec], control, yardstick.ceiling(sees[spec]))}
+                **gain_over_control(values[spec], control, yardstick.ceiling(sees[spec]), yardstick.higher_is_better)}
         if yardstick.point is not None:
             curve = mean_curve(grouped[spec], yardstick.point)
+            sign = 1 if yardstick.higher_is_better else -1  # "rises" means "improves"
             gain["rise"] = rise_with_compute([0.0] + [f for f, _ in curve],
-                                             [gain["control_mean"]] + [v for _, v in curve])
+                                             [sign * gain["control_mean"]] + [sign * v for _, v in curve])
         gains.append(gain)
     return gains
 
@@ -261,7 +265,8 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
         control_values = {name: final_values(runs, yardstick) for name, runs in controls.items()}
         gains = gains_over_controls(grouped, yardstick, values, control_values, control_of, sees)
         family += gains
-        found.append({**yardstick_verdict(yardstick.name, values, baseline, label=yardstick.label),
+        found.append({**yardstick_verdict(yardstick.name, values, baseline, yardstick.higher_is_better,
+                                          label=yardstick.label),
                       "label": yardstick.label, "gains": gains,
                       "controls": [{"control": name, **stat(v)} for name, v in control_values.items() if v],
                       "input_only": {s: v for s in dict.fromkeys(sees.values())
@@ -279,7 +284,8 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
             continue
         for spec in (spec for spec in grouped if spec != baseline):
             multipliers.append({"objective": spec, "yardstick": yardstick.name,
-                                **compute_multiplier(curves[baseline], values[spec], budget)})
+                                **compute_multiplier(curves[baseline], values[spec], budget,
+                                                     yardstick.higher_is_better)})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
                       if spec in density and baseline in density}
     return {"baseline": baseline, "pretraining": pretraining_summary(found, list(grouped)), "yardsticks": found,

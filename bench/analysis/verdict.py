@@ -128,11 +128,13 @@ def yardstick_verdict(name: str, values: dict[str, list[float]], baseline: str, 
 
 # --- what pretraining bought: the gain over the untrained control -----------------------------------------------
 
-def gain_over_control(values: list[float], control: list[float], ceiling: float | None = None) -> dict:
+def gain_over_control(values: list[float], control: list[float], ceiling: float | None = None,
+                      higher_is_better: bool = True) -> dict:
     """An objective's gain on a yardstick over its own untrained control (the backbones its runs start from): the
     difference of means, Welch's 95 % CI of it and p-value (None with fewer than two values a side, or no spread),
     and the share of the available gain closed, (mean − control) / (ceiling − control), where a ceiling is known and
-    lies above the control. p_holm is filled in by `holm_gains` over the whole family."""
+    lies beyond the control. Where lower is better the gain is control − mean (a gain is always an improvement).
+    p_holm is filled in by `holm_gains` over the whole family."""
     if not values or not control:
         raise ValueError("a gain needs values on both sides")
     mean, control_mean = sum(values) / len(values), sum(control) / len(control)
@@ -140,10 +142,13 @@ def gain_over_control(values: list[float], control: list[float], ceiling: float 
         warnings.simplefilter("ignore", RuntimeWarning)
         low, high = welch_difference_interval(values, control)
         p = _finite_or_none(welch_p_value(values, control))
-    available = None if ceiling is None else ceiling - control_mean
-    return {"gain": mean - control_mean, "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high), "p": p,
+    sign = 1.0 if higher_is_better else -1.0
+    if not higher_is_better:
+        low, high = -high, -low
+    gain, available = sign * (mean - control_mean), None if ceiling is None else sign * (ceiling - control_mean)
+    return {"gain": gain, "ci_low": _finite_or_none(low), "ci_high": _finite_or_none(high), "p": p,
             "p_holm": None, "control_mean": control_mean,
-            "share_of_gain": (mean - control_mean) / available if available and available > 0 else None}
+            "share_of_gain": gain / available if available and available > 0 else None}
 
 
 def holm_gains(gains: list[dict]) -> None:

@@ -257,10 +257,10 @@ def log_likelihood_from(language: Language, words: Tensor, start: Tensor | int =
     return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
 
 
-# The embedded pair tasks (objectives.pairs, bench.yardsticks.embedded_tasks synthetic:order and same-source). A
-# window w of T words is sampled from time `start` of a fresh sequence (0 for a window that opens a sequence); its first
-# C = T − 3 words are cut at h, uniform over a range symmetric under h -> C − h, into a = w[:h] and b = w[h:C]; the pair is
-# shown as x then y, label 1 ("is next") being (x, y) = (a, b), with prior 1/2. What is shown is the C words in their
+# The embedded pair tasks (objectives.pairs, bench.yardsticks.embedded_tasks synthetic:order and same-source). A window
+# w of T words is sampled from time `start` of a fresh sequence (0 for a window that opens a sequence); its first
+# C = T − 3 words are cut at h, uniform over a range symmetric under h -> C − h, into a = w[:h] and b = w[h:C]; the pair
+# is shown as x then y, label 1 ("is next") being (x, y) = (a, b), with prior 1/2. What is shown is the C words in their
 # shown order, `content` = x ++ y, and `first_length` = len(x). The last 3 words of the window are never shown and sum
 # out of every likelihood below; the cut's prior is the same under both labels (for order by its symmetry), so it
 # cancels too.

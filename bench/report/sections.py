@@ -5,6 +5,7 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from bench.analysis.density import analytic_count
+from objectives import REGISTRY, Objective
 
 
 def table(rows: list[list], headers: list[str]) -> str:
@@ -206,25 +207,19 @@ def floor_table(results: dict) -> str:
             "the best loss without context; \"closed\" is the share of the learnable range, unigram → floor, "
             "that the model has covered.\n\n"
             + table(rows, ["objective", "metric", "unigram", "held-out", "Bayes floor", "excess", "closed"])
-            + discriminator_text(results))
+            + objective_notes(results))
 
 
-def discriminator_text(results: dict) -> str:
-    """ELECTRA's discriminator against its trivial answer, "everything is original"."""
+def objective_notes(results: dict) -> str:
+    """What each objective says of its own metrics (Objective.report_note: ELECTRA's discriminator against its
+    trivial answer, say), one paragraph per objective that has something to say."""
     lines = []
     for o in results["objectives"]:
-        m = o["metrics"]
-        if "discriminator_auc" not in m:
-            continue
-        generator = o["floors"].get("generator_loss", {})
-        lines.append(f"`{o['objective']}`: discriminator ROC AUC (replaced against original) "
-                     f"{fmt(m['discriminator_auc'])} (0.5 is chance); loss {fmt(m['discriminator_loss'])} against "
-                     f"{fmt(m['label_entropy'])}, the entropy of its labels (the loss of always answering the "
-                     f"replaced fraction {fmt(m['replaced_fraction'])}); accuracy {fmt(m['discriminator_accuracy'])} "
-                     f"against {fmt(m['trivial_accuracy'])} for \"all original\". Its generator reached "
-                     f"{fmt(m.get('generator_accuracy'))} accuracy"
-                     + (f" and closed {fmt(generator['closed'], 2)} of its learnable range" if generator.get("closed")
-                        else "") + ": the better the generator, the harder the discriminator's task.")
+        cls = REGISTRY.get(o["objective"].partition(":")[0], Objective)  # a results.json of an objective since gone
+        closed = {metric: fmt(floor["closed"], 2) for metric, floor in o["floors"].items() if floor.get("closed")}
+        note = cls.report_note({name: fmt(value) for name, value in o["metrics"].items()}, closed)
+        if note:
+            lines.append(f"`{o['objective']}`: {note}")
     return ("\n\n" + "\n\n".join(lines)) if lines else ""
 
 

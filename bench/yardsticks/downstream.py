@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
-from seqeval.metrics import f1_score as span_f1_score
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task
+from bench.yardsticks.metrics import direction, scores
 from bench.yardsticks.probes import ProbeConfig
 from bench.yardsticks.readout import StandardizedLinear
 from objectives import IGNORE, Objective
@@ -114,35 +113,6 @@ def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
     inside = (torch.arange(hidden.shape[1], device=hidden.device)[None, :] < lengths[:, None]).to(hidden.dtype)
     return (hidden * inside[..., None]).sum(1) / lengths[:, None].to(hidden.dtype)
 
-
-# --- metrics (scikit-learn, and seqeval for entity spans, as the CoNLL and GLUE papers score them) -------------------
-
-def scores(task: Task, predicted: Tensor, split: Split) -> dict[str, float]:
-    """Each of the task's metrics on `split`, and "score": their mean (GLUE averages F1 and accuracy for MRPC/QQP)."""
-    truth = split.labels[split.labels != IGNORE] if task.level == "token" else split.labels
-    truth, predicted = truth.cpu().numpy(), predicted.cpu().numpy()
-    values = {}
-    for metric in task.metrics:
-        if metric == "accuracy":
-            values[metric] = float(accuracy_score(truth, predicted))
-        elif metric == "f1":
-            values[metric] = float(f1_score(truth, predicted, pos_label=1, average="binary", zero_division=0))
-        elif metric == "macro_f1":
-            values[metric] = float(f1_score(truth, predicted, labels=list(range(task.classes)), average="macro",
-                                            zero_division=0))
-        elif metric == "mcc":
-            values[metric] = float(matthews_corrcoef(truth, predicted))
-        elif metric == "span_f1":
-            counts = (split.labels != IGNORE).sum(1).tolist()
-            names = task.label_names
-            true_tags, predicted_tags, start = [], [], 0
-            for count in counts:
-                true_tags.append([names[i] for i in truth[start:start + count]])
-                predicted_tags.append([names[i] for i in predicted[start:start + count]])
-                start += count
-            values[metric] = float(span_f1_score(true_tags, predicted_tags, zero_division=0))
-    values["score"] = sum(values.values()) / len(values)
-    return values
 
 # --- the frozen probe -----------------------------------------------------------------------------------------------
 
@@ -263,7 +233,7 @@ class Downstream:
                 "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs)}
 
     def describe(self) -> list[dict]:
-        return [task.describe() for task in self.tasks]
+        return [{**task.describe(), "higher_is_better": direction(task.metrics)} for task in self.tasks]
 
 
 def add_finetune_flags(add, defaults_from_run: bool = False) -> None:

@@ -12,11 +12,11 @@ from bench.data import synthetic
 from bench.seeds import derive_seed
 from bench.yardsticks.examples import Split, Task, TaskContext, TaskOptions, encode, encode_tagged
 from objectives import Vocab
-from objectives.pairs import Pairs, make_pairs, pair_layout
+from objectives.pairs import EMBEDDED_TASK_OF, Pairs, make_pairs, pair_layout
 
 SYNTHETIC_TASKS = ("tagging", "component", "order", "same-source")
 
-PAIR_TASK_OF = {"order": "sop", "same-source": "nsp"}  # the embedded pair tasks ask what these objectives train on
+PAIR_TASK_OF = {task: pair for pair, task in EMBEDDED_TASK_OF.items()}  # the pair mode each pair task asks about
 
 PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
 

@@ -18,7 +18,6 @@ from objectives import IGNORE, Vocab
 
 SPLIT_SEED = 0
 
-METRICS = ("accuracy", "f1", "macro_f1", "mcc", "span_f1")
 
 
 @dataclass(frozen=True)

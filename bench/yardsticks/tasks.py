@@ -28,7 +28,8 @@ from __future__ import annotations
 from backbone import ConfigError
 from bench.data.text import quiet_datasets
 from bench.yardsticks.embedded_tasks import SYNTHETIC_TASKS, synthetic_task
-from bench.yardsticks.examples import METRICS, Task, TaskContext, TaskOptions
+from bench.yardsticks.examples import Task, TaskContext, TaskOptions
+from bench.yardsticks.metrics import METRICS
 from bench.yardsticks.text_tasks import conll_task, file_task, hub_task
 from objectives import parse_options, split_specs
 

@@ -13,6 +13,7 @@ import torch
 from backbone import ConfigError
 from bench.data.text import file_kind, hub_reachable
 from bench.yardsticks.examples import SPLIT_SEED, Task, TaskContext, TaskOptions, encode, encode_tagged
+from bench.yardsticks.metrics import METRICS
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 
@@ -169,8 +170,9 @@ def text_task(spec: str, tables: dict[str, datasets.Dataset], options: TaskOptio
     splits = {split: encode(context, texts, pairs, torch.tensor([index[label] for label in labels]))
               for split, (texts, pairs, labels) in columns.items()}
     metrics = (options.metric,) if options.metric else default_metrics
-    if "span_f1" in metrics:
-        raise ConfigError(f"{spec}: span_f1 scores tagging tasks (conll:PATH), not classification")
+    tagging = [name for name in metrics if METRICS[name].tagging_only]
+    if tagging:
+        raise ConfigError(f"{spec}: {tagging[0]} scores tagging tasks (conll:PATH), not classification")
     if len(label_names) > 2 and "f1" in metrics:
         raise ConfigError(f"{spec}: binary f1 needs 2 classes, this task has {len(label_names)}; use macro_f1")
     sizes = ", ".join(f"{split} {len(splits[split])}" for split in ("train", "dev", "test"))
