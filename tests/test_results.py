@@ -92,3 +92,24 @@ def test_a_flat_curve_row_of_an_older_folder_reads_as_this_versions_row(tmp_path
     assert [row["metrics"] for row in read_curve(tmp_path / "curve.jsonl")] == [typed["metrics"]] * 2
     older = {"objective": "mlm", "curve": [flat]}
     assert final_metrics(upgrade_result(older)) == {"loss": 2.5, "accuracy": 0.2}
+
+
+def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
+    from bench.report.sections import objective_notes
+
+    def summary(spec: str, metrics: dict, floors: dict) -> dict:
+        return {"objective": spec, "metrics": {k: stat(v) for k, v in metrics.items()}, "floors": floors}
+
+    results = {"objectives": [
+        summary("mlm", {"accuracy": [0.4, 0.5]}, {}),
+        summary("electra:rate=0.25", {"discriminator_auc": [0.8, 0.9], "discriminator_loss": [0.3, 0.3],
+                                      "label_entropy": [0.5, 0.5], "replaced_fraction": [0.2, 0.2],
+                                      "discriminator_accuracy": [0.85, 0.87], "trivial_accuracy": [0.8, 0.8],
+                                      "generator_accuracy": [0.3, 0.4]}, {"generator_loss": {"closed": stat([0.612])}}),
+        summary("gone", {"accuracy": [0.1]}, {})]}  # a results.json of an objective no longer registered
+    text = objective_notes(results)
+    assert "`mlm`" not in text and "`gone`" not in text
+    assert text.startswith("\n\n`electra:rate=0.25`: discriminator ROC AUC (replaced against original) "
+                           f"{fmt(stat([0.8, 0.9]))} (0.5 is chance)")
+    assert "closed 0.61 of its learnable range" in text and f"reached {fmt(stat([0.3, 0.4]))} accuracy" in text
+    assert objective_notes({"objectives": [summary("ar", {"accuracy": [0.3]}, {})]}) == ""

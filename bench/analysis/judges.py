@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bench.analysis.results import p_value, stat, yardsticks
+from bench.analysis.measures import yardsticks
+from bench.analysis.results import p_value, stat
 from bench.analysis.stats import welch_difference_interval
 
 # Welch's p below this is a difference; at or above it, "not significant" (the verdict's threshold)

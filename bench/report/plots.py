@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from bench.files import write_atomic
-from bench.analysis.results import yardsticks
+from bench.analysis.measures import yardsticks
 
 
 def curve_frame(runs: list[dict]) -> pd.DataFrame:
