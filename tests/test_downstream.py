@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from backbone import Backbone, ConfigError, measure_flops, resolve_model
-from bench.data import synthetic
-from bench.yardsticks import text_tasks
 from bench.cli import run
 from bench.compare import main as compare_main
+from bench.data import synthetic
 from bench.data.corpus import speller, synthetic_language
 from bench.data.text import train_tokenizer, vocab_for_tokenizer
 from bench.downstream import context_for_run, main as downstream_main
+from bench.yardsticks import text_tasks
 from bench.yardsticks.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, reading,
                                          representations, scores)
 from bench.yardsticks.examples import Split, Task, TaskContext

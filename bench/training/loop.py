@@ -20,8 +20,8 @@ from bench.data.corpus import Corpus
 from bench.files import append_jsonl
 from bench.seeds import derive_seed
 from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
-from bench.training.curve import curve_row
 from bench.training.config import EVAL_SEED, eval_grid, learning_rate, run_name
+from bench.training.curve import curve_row
 from bench.training.distributed import Agreement, agree, step_counts
 from bench.training.live import LiveMetrics
 from bench.training.state import Run, save_checkpoint

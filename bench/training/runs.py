@@ -15,8 +15,8 @@ from lightning_fabric import Fabric
 from bench.data.corpus import Corpus
 from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
-from bench.training.curve import read_curve, upgrade_result
 from bench.training.config import TrainConfig, configure_matmuls, run_name
+from bench.training.curve import read_curve, upgrade_result
 from bench.training.loop import TrainingDiverged, Yardstick, fit
 from bench.training.state import Run, restore, setup_run
 from bench.training.stopping import stop_agreed, stop_message, stop_on_signals
