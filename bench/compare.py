@@ -36,12 +36,10 @@ from bench.training.sweep import sweep, sweep_rates
 from bench.yardsticks.downstream import add_finetune_flags
 
 DEFAULT_OBJECTIVES = "mlm,ar,electra"
-
 # The default setup: every objective learns its own task and beats its untrained control on two yardsticks or more,
 # which discriminate, in under 5 minutes for 3 objectives x 3 seeds on 2 CPU cores (README: "The default
 # comparison"). At 4e11 one ELECTRA seed in three had not yet left its trivial answer.
 DEFAULT_BUDGET = 8e11
-
 DEFAULT_MODEL = "mini"
 DEFAULT_SEQ_LEN = 64
 DEFAULT_SEEDS = 3

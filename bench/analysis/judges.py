@@ -235,7 +235,6 @@ def judge_units(evidence: Evidence) -> list[dict]:
 
 # ¼×, 1× and 4× bench.compare's DEFAULT_BUDGET (8e11; a test holds "default" to it: presets cannot import compare)
 BUDGETS = (("quarter", 2e11), ("default", 8e11), ("four-times", 3.2e12))
-
 ELECTRA_PEERS = ("mlm", "mlm:rate=0.4", "electra", "ar")
 
 

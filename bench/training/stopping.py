@@ -14,7 +14,6 @@ import torch
 from lightning_fabric import Fabric
 
 EXIT_STOPPED = 4  # exit status after a stop signal: the state is saved, rerun with --resume to continue
-
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGUSR1") if hasattr(signal, name))
 
 

@@ -15,9 +15,7 @@ from objectives import Vocab
 from objectives.pairs import EMBEDDED_TASK_OF, Pairs, make_pairs, pair_layout
 
 SYNTHETIC_TASKS = ("tagging", "component", "order", "same-source")
-
 PAIR_TASK_OF = {task: pair for pair, task in EMBEDDED_TASK_OF.items()}  # the pair mode each pair task asks about
-
 PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
 
 # --- the embedded language's tasks ------------------------------------------------------------------------------------

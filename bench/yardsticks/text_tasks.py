@@ -16,7 +16,6 @@ from bench.yardsticks.examples import SPLIT_SEED, Task, TaskContext, TaskOptions
 from bench.yardsticks.metrics import METRICS
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
-
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
 
 # GLUE: (first text field, second or None, metrics; the task's score is their mean, as the GLUE leaderboard averages
