@@ -1,14 +1,18 @@
 """bench.analysis.results and bench.report as layers of their own: hand-made run records in, the numbers and tables
 out, each checked against arithmetic done here."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 
-from bench.analysis.results import compute_summary, final_metrics, loss_summary, p_value, stat
+from bench.analysis.results import Measured, build_results, compute_summary, final_metrics, loss_summary, p_value, stat
 from bench.files import append_jsonl
 from bench.report.sections import compute_section, fmt, loss_table, table
 from bench.training.curve import read_curve, upgrade, upgrade_result
+
+REPORTS = Path(__file__).resolve().parents[1] / "reports"
 
 
 def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> dict:
@@ -113,3 +117,28 @@ def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
                            f"{fmt(stat([0.8, 0.9]))} (0.5 is chance)")
     assert "closed 0.61 of its learnable range" in text and f"reached {fmt(stat([0.3, 0.4]))} accuracy" in text
     assert objective_notes({"objectives": [summary("ar", {"accuracy": [0.3]}, {})]}) == ""
+
+
+@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPORTS)) for p in REPORTS.rglob("results.json")))
+def test_every_committed_results_json_rebuilds_to_itself(path):
+    # what bench.downstream --run does before adding a task: read the measurements back, build the results again;
+    # the folders written before the curve rows were typed (and before "tasks" was stored) included
+    stored = json.loads((REPORTS / path).read_text())
+    if "runs" not in stored:
+        pytest.skip("a multi-comparison preset's own summary: the paper section only")
+    rebuilt = build_results(Measured.from_results(stored))
+    for run in stored["runs"]:
+        run["curve"] = [upgrade(row) for row in run["curve"]]
+    stored.pop("paper", None)
+    for added in ("tasks", "seq_len_accounting"):  # stored since this version; derived from the summaries before
+        assert rebuilt[added] == stored.pop(added, rebuilt[added])
+        rebuilt.pop(added)
+    for task in (rebuilt["downstream"] or {}).get("tasks", []):
+        assert task.pop("higher_is_better", True) is True
+    assert without_seconds(rebuilt) == without_seconds(stored)  # the wall-time split postdates the oldest folders
+
+
+def without_seconds(value):
+    if isinstance(value, dict):
+        return {k: without_seconds(v) for k, v in value.items() if "seconds" not in k}
+    return [without_seconds(v) for v in value] if isinstance(value, list) else value
