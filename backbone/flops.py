@@ -7,6 +7,11 @@ Convention (the one `torch.utils.flop_counter.FlopCounterMode` measures, so the 
 - fused attention's backward recomputes the score matrix and then runs four products: 2.5 × its forward (this is what
   the flash / memory-efficient kernels execute on CPU and GPU alike);
 - the vocabulary projection is counted only on the rows where it is computed.
+
+That is the *dense* convention. Under the *executed* one, causal and prefix attention are charged only for the
+TILE × TILE blocks of the score matrix a tiled (flash-style) kernel computes: a block the mask hides entirely is
+skipped, in the forward and the backward alike. For a causal window of n tiles that is n(n + 1)/2 of the n² blocks
+(5/8 at T = 512, about half at long T); a window of one tile (T ≤ TILE) saves nothing.
 """
 
 from __future__ import annotations
@@ -38,10 +43,37 @@ class Flops:
         return 3 * self.dense + (7 * self.attention) // 2  # attention is a multiple of 4, so this is exact
 
 
-def transformer_flops(batch_size: int, seq_len: int, d_model: int, d_ff: int, n_layer: int) -> Flops:
+CONVENTIONS = ("dense", "executed")
+TILE = 128  # query rows and key columns of one block of a tiled attention kernel (FlashAttention-2's usual tile)
+
+
+def attention_entries(seq_len: int, attention: str = "bidirectional", prefix_len: int | None = None,
+                      convention: str = "dense") -> int:
+    """Entries (query, key) of one head's score matrix charged for a window: all T² under the dense convention;
+    under the executed one, those of the blocks a tiled kernel does not skip. A block is skipped when the mask hides
+    every entry of it: every key after every query of the block (causal), and, for a prefix LM, none of its keys in
+    the bidirectional prefix either."""
+    if convention not in CONVENTIONS:
+        raise ValueError(f"FLOP convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
+    if convention == "dense" or attention == "bidirectional":
+        return seq_len * seq_len
+    prefix = (prefix_len or 0) if attention == "prefix" else 0
+    entries = 0
+    for first_query in range(0, seq_len, TILE):
+        rows = min(TILE, seq_len - first_query)
+        for first_key in range(0, seq_len, TILE):
+            if first_key <= first_query + rows - 1 or first_key < prefix:  # some entry of the block is visible
+                entries += rows * min(TILE, seq_len - first_key)
+    return entries
+
+
+def transformer_flops(batch_size: int, seq_len: int, d_model: int, d_ff: int, n_layer: int,
+                      score_entries: int | None = None) -> Flops:
+    """`score_entries`: of one head's score matrix per window (attention_entries); T² when not given."""
     tokens = batch_size * seq_len
+    entries = seq_len * seq_len if score_entries is None else score_entries
     per_layer_dense = 2 * tokens * d_model * (3 * d_model + d_model + 2 * d_ff)  # qkv, output projection, MLP
-    per_layer_attention = 2 * 2 * batch_size * seq_len * seq_len * d_model  # scores and values, summed over heads
+    per_layer_attention = 2 * 2 * batch_size * entries * d_model  # scores and values, summed over heads
     return Flops(dense=n_layer * per_layer_dense, attention=n_layer * per_layer_attention)
 
 

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from backbone.config import BackboneConfig
-from backbone.flops import Flops, transformer_flops
+from backbone.flops import Flops, attention_entries, transformer_flops
 from backbone.kv_cache import KVCache
 
 ATTENTION_MODES = ("bidirectional", "causal", "prefix")
@@ -151,9 +151,9 @@ class Transformer(nn.Module):
             kv_cache.advance(seq_len)
         return self.norm(x)
 
-    def flops(self, batch_size: int, seq_len: int) -> Flops:
+    def flops(self, batch_size: int, seq_len: int, score_entries: int | None = None) -> Flops:
         c = self.config
-        return transformer_flops(batch_size, seq_len, c.d_model, c.d_ff, c.n_layer)
+        return transformer_flops(batch_size, seq_len, c.d_model, c.d_ff, c.n_layer, score_entries)
 
     def activation_values(self, batch_size: int, seq_len: int, checkpointing: bool = False) -> int:
         """About how many values a training step keeps for the backward pass: per block and token, ten of width d
@@ -181,6 +181,8 @@ class Backbone(nn.Module):
     def __init__(self, config: BackboneConfig) -> None:
         super().__init__()
         self.config = config
+        # how attention FLOPs are charged (backbone.flops): "dense", or "executed" for a run that asks
+        self.flops_convention = "dense"
         self.token_embedding = nn.Embedding(config.vocab_size, config.d_model)
         self.position_embedding = (nn.Embedding(config.max_seq_len, config.d_model)
                                    if config.positions == "learned" else None)
@@ -232,10 +234,13 @@ class Backbone(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def flops(self, batch_size: int, seq_len: int, logit_rows: int) -> Flops:
-        """FLOPs of a forward over (batch_size, seq_len) that projects `logit_rows` rows onto the vocabulary."""
-        return self.transformer.flops(batch_size, seq_len) + Flops(dense=2 * logit_rows * self.config.d_model
-                                                                   * self.config.vocab_size)
+    def flops(self, batch_size: int, seq_len: int, logit_rows: int, attention: str = "bidirectional",
+              prefix_len: int | None = None) -> Flops:
+        """FLOPs of a forward over (batch_size, seq_len) in `attention` mode that projects `logit_rows` rows onto
+        the vocabulary, under the backbone's `flops_convention` (backbone.flops: "dense" unless a run asks)."""
+        entries = attention_entries(seq_len, attention, prefix_len, self.flops_convention)
+        projection = Flops(dense=2 * logit_rows * self.config.d_model * self.config.vocab_size)
+        return self.transformer.flops(batch_size, seq_len, entries) + projection
 
 
 def init_weights(module: nn.Module) -> None:

@@ -8,16 +8,20 @@ markdown bench.report.
 
 from __future__ import annotations
 
+import math
 import os
+import shlex
 import sys
 import time
-from argparse import Namespace
+from argparse import ArgumentTypeError, Namespace
 from pathlib import Path
 from typing import Callable, Mapping
 
 import torch
 
 from backbone import ConfigError
+from backbone.flops import CONVENTIONS
+from bench.analysis.budgets import frontier_results
 from bench.analysis.density import position_row
 from bench.analysis.presets import describe_presets, flag_text, get_preset, paper_section
 from bench.analysis.results import Measured, build_results
@@ -25,6 +29,7 @@ from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.comparison import (DEFAULT_LR, bayes_references, describe_setup, output_folder, plan, run_all, run_controls,
                               warn_small_steps)
 from bench.files import read_json, write_atomic, write_json
+from bench.report.frontier import budget_folder, write_frontier_report
 from bench.report.markdown import write_preset_report, write_report
 from bench.training import config_file
 from bench.training.config import TrainConfig
@@ -62,13 +67,21 @@ def build_parser() -> Parser:
     add = parser.add_argument
     add("--objectives", default=DEFAULT_OBJECTIVES,
         help="comma-separated objective specs: mlm, ar, electra, span, each with options as NAME:KEY=VALUE,... "
-             "(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0); the first is the baseline of the tests and compute "
-             "multipliers "
+             "(e.g. mlm:rate=0.4,mask=1.0,random=0,keep=0), or a schedule of them on one backbone, A>B@SHARE "
+             "(ar>mlm@0.25: AR for the first 25 %% of the FLOP budget, then MLM on the same weights, optimizer and "
+             "learning-rate schedule); the first is the baseline of the tests and compute multipliers "
              f"(default {DEFAULT_OBJECTIVES})")
     add("--seeds", type=int, default=DEFAULT_SEEDS, help="runs per objective, seeds 0..N-1; 2 or more give "
                                                          f"confidence intervals and tests (default {DEFAULT_SEEDS})")
     add("--budget", type=float, default=DEFAULT_BUDGET,
         help=f"training FLOPs per run, forward + backward, as counted by the suite (default {DEFAULT_BUDGET:g})")
+    add("--budgets", type=budget_list, default=None, metavar="B,B,...",
+        help="a budget sweep, e.g. 1e11,4e11,1.6e12, in place of --budget: one complete comparison per budget in "
+             "--out/budget-B (every run's learning-rate schedule ends at its own budget: a point is a finished run, "
+             "not a checkpoint of a longer one), each with its own report, then the efficiency frontier in --out's "
+             "report.md: per yardstick, a fit of score against log-FLOPs, each objective's compute multiplier "
+             "against the baseline at every budget and where two objectives' curves cross, with 95 %% CIs from a "
+             "bootstrap over seeds; --resume continues it (default: one comparison at --budget)")
     add("--model", default=DEFAULT_MODEL, help=MODEL_HELP + f" (default {DEFAULT_MODEL})")
     add("--seq-len", default=DEFAULT_SEQ_LEN, metavar="T|T:SHARE,...",
         help="window length T in tokens, or a schedule of LENGTH:SHARE phases, SHARE the fraction of the FLOP budget "
@@ -77,6 +90,11 @@ def build_parser() -> Parser:
              "longest length, a shorter phase reads each long window cut into consecutive windows of its length, "
              "the phase switches when the FLOPs spent cross its share, and held-out evaluation is at the last "
              f"phase's length (default {DEFAULT_SEQ_LEN})")
+    add("--flops", default="dense", choices=CONVENTIONS,
+        help="how attention FLOPs are charged against --budget: dense, the full T × T score matrix whatever the "
+             "mask (what torch's FlopCounterMode measures); executed, only the 128 × 128 blocks a tiled "
+             "(flash-style) kernel computes, so causal and prefix attention cost about half at long T, and a window "
+             "of 128 tokens or fewer costs the same either way (default dense)")
     add("--batch-size", type=int, default=32, help="global batch size in windows, the same for every objective "
                                                    "(default 32)")
     add("--lr", default=DEFAULT_LR, help="peak AdamW learning rate: one number for every objective, then optional "
@@ -258,6 +276,20 @@ def config_defaults(path: Path) -> tuple[dict, dict[str, float], int | None, dic
     return defaults, rates, seeds or None, config_file.value(saved, "versions")
 
 
+def budget_list(text: str) -> list[float]:
+    """argparse type of --budgets: two or more different positive FLOP counts, in increasing order."""
+    try:
+        values = [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ArgumentTypeError(f"{text!r} is not a comma-separated list of FLOP counts") from None
+    if any(not (0 < value < math.inf) for value in values):
+        raise ArgumentTypeError(f"{text!r}: every budget must be a positive number of FLOPs")
+    if len(set(values)) < 2:
+        raise ArgumentTypeError(f"{text!r}: a sweep needs two or more different budgets (three or more to tell a "
+                                "curve from a line)")
+    return sorted(set(values))
+
+
 def check_args(args) -> None:
     parse_seq_len(args.seq_len)
     for name, low in (("seeds", 1), ("batch_size", 1), ("eval_points", 1), ("num_nodes", 1)):
@@ -313,11 +345,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"warning: torchrun does not pass {' or '.join(unforwarded)} on to its workers: a scheduler's "
               f"{unforwarded[0]} would end it and them mid-step, unsaved; start torchrun with --signals-to-handle "
               f"{TORCHRUN_FORWARDS},{','.join(unforwarded)}, or have the scheduler send SIGTERM", file=sys.stderr)
+    if args.budgets and given_flag(sys.argv[1:] if argv is None else argv, "budget"):
+        raise ConfigError("--budget and --budgets both set the budget; give one of them")
     with stop_on_signals():  # once for the whole command: a signal between two steps is not lost (README)
         if args.preset is not None:
             diverged = run_preset(args, argv)
         else:
-            _, diverged = compare(args, argv)
+            _, diverged = compare_or_sweep(args, argv)
     if diverged:
         sys.exit(3)
 
@@ -362,6 +396,34 @@ def compare(args: Namespace, argv: list[str] | None,
     return results, diverged
 
 
+def compare_or_sweep(args: Namespace, argv: list[str] | None,
+                     paper: Callable[[dict], dict] | None = None) -> tuple[dict | None, list[dict]]:
+    """One comparison at --budget, or with --budgets one per budget in --out/budget-B and the frontier report on
+    top; (results, diverged runs) on rank 0, a sweep's results being its frontier's
+    (bench.analysis.budgets.frontier_results)."""
+    if not args.budgets:
+        return compare(args, argv, paper)
+    out, by_budget, diverged, started = output_folder(args.out), {}, [], time.perf_counter()
+    for budget in args.budgets:
+        print(f"budget sweep: comparison at {budget:g} FLOPs in {out / budget_folder(budget)}", file=sys.stderr)
+        results, lost = compare(Namespace(**{**vars(args), "budget": budget, "budgets": None,
+                                             "out": out / budget_folder(budget)}), argv)
+        by_budget[budget], diverged = results, diverged + lost
+    if any(results is None for results in by_budget.values()):  # not rank 0
+        return None, diverged
+    largest = by_budget[max(by_budget)]
+    setup = {key: value for key, value in largest["setup"].items() if key not in ("budget (FLOPs)", "written")}
+    frontier = frontier_results(by_budget, largest["baseline"], {
+        "command": "python -m bench.compare " + shlex.join(sys.argv[1:] if argv is None else argv),
+        "budgets (FLOPs)": ", ".join(f"{budget:.3g}" for budget in args.budgets), **setup,
+        "sweep wall time": f"{time.perf_counter() - started:.0f} s in this session"})
+    if paper is not None:  # a preset's judge reads every budget's comparison, and the frontier
+        frontier["paper"] = paper({**frontier, "comparisons": {budget_folder(budget): results
+                                                               for budget, results in by_budget.items()}})
+    print(f"report: {write_frontier_report(out, frontier)}")
+    return frontier, diverged
+
+
 def flag_value(dest: str, value: object) -> object:
     """A preset's setting as the flag's parser would have converted it."""
     action = next(action for action in build_parser()._actions if action.dest == dest)
@@ -373,14 +435,15 @@ def run_preset(args: Namespace, argv: list[str] | None) -> list[dict]:
     report; returns the diverged runs."""
     preset, started = get_preset(args.preset), time.perf_counter()
     if not preset.variants:
-        return compare(args, argv, lambda results: paper_section(preset, {"": results},
-                                                                 time.perf_counter() - started))[1]
+        return compare_or_sweep(args, argv, lambda results: paper_section(
+            preset, results.get("comparisons") or {"": results}, time.perf_counter() - started,
+            results if "comparisons" in results else None))[1]
     out = output_folder(args.out)
     found, diverged = {}, []
     for variant in preset.variants:
         print(f"preset {preset.name}: comparison {variant.name} ({flag_text(variant.flags)})", file=sys.stderr)
         flags = {dest: flag_value(dest, value) for dest, value in variant.flags.items()}
-        results, lost = compare(Namespace(**{**vars(args), **flags, "out": out / variant.name}), argv)
+        results, lost = compare_or_sweep(Namespace(**{**vars(args), **flags, "out": out / variant.name}), argv)
         found[variant.name], diverged = results, diverged + lost
     if all(results is not None for results in found.values()):  # rank 0
         print(f"report: {write_preset_report(out, paper_section(preset, found, time.perf_counter() - started))}")

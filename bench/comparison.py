@@ -36,7 +36,7 @@ from bench.yardsticks.downstream import Downstream, describe_recipe, finetune_co
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes, input_only_controls, probe_ceilings
 from bench.yardsticks.tasks import load_tasks, parse_task_list
-from objectives import Objective, Vocab, parse_objective_list
+from objectives import Objective, ObjectiveSchedule, Vocab, parse_objective_list
 
 DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
 SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host (warn_small_steps)
@@ -130,7 +130,7 @@ def plan(args, fabric: Fabric) -> Plan:
                          eval_points=args.eval_points, probe_every_eval=not args.no_probe_curves, compile=args.compile,
                          micro_batch=args.micro_batch, activation_checkpointing=args.activation_checkpointing,
                          checkpoint_every=args.checkpoint_every, tf32=tf32_matmuls(fabric.device, args.precision),
-                         log_every=args.log_every, seq_len_schedule=schedule)
+                         log_every=args.log_every, seq_len_schedule=schedule, flops=args.flops)
     check_config(config, fabric.world_size)
     out = output_folder(args.out)
     if out.exists() and not out.is_dir():
@@ -138,10 +138,16 @@ def plan(args, fabric: Fabric) -> Plan:
     corpus = plan_corpus(args, out, longest)
     probe = None if args.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
     shape = resolve_model(args.model, corpus.vocab.size, longest)
-    objectives = [build_on_meta(spec, shape, corpus.vocab) for spec in specs]
+    objectives = [build_on_meta(spec, shape, corpus.vocab, config.flops) for spec in specs]
     for objective in objectives:
         for seq_len in dict.fromkeys(schedule.lengths):
             objective.check_seq_len(seq_len)
+    for objective in objectives:
+        own = objective.pieces_with_own_parameters() if isinstance(objective, ObjectiveSchedule) else []
+        if own and fabric.world_size > 1:
+            raise ConfigError(f"{objective.spec()} on {fabric.world_size} processes: its piece(s) {', '.join(own)} "
+                              "hold parameters that no gradient reaches in the other pieces' shares, which DDP "
+                              "refuses; run it on one process, or use pieces without heads of their own")
     canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
@@ -189,25 +195,36 @@ def schedule_accounting(specs: list[str], objectives: list[Objective], schedule:
     """For a schedule, per objective: the steps, positions and FLOPs each phase is predicted to get
     (bench.training.schedule.predict_phases), and what the final length throughout would give for the same FLOPs; the
     report sets the measured positions beside them. A phase that would get no step is a mistake, refused here."""
+    for spec, objective in zip(specs, objectives):  # every phase, of the lengths and of an objective schedule
+        split = schedule.split_at(objective.starts)
+        for phase, predicted in zip(split.phases, predicted_phases(objective, split, config)):
+            if predicted["steps"] == 0:
+                what = f"--seq-len {schedule.text}: phase {phase.seq_len}:{phase.share:g}" if split is schedule else \
+                    f"{spec}: its {objective.piece(phase.piece).spec()} phase of {phase.share:g} of the FLOPs"
+                raise ConfigError(f"{what} gets no step of {spec} at --budget {config.budget_flops:g} (the phase "
+                                  "before it overshoots past its end); raise its share or the budget")
     if schedule.is_fixed:
         return None
     found = {}
     for spec, objective in zip(specs, objectives):
-        phases = predicted_phases(objective, schedule, config)
-        for phase, predicted in zip(schedule.phases, phases):
-            if predicted["steps"] == 0:
-                raise ConfigError(f"--seq-len {schedule.text}: phase {phase.seq_len}:{phase.share:g} gets no step of "
-                                  f"{spec} at --budget {config.budget_flops:g} (the phase before it overshoots past "
-                                  "its end); raise its share or the budget")
+        split = schedule.split_at(objective.starts)
+        phases = predicted_phases(objective, split, config)
+        if split is not schedule:  # per length, each piece at its own cost
+            phases = schedule.merged([{**phase, "share": cut.share} for phase, cut in zip(phases, split.phases)],
+                                     ("steps", "tokens", "supervised_positions", "flops"))
+            phases = [{k: v for k, v in phase.items() if k != "share"} for phase in phases]
         found[spec] = {"predicted": phases,
                        "final_throughout": predicted_phases(objective, SeqLenSchedule.fixed(schedule.final), config)[0]}
     return {"schedule": schedule.text, "final_seq_len": schedule.final, "objectives": found}
 
 
 def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: TrainConfig) -> list[dict]:
+    """The predicted phases of `schedule` (cut by an objective schedule's pieces when it is), each piece at its
+    own cost per sequence."""
+    pieces = [objective.piece(k) for k in range(len(objective.starts))]
     return [asdict(phase) for phase in predict_phases(schedule, config.budget_flops, config.batch_size,
-                                                      objective.expected_flops_per_sequence,
-                                                      objective.expected_supervised_positions)]
+                                                      [piece.expected_flops_per_sequence for piece in pieces],
+                                                      [piece.expected_supervised_positions for piece in pieces])]
 
 
 def check_resume(out: Path, recorded: dict, resume: bool) -> dict | None:
@@ -304,6 +321,10 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
                  f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}",
         "sequence length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
         "global batch": args.batch_size,
+        "FLOPs charged": (f"{config.flops}: " + ("attention over the full T × T, whatever the mask (what torch's "
+                                                  "FlopCounterMode measures)" if config.flops == "dense" else
+                                                  "causal and prefix attention only for the blocks a tiled kernel "
+                                                  "computes (backbone.flops)")),
         "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
         + (" (chosen by --lr-sweep)" if args.lr_sweep else ""),
         "data": f"{corpus.name}: {corpus.description}",

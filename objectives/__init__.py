@@ -12,6 +12,7 @@ from objectives.base import IGNORE, NUM_SENTINELS, SPECIAL_TOKENS, Corrupted, Fl
 from objectives.causal import CausalLM
 from objectives.electra import Electra
 from objectives.mlm import MaskedLM
+from objectives.schedule import ObjectiveSchedule, build_schedule, split_schedule
 from objectives.span import SpanCorruption
 
 REGISTRY: dict[str, type[Objective]] = {cls.name: cls for cls in (MaskedLM, CausalLM, Electra, SpanCorruption)}
@@ -29,6 +30,9 @@ def parse_spec(spec: str) -> tuple[type[Objective], Options]:
 
 
 def build_objective(spec: str, backbone: Backbone, vocab: Vocab) -> Objective:
+    """The objective `spec` names on `backbone`: a registered one, or a schedule of them ("ar>mlm@0.25")."""
+    if ">" in spec:
+        return build_schedule(spec.strip(), backbone, vocab, build_objective)
     cls, options = parse_spec(spec)
     return cls(backbone, vocab, options)
 
@@ -39,10 +43,11 @@ def parse_objective_list(text: str) -> list[str]:
     if not specs:
         raise ConfigError("no objectives given")
     for spec in specs:
-        parse_spec(spec)
+        for piece in split_schedule(spec)[0]:  # a plain spec is its one piece
+            parse_spec(piece)
     return specs
 
 
 __all__ = ["CausalLM", "Corrupted", "Electra", "FloorSpec", "IGNORE", "MaskedLM", "NUM_SENTINELS", "Objective",
-           "Options", "Output", "REGISTRY", "SPECIAL_TOKENS", "SpanCorruption", "Vocab", "build_objective",
-           "parse_objective_list", "parse_options", "parse_spec", "split_specs"]
+           "ObjectiveSchedule", "Options", "Output", "REGISTRY", "SPECIAL_TOKENS", "SpanCorruption", "Vocab",
+           "build_objective", "parse_objective_list", "parse_options", "parse_spec", "split_specs"]

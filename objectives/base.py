@@ -101,6 +101,7 @@ class Corrupted:
     info: dict[str, Tensor] = field(default_factory=dict)  # per-objective extras (e.g. the MLM rewrite kind)
     supervised: Tensor | None = None  # (supervised positions,) flat indices; found from `targets` when not given
     row_offsets: tuple[int, ...] = ()  # row r's indices are supervised[row_offsets[r]:row_offsets[r + 1]]
+    piece: int = 0  # which piece of an objective schedule (objectives.schedule) made the batch; 0 for the others
 
     def __post_init__(self) -> None:
         if self.supervised is None:
@@ -125,7 +126,7 @@ class Corrupted:
             rows += len(b.targets)
         return Corrupted(cat("inputs"), cat("targets"), first.attention, cat("original"), first.prefix_len,
                          {k: torch.cat([b.info[k] for b in batches]) for k in first.info}, torch.cat(shifted),
-                         tuple(offsets))
+                         tuple(offsets), first.piece)
 
     def rows(self, index: slice) -> "Corrupted":
         """The sequences `index` (a contiguous slice) of the batch: a process's share of a global batch, a
@@ -137,7 +138,7 @@ class Corrupted:
         supervised = self.supervised[low:high] - start * self.targets.shape[1]
         return Corrupted(self.inputs[index], self.targets[index], self.attention, self.original[index],
                          self.prefix_len, {k: v[index] for k, v in self.info.items()}, supervised,
-                         tuple(offset - low for offset in self.row_offsets[start:stop + 1]))
+                         tuple(offset - low for offset in self.row_offsets[start:stop + 1]), self.piece)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "Corrupted":
         return self.apply(lambda tensor: tensor.to(device, non_blocking=non_blocking))
@@ -150,7 +151,7 @@ class Corrupted:
         """The batch with `function` applied to each of its tensors."""
         return Corrupted(function(self.inputs), function(self.targets), self.attention, function(self.original),
                          self.prefix_len, {k: function(v) for k, v in self.info.items()}, function(self.supervised),
-                         self.row_offsets)
+                         self.row_offsets, self.piece)
 
 
 @dataclass
@@ -215,6 +216,7 @@ class Objective(nn.Module):
     # A probe reading this backbone's features sees what its attention lets it see: the whole window ("smoothing",
     # the Bayes ceiling from the whole sequence) or only the left context ("filtering").
     tagging_ceiling: str = "smoothing"
+    starts: tuple[float, ...] = (0.0,)  # an objective schedule's: where each piece starts, as shares of the budget
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: Options | None = None) -> None:
         super().__init__()
@@ -224,6 +226,11 @@ class Objective(nn.Module):
         self.vocab = vocab
         self.options = options if options is not None else self.options_class()
         self.options.validate()
+
+    def piece(self, index: int) -> "Objective":
+        """The objective that makes and scores the batches of piece `index` of a schedule: itself, for every
+        objective but a schedule (objectives.schedule)."""
+        return self
 
     # --- the pure half ---
     def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
@@ -344,7 +351,7 @@ def lm_forward(backbone: Backbone, batch: Corrupted, hidden: Tensor | None = Non
 
 def lm_flops(backbone: Backbone, batch: Corrupted) -> int:
     batch_size, seq_len = batch.inputs.shape
-    return backbone.flops(batch_size, seq_len, batch.num_supervised).training_step
+    return backbone.flops(batch_size, seq_len, batch.num_supervised, batch.attention, batch.prefix_len).training_step
 
 
 _TRUE, _FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")

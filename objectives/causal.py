@@ -41,7 +41,7 @@ class CausalLM(Objective):
         return lm_flops(self.backbone, batch)
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
-        return float(self.backbone.flops(1, seq_len, seq_len - 1).training_step)
+        return float(self.backbone.flops(1, seq_len, seq_len - 1, "causal").training_step)
 
     @torch.no_grad()
     def generate(self, prompt: Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,

@@ -148,4 +148,5 @@ class SpanCorruption(Objective):
         return lm_flops(self.backbone, batch)
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
-        return float(self.backbone.flops(1, seq_len, self.lengths(seq_len).targets).training_step)
+        lengths = self.lengths(seq_len)
+        return float(self.backbone.flops(1, seq_len, lengths.targets, "prefix", lengths.inputs).training_step)

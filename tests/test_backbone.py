@@ -3,7 +3,8 @@ import torch
 from conftest import VOCAB, random_tokens
 
 from backbone import Backbone, BackboneConfig, ConfigError, measure_flops, preset
-from backbone.flops import transformer_flops
+from backbone.flops import TILE, attention_entries, transformer_flops
+from backbone.model import attention_mask
 
 
 def model(positions: str = "rope", max_seq_len: int = 32) -> Backbone:
@@ -83,6 +84,42 @@ def test_transformer_flops_by_hand():
     flops = transformer_flops(1, 2, 4, 16, 1)
     assert (flops.dense, flops.attention) == (768, 64)
     assert flops.training_step == 3 * 768 + 64 * 7 // 2
+
+
+def visible_blocks(mask: torch.Tensor, tile: int) -> int:
+    """Brute force: the entries of the tile × tile blocks of a (T, T) visibility mask with any visible entry."""
+    seq_len, entries = mask.shape[0], 0
+    for rows in range(0, seq_len, tile):
+        for cols in range(0, seq_len, tile):
+            block = mask[rows:rows + tile, cols:cols + tile]
+            entries += block.numel() if block.any() else 0
+    return entries
+
+
+@pytest.mark.parametrize("seq_len", [1, 64, 128, 129, 300, 512, 1000])
+def test_executed_attention_charges_the_blocks_a_tiled_kernel_computes(seq_len):
+    assert attention_entries(seq_len, "causal") == seq_len ** 2  # dense: the whole matrix, whatever the mask
+    causal = attention_mask("prefix", seq_len, 0, 0, torch.device("cpu"))[0]  # an empty prefix is the causal mask
+    assert attention_entries(seq_len, "causal", convention="executed") == visible_blocks(causal, TILE)
+    for prefix_len in (1, seq_len // 3, seq_len):
+        mask = attention_mask("prefix", seq_len, 0, prefix_len, torch.device("cpu"))[0]
+        assert attention_entries(seq_len, "prefix", prefix_len, "executed") == visible_blocks(mask, TILE)
+    assert attention_entries(seq_len, "bidirectional", convention="executed") == seq_len ** 2
+    if seq_len <= TILE:  # one tile: nothing to skip
+        assert attention_entries(seq_len, "causal", convention="executed") == seq_len ** 2
+
+
+def test_executed_causal_attention_by_hand_and_through_the_backbone():
+    # T = 512 is 4 tiles a side: 4 + 3 + 2 + 1 = 10 of the 16 blocks
+    assert attention_entries(512, "causal", convention="executed") * 16 == 10 * 512 ** 2
+    backbone = Backbone(preset("tiny", VOCAB.size, max_seq_len=512))
+    dense = backbone.flops(2, 512, 7, "causal")
+    backbone.flops_convention = "executed"
+    executed = backbone.flops(2, 512, 7, "causal")
+    assert executed.dense == dense.dense and executed.attention * 16 == dense.attention * 10
+    assert backbone.flops(2, 512, 7) == dense  # bidirectional: the same either way
+    with pytest.raises(ValueError, match="FLOP convention"):
+        attention_entries(8, "causal", convention="sparse")
 
 
 def test_cpu_attention_is_counted_by_the_flop_counter():

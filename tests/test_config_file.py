@@ -12,7 +12,7 @@ RECORDED = {"data": "synthetic", "seq_len": 64, "text_field": "text", "vocab_siz
             "min_lr_ratio": 0.1, "weight_decay": 0.01, "grad_clip": 1.0, "eval_points": 6, "first_eval": 0.05,
             "eval_windows": 128, "probe_every_eval": True, "compile": False, "model_shape": {"n_layer": 2},
             "learning_rates": {"mlm": 0.003, "ar": 0.006}, "lr_sweep": None, "sweep_fraction": 0.25, "probes": True,
-            "tf32": False, "downstream": None}
+            "flops": "dense", "tf32": False, "downstream": None}
 
 
 def test_every_flag_of_bench_compare_is_recorded_or_said_not_to_be():
@@ -24,7 +24,8 @@ def test_every_flag_of_bench_compare_is_recorded_or_said_not_to_be():
 
 def test_record_keeps_the_schemas_order_and_leaves_out_optional_entries_at_their_absent_value():
     written = config_file.record(dict(reversed(list(RECORDED.items()))))
-    assert list(written) == [key for key in RECORDED if key not in ("tf32", "downstream")]
+    assert list(written) == [key for key in RECORDED if key not in ("flops", "tf32", "downstream")]
+    assert config_file.record({**RECORDED, "flops": "executed"})["flops"] == "executed"
     tasks = {"tasks": ["synthetic:tagging"], "finetune_steps": 150, "finetune_lrs": [0.001, 0.003]}
     assert config_file.record({**RECORDED, "tf32": True, "downstream": tasks})["downstream"] == tasks
     with pytest.raises(ValueError, match=r"unknown \['colour'\], missing \['model_shape'\]"):
@@ -43,7 +44,7 @@ def test_flag_defaults_invert_the_record():
                         "lr_sweep": None, "sweep_fraction": 0.25, "no_probes": False,
                         "downstream": "synthetic:tagging,synthetic:order", "finetune_steps": 20,
                         "finetune_lrs": "0.001,0.01", "micro_batch": 4, "activation_checkpointing": True,
-                        "checkpoint_every": None, "log_every": 10}
+                        "checkpoint_every": None, "log_every": 10, "flops": "dense"}
     # an older folder: no execution, no downstream, no tf32 recorded; a required key missing is a KeyError
     older = config_file.record(RECORDED)
     assert "micro_batch" not in config_file.flag_defaults(older) and "downstream" not in config_file.flag_defaults(older)
@@ -57,6 +58,7 @@ def test_resume_compares_settings_with_older_folders_missing_keys_read_as_their_
     assert config_file.changed(older, now) == []
     assert config_file.changed({**older, "tf32": False}, now) == []  # absent means False
     assert config_file.changed({**older, "tf32": True}, now) == ["tf32"]
+    assert config_file.changed(older, config_file.record({**RECORDED, "flops": "executed"})) == ["flops"]
     assert config_file.changed({**older, "budget_flops": 1e9, "resumed_with": []}, now) == ["budget_flops"]
     assert config_file.changed({k: v for k, v in older.items() if k != "model_shape"}, now) == ["model_shape"]
     assert config_file.changed({**older, "colour": "red"}, now) == ["colour"]  # a key this version does not know

@@ -13,6 +13,7 @@ from conftest import signalling
 from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 
+import backbone.flops
 import bench.training.distributed
 import bench.training.loop
 import bench.training.memory
@@ -777,3 +778,24 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
                                                                                     None)
     trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=False)  # a fresh comparison trains
     assert trained == ["mlm", "mlm"]
+
+
+def test_executed_flops_buy_causal_attention_more_steps_and_are_counted_as_charged(corpus, fabric, tmp_path,
+                                                                                   monkeypatch):
+    monkeypatch.setattr(backbone.flops, "TILE", 8)  # T = 32 is then 4 tiles a side, 10 of 16 blocks computed
+    runs = {(spec, convention): train_run(fabric, spec, 0, corpus, config(flops=convention),
+                                          tmp_path / f"{spec}-{convention}", progress=False)
+            for spec in ("ar", "mlm") for convention in ("dense", "executed")}
+    for spec in ("ar", "mlm"):
+        objective = build_run_objective(spec, config(flops="executed"), corpus)
+        assert objective.backbone.flops_convention == "executed"
+        executed = runs[spec, "executed"]
+        assert executed["flops_per_step"] == BATCH * objective.expected_flops_per_sequence(SEQ_LEN)
+        assert executed["flops"] >= 4e8 > executed["flops"] - executed["flops_per_step"]
+    assert runs["mlm", "executed"]["steps"] == runs["mlm", "dense"]["steps"]  # bidirectional: nothing skipped
+    backbone_flops = build_run_objective("ar", config(), corpus).backbone.flops(BATCH, SEQ_LEN, 0, "causal")
+    saved = backbone_flops.attention * 6 // 16 * 7 // 2  # 6 of 16 blocks, forward and backward (3.5 ×)
+    assert runs["ar", "dense"]["flops_per_step"] - runs["ar", "executed"]["flops_per_step"] == saved
+    assert saved > 0 and all(run["steps"] == math.ceil(4e8 / run["flops_per_step"]) for run in runs.values())
+    with pytest.raises(ConfigError, match="--flops must be one of dense, executed"):
+        check_config(config(flops="sparse"), 1)

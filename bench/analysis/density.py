@@ -13,10 +13,23 @@ from backbone import Backbone, BackboneConfig
 from objectives import Objective, Vocab, build_objective
 
 
-def build_on_meta(spec: str, config: BackboneConfig, vocab: Vocab) -> Objective:
-    """The objective on the meta device: FLOPs and counts need the shapes, not the weights, so even `base` is free."""
+def build_on_meta(spec: str, config: BackboneConfig, vocab: Vocab, flops: str = "dense") -> Objective:
+    """The objective on the meta device: FLOPs and counts need the shapes, not the weights, so even `base` is free.
+    `flops`: the convention its FLOPs are counted in (backbone.flops)."""
     with torch.device("meta"):
-        return build_objective(spec, Backbone(config), vocab)
+        backbone = Backbone(config)
+        backbone.flops_convention = flops
+        return build_objective(spec, backbone, vocab)
+
+
+def flops_under(objective: Objective, seq_len: int, convention: str) -> float:
+    """The objective's training FLOPs per sequence under another FLOP convention than its own."""
+    backbone = objective.backbone
+    own, backbone.flops_convention = backbone.flops_convention, convention
+    try:
+        return objective.expected_flops_per_sequence(seq_len)
+    finally:
+        backbone.flops_convention = own
 
 
 def position_row(objective: Objective, seq_len: int, samples: int = 256, seed: int = 0) -> dict:
@@ -38,6 +51,9 @@ def position_row(objective: Objective, seq_len: int, samples: int = 256, seed: i
         "incremental_generation": objective.can_generate,
         "flops_per_sequence": flops,
         "flops_per_supervised_position": flops / supervised,
+        # what a budget buys under each convention: executed attention is cheaper for causal and prefix masks only
+        "dense_flops_per_sequence": flops_under(objective, seq_len, "dense"),
+        "executed_flops_per_sequence": flops_under(objective, seq_len, "executed"),
         **objective.describe(seq_len),
         **objective.measure_parts(corrupted),
     }

@@ -276,3 +276,31 @@ def judge_seq_len(evidence: Evidence) -> list[dict]:
                                              f"length throughout, at equal FLOPs ({yardstick})", yardstick,
                                    ("schedule", "mlm"), ("fixed", "mlm"))
                         for yardstick in ("replaced_word_finetuned_share", "hidden_state_share")]
+
+
+# MLM against CLM (Gisserot-Boukhlef et al. 2025): MLM at 40 % first, the paper's MLM and the baseline every frontier
+# multiplier is against (a weak 15 % baseline would flatter the others), then BERT's 15 %, CLM, and CLM → MLM-40 %
+# switching at 25, 50 and 75 % of the budget
+CLM_SWITCHES = (0.25, 0.5, 0.75)
+CLM_PEERS = ("mlm:rate=0.4", "mlm", "ar", *(f"ar>mlm:rate=0.4@{share}" for share in CLM_SWITCHES))
+CLM_BUDGETS = (2e11, 8e11, 1.6e12)
+CLM_YARDSTICK = "hidden_state_share"  # the state from context: what every objective must infer
+
+
+def judge_clm(evidence: Evidence) -> list[dict]:
+    """Per budget of the sweep (each a comparison, evidence.results keyed by its folder): MLM against CLM, and each
+    CLM → MLM schedule against MLM alone; at the smallest budget, CLM against MLM (the paper's data efficiency)."""
+    variants = sorted(evidence.results, key=lambda name: float(name.removeprefix("budget-")))
+    findings = []
+    for variant in variants:
+        budget = float(variant.removeprefix("budget-"))
+        findings.append(compare(evidence, f"MLM (40 %) beats CLM at equal FLOPs ({budget:.2g})", CLM_YARDSTICK,
+                                (variant, "mlm:rate=0.4"), (variant, "ar")))
+        for schedule in CLM_PEERS[3:]:
+            findings.append(compare(evidence, f"CLM → MLM ({schedule}) beats MLM alone at equal FLOPs ({budget:.2g})",
+                                    CLM_YARDSTICK, (variant, schedule), (variant, "mlm:rate=0.4")))
+    if variants:
+        findings.append(compare(evidence, f"CLM is the more data-efficient: it leads MLM at the smallest budget "
+                                          f"({float(variants[0].removeprefix('budget-')):.2g})", CLM_YARDSTICK,
+                                (variants[0], "ar"), (variants[0], "mlm:rate=0.4")))
+    return findings

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from backbone import ConfigError
-from bench.analysis.judges import (BUDGETS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge_corruption, judge_electra,
-                                   judge_pairs, judge_seq_len, judge_static, judge_table8, judge_units)
+from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge_clm,
+                                   judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
+                                   judge_table8, judge_units)
 from bench.analysis.results import stat
 
 
@@ -51,6 +52,8 @@ class Preset:
     yardsticks: tuple[str, ...]  # the yardsticks our columns show
     judge: Callable[["Evidence"], list[dict]]
     variants: tuple[Variant, ...] = ()
+    # with --budgets: the pairs whose crossover on the frontier the paper section states
+    frontier_pairs: tuple[tuple[str, str], ...] = ()
 
 
 BERT_SETTING = "BERT-base (110M parameters), 1M steps of 256 × 512 tokens, BooksCorpus + English Wikipedia"
@@ -144,6 +147,27 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         ("replaced_word_finetuned_share", "hidden_state_share"), judge_electra,
         variants=tuple(Variant(name, {"budget": budget}) for name, budget in BUDGETS)),
     Preset(
+        "mlm-vs-clm", "MLM (40 % and 15 %) against CLM and CLM → MLM schedules (switching at 25 / 50 / 75 % of the "
+                      "FLOPs) across a budget sweep, with the efficiency frontier",
+        # no probe curves: the frontier reads each budget's finished runs, and 18 runs per budget fit only without
+        {"objectives": ",".join(CLM_PEERS), "budgets": ",".join(f"{b:g}" for b in CLM_BUDGETS), "seeds": 3,
+         "no_probe_curves": True},
+        PaperTable("Gisserot-Boukhlef et al. 2025, \"Should We Still Pretrain Encoders with Masked Language "
+                   "Modeling?\" (arXiv 2507.00994), secondary transcription (ANCHORS.md); Ettin (Weller et al. 2025)",
+                   "MLM generally yields better performance than CLM; CLM is more data-efficient (it leads early: "
+                   "at 5k steps 78.56 vs 72.49 on sequence classification); a biphasic CLM-then-MLM schedule "
+                   "achieves optimal performance under a fixed compute budget. Ettin: with identical data and shapes "
+                   "encoders win classification, and continuing from the other objective does not close the gap.",
+                   ("SC", "TC", "QA", "IR"),
+                   (("MLM-40 % (610M, 42k steps)", (87.00, 92.21, 62.77, 79.55)),
+                    ("CLM (610M, 42k steps)", (83.58, 92.69, 42.09, 76.20)),
+                    ("10k CLM → 32k MLM (610M)", (87.85, 93.07, 67.77, 79.88))),
+                   "210M-1B parameters, FineWeb-Edu, fixed steps and compute; 12 tasks in 4 groups (SC sequence "
+                   "classification, TC token classification, QA, IR retrieval), 6 learning rates × 5 seeds"),
+        tuple((f"{budget:.2g}: {spec}", f"budget-{budget:g}/{spec}") for budget in CLM_BUDGETS for spec in CLM_PEERS),
+        ("hidden_state_share", "replaced_word_finetuned_share"), judge_clm, frontier_pairs=(("mlm:rate=0.4", "ar"),
+                                                                                           ("mlm", "ar"))),
+    Preset(
         "seq-len-schedule", "BERT's sequence-length schedule (90 % of the steps at T/4, then T) against T "
                             "throughout, at equal FLOPs",
         {"objectives": "mlm", "seeds": 3},
@@ -187,8 +211,28 @@ def describe_presets() -> str:
     return "\n".join(lines)
 
 
-def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float | None) -> dict:
-    """The "Paper versus this run" data: the paper's rows beside ours, the judge's findings and what differs."""
+def frontier_findings(preset: Preset, frontier: dict | None) -> list[dict]:
+    """A budget sweep's crossovers of the preset's pairs, on each of its yardsticks the frontier fitted; a yardstick
+    that measured no pretraining in the sweep says so instead."""
+    found = []
+    for item in (frontier or {}).get("yardsticks", []):
+        if item["yardstick"] not in preset.yardsticks:
+            continue
+        for pair in preset.frontier_pairs:
+            claim = f"where {pair[0]} and {pair[1]} cross ({item['yardstick']})"
+            if "fit" not in item:
+                found.append({"claim": claim, "outcome": "not measurable at this scale", "evidence": item["sentence"]})
+                continue
+            meet = next((m for m in item["crossovers"] if set(m["pair"]) == set(pair)), None)
+            if meet is not None:
+                found.append({"claim": claim, "outcome": "measured", "evidence": meet["sentence"]})
+    return found
+
+
+def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float | None,
+                  frontier: dict | None = None) -> dict:
+    """The "Paper versus this run" data: the paper's rows beside ours, the judge's findings and what differs; with
+    a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
     evidence = Evidence.collect(results)
     ours = []
     for label, target in preset.rows:
@@ -204,7 +248,8 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
     return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
             "paper_columns": list(preset.paper.columns),
             "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],
-            "yardsticks": list(preset.yardsticks), "ours": ours, "findings": preset.judge(evidence),
+            "yardsticks": list(preset.yardsticks), "ours": ours,
+            "findings": preset.judge(evidence) + frontier_findings(preset, frontier),
             "paper_setting": preset.paper.setting,
             "this_run": f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
                         + (" (per comparison: " + ", ".join(f"{name} {r['budget_flops']:.3g}" for name, r in

@@ -17,6 +17,7 @@ from bench.analysis.stats import summarize, welch_p_value
 from bench.analysis.verdict import (ALPHA, beats_control, compute_multiplier, gain_over_control, holm_gains,
                                     rise_with_compute, signal_density_ratio, yardstick_verdict)
 from bench.training.curve import upgrade_result
+from bench.training.schedule import parse_seq_len
 
 PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned", "component")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "wall_seconds",
@@ -254,6 +255,10 @@ def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) ->
     measured = {}
     for spec, runs in grouped.items():
         phased = [run["phases"] for run in runs if run.get("phases")]
+        if phased and len(phased[0]) != len(accounting["objectives"][spec]["predicted"]):
+            # an objective schedule's runs: phases cut at its switches too, seen here per length
+            lengths = parse_seq_len(accounting["schedule"])
+            phased = [lengths.merged(phases, PHASE_COUNTS) for phases in phased]
         if phased:
             measured[spec] = [{"seq_len": phases[0]["seq_len"], "share": phases[0]["share"],
                                **{key: sum(p[key] for p in phases) / len(phases) for key in PHASE_COUNTS}}

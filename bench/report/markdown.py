@@ -9,8 +9,8 @@ from pathlib import Path
 from bench.files import write_atomic, write_json
 from bench.report.plots import write_plots
 from bench.report.sections import (compute_section, density_section, diverged_section, downstream_table, floor_table,
-                                   loss_table, paper_text, probe_table, schedule_section, setup_section, sweep_section,
-                                   verdict_section)
+                                   loss_table, objective_schedule_section, paper_text, probe_table, schedule_section,
+                                   setup_section, sweep_section, verdict_section)
 
 
 def render(results: dict, plots: list[str]) -> str:
@@ -20,7 +20,7 @@ def render(results: dict, plots: list[str]) -> str:
         "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
         *([paper_text(results["paper"])] if results.get("paper") else []),
         verdict_section(results),
-        setup_section(results["setup"]) + schedule_section(results),
+        setup_section(results["setup"]) + schedule_section(results) + objective_schedule_section(results),
         density_section(results),
         compute_section(results) + sweep_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),

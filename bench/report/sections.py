@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from tabulate import tabulate
 
+from backbone.flops import TILE
 from bench.analysis.density import analytic_count
+from bench.analysis.results import by_objective
 from objectives import REGISTRY, Objective
 
 
@@ -118,16 +120,50 @@ def schedule_section(results: dict) -> str:
                            "schedule, total", f"T = {final} throughout", "ratio"]))
 
 
+def objective_schedule_section(results: dict) -> str:
+    """Under an objective schedule (objectives.schedule), each piece's share as it ran: where it started and ended
+    in FLOPs, against the share asked for (a piece ends at the first step that reaches its end), means over seeds."""
+    rows = []
+    for spec, runs in by_objective(results["runs"]).items():
+        phased = [run["phases"] for run in runs if any("objective" in phase for phase in run.get("phases", []))]
+        if not phased:
+            continue
+        asked, spent = 0.0, [0.0] * len(phased)
+        for index, phases in enumerate(zip(*phased)):
+            flops = [phase["flops"] for phase in phases]
+            start = sum(spent) / len(spent)
+            spent = [before + now for before, now in zip(spent, flops)]
+            asked += phases[0]["share"]
+            rows.append([spec if index == 0 else "", phases[0]["objective"], phases[0]["seq_len"],
+                         f"{phases[0]['share']:.3g}", f"{sum(p['steps'] for p in phases) / len(phases):.1f}",
+                         f"{start:.4g}", f"{sum(spent) / len(spent):.4g}",
+                         f"{asked * results['budget_flops']:.4g}"])
+    if not rows:
+        return ""
+    return ("\n\n### Objective schedules\n\nEach piece trains the same backbone, optimizer and learning-rate schedule "
+            "in turn; it starts at the first step whose FLOPs before it reach its start (means over seeds).\n\n"
+            + table(rows, ["schedule", "piece", "T", "share of FLOPs", "steps", "from FLOPs", "to FLOPs",
+                           "its end asked"]))
+
+
 def density_section(results: dict) -> str:
     measured = {o["objective"]: o["compute"]["supervised_per_sequence"] for o in results["objectives"]}
+    conventions = all("executed_flops_per_sequence" in row for row in results["positions"])  # older: dense only
     rows = [[row["objective"], row["attention"], analytic_count(row),
              f"{measured[row['objective']]:.2f}" if row["objective"] in measured else "",
-             f"{row['ratio_to_ar']:.3f}", row["parts"]] for row in results["positions"]]
+             f"{row['ratio_to_ar']:.3f}", row["parts"],
+             *([f"{row['dense_flops_per_sequence'] / row['executed_flops_per_sequence']:.3f}×"] if conventions
+               else [])] for row in results["positions"]]
     batches = "every training batch of the last phase" if results.get("seq_len_schedule") else "every training batch"
+    charged = results["setup"].get("FLOPs charged", "dense").split(":")[0]
+    buys = (f" The last column is how many more sequences a FLOP budget buys when causal and prefix attention are "
+            f"charged only for the {TILE} × {TILE} blocks a tiled kernel computes (`--flops executed`) than for the "
+            f"dense T × T (`--flops dense`); this comparison charged {charged}.") if conventions else ""
     return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {results['seq_len']} tokens: the "
-            f"analytic count beside the mean measured over {batches}; the ratio is to AR's T − 1.\n\n"
+            f"analytic count beside the mean measured over {batches}; the ratio is to AR's T − 1.{buys}\n\n"
             + table(rows, ["objective", "attention", "analytic", "measured", "ratio to ar",
-                           "[MASK] / random / kept, or parts"]))
+                           "[MASK] / random / kept, or parts", *(["budget buys, executed ÷ dense"] if conventions
+                                                                 else [])]))
 
 
 def compute_section(results: dict) -> str:

@@ -29,11 +29,18 @@ def row_generators(seed: int, step: int, rows: slice) -> RowGenerators:
 
 
 def training_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int,
-                   rows: slice | None = None) -> Corrupted:
+                   rows: slice | None = None, piece: int = 0) -> Corrupted:
     """Rows `rows` (by default all) of the global batch of `step`: windows step·B .. step·B + B − 1 (wrapping
     around `windows`), corrupted afresh every time (dynamic masking, RoBERTa), each row from its own generator, or,
     for objectives with static copies, with copy (epoch mod copies) of each window's fixed corruptions (BERT's static
-    masking with dupe_factor)."""
+    masking with dupe_factor). Under an objective schedule, corrupted by its piece `piece`, and marked as its."""
+    batch = piece_batch(objective.piece(piece), windows, seed, step, batch_size, rows)
+    batch.piece = piece
+    return batch
+
+
+def piece_batch(objective: Objective, windows: Tensor, seed: int, step: int, batch_size: int,
+                rows: slice | None) -> Corrupted:
     rows = slice(0, batch_size) if rows is None else rows
     position = torch.arange(batch_size) + step * batch_size
     index = position % len(windows)
@@ -109,6 +116,7 @@ def run_schedule(config: TrainConfig, corpus: Corpus) -> SeqLenSchedule:
 
 def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objective:
     backbone = Backbone(resolve_model(config.model, corpus.vocab.size, max_seq_len=corpus.seq_len))
+    backbone.flops_convention = config.flops  # what the budget is charged in
     objective = build_objective(spec, backbone, corpus.vocab)
     for seq_len in dict.fromkeys(run_schedule(config, corpus).lengths):
         objective.check_seq_len(seq_len)  # e.g. a phase too short for span corruption

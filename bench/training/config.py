@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from backbone import ConfigError
+from backbone.flops import CONVENTIONS
 from bench.training.schedule import SeqLenSchedule
 
 EVAL_SEED = 1234  # held-out corruption is the same for every run: differences are the models', not the masks'
@@ -42,6 +43,9 @@ class TrainConfig:
     # Window length per share of the budget (--seq-len 128:0.9,512:0.1); its longest must be the corpus's window
     # length. None: the corpus's window length throughout.
     seq_len_schedule: SeqLenSchedule | None = None
+    # How attention FLOPs are charged against the budget (backbone.flops): "dense", the full T × T (what
+    # FlopCounterMode measures), or "executed", only the blocks a tiled kernel computes under a causal or prefix mask.
+    flops: str = "dense"
 
 
 def check_batch_split(batch_size: int, world_size: int, micro_batch: int | None = None) -> None:
@@ -58,6 +62,8 @@ def check_config(config: TrainConfig, world_size: int) -> None:
     check_batch_split(config.batch_size, world_size, config.micro_batch)
     if config.log_every < 0:
         raise ConfigError(f"--log-every must be >= 0 steps, got {config.log_every}")
+    if config.flops not in CONVENTIONS:
+        raise ConfigError(f"--flops must be one of {', '.join(CONVENTIONS)}, got {config.flops!r}")
     if config.checkpoint_every is not None and not 0 < config.checkpoint_every < math.inf:
         raise ConfigError(f"--checkpoint-every must be a positive number of minutes, got {config.checkpoint_every:g}")
 

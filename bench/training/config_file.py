@@ -69,6 +69,7 @@ SCHEMA: tuple[Entry, ...] = (
     _plain("lr_sweep"),
     _plain("sweep_fraction"),
     Entry("probes", ("no_probes",), lambda value: {"no_probes": not value}),
+    Entry("flops", ("flops",), absent="dense", optional=True),  # the FLOP convention; before it, always dense
     Entry("tf32", absent=False, optional=True),  # derived from the device and precision; absent on CPU
     Entry("downstream", ("downstream", "finetune_steps", "finetune_lrs"), _downstream_flags, absent=None,
           optional=True),
@@ -93,6 +94,7 @@ NOT_RECORDED = {
     "num_nodes": "the hardware, as --accelerator",
     "strategy": "the hardware, as --accelerator",
     "quiet": "progress bars",
+    "budgets": "a budget sweep is one comparison per budget, each recording its own budget_flops",
 }
 
 

@@ -189,7 +189,7 @@ class TrainingLoop:
     def build(self, step: int, phase: int) -> tuple[Corrupted, StepCounts]:
         """This process's rows of the step's batch, and their counts."""
         rows = training_batch(self.run.objective, self.windows[phase], self.run.seed, step,
-                              self.run.config.batch_size, self.share)
+                              self.run.config.batch_size, self.share, self.run.schedule.phases[phase].piece)
         return (rows.pin_memory() if self.fabric.device.type == "cuda" else rows), local_counts(self.run.objective, rows)
 
     def take_batch(self) -> Step:

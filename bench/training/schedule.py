@@ -17,7 +17,7 @@ import argparse
 import math
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from backbone import ConfigError
 
@@ -28,6 +28,7 @@ SHARE_TOLERANCE = 1e-6  # shares written with a few decimals (0.333,0.333,0.334)
 class Phase:
     seq_len: int  # window length T of this phase
     share: float  # fraction of the FLOP budget spent in it
+    piece: int = 0  # the piece of an objective schedule that trains in it (objectives.schedule); 0 for the others
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,42 @@ class SeqLenSchedule:
         cumulative = [budget * math.fsum(phase.share for phase in self.phases[:k + 1])
                       for k in range(len(self.phases) - 1)]
         return cumulative + [budget]
+
+    def split_at(self, starts: tuple[float, ...]) -> "SeqLenSchedule":
+        """The phases cut where an objective schedule's pieces start (`starts`, shares of the budget, the first 0):
+        each phase then runs one length and one piece. Without a schedule (one start) the phases are these."""
+        if len(starts) == 1:
+            return self
+        ends, total = [], 0.0
+        for phase in self.phases[:-1]:
+            total += phase.share
+            ends.append(total)
+        cuts = sorted(set(ends) | set(starts[1:]) | {1.0})
+        phases, begin = [], 0.0
+        for cut in cuts:
+            length = next(phase.seq_len for phase, end in zip(self.phases, ends + [1.0]) if begin < end)
+            piece = max(k for k, start in enumerate(starts) if start <= begin)
+            phases.append(Phase(length, cut - begin, piece))
+            begin = cut
+        return SeqLenSchedule(tuple(phases))
+
+    def merged(self, split: list[dict], counts: tuple[str, ...]) -> list[dict]:
+        """Counts of the phases of split_at (dicts, in order, each with its "share") summed back into this
+        schedule's phases: an objective schedule's runs seen per length."""
+        ends, total = [], 0.0
+        for phase in self.phases:
+            total += phase.share
+            ends.append(total)
+        merged = [{"seq_len": phase.seq_len, "share": phase.share, **dict.fromkeys(counts, 0)}
+                  for phase in self.phases]
+        index, spent = 0, 0.0
+        for part in split:
+            for key in counts:
+                merged[index][key] += part[key]
+            spent += part["share"]
+            if spent >= ends[index] - SHARE_TOLERANCE and index + 1 < len(merged):
+                index += 1
+        return merged
 
     def phase_at(self, flops: float, budget: float) -> int:
         """The phase a step starts in after `flops` counted FLOPs: the first whose end is still ahead."""
@@ -158,17 +195,24 @@ class PhaseCount:
     flops: float
 
 
+PerSequence = Callable[[int], float]
+
+
 def predict_phases(schedule: SeqLenSchedule, budget: float, batch_size: int,
-                   flops_per_sequence: Callable[[int], float],
-                   supervised_per_sequence: Callable[[int], float] | None = None) -> list[PhaseCount]:
+                   flops_per_sequence: PerSequence | Sequence[PerSequence],
+                   supervised_per_sequence: PerSequence | Sequence[PerSequence] | None = None) -> list[PhaseCount]:
     """The accounting of a schedule without training, by the training loop's own rule: a step starts in the phase
     whose end is still ahead of the FLOPs spent, costs batch_size · flops_per_sequence(T) (an objective's
-    expected_flops_per_sequence), and training stops at the first step that reaches the budget. A phase therefore
-    overshoots its end by less than one of its steps, and the next starts that much later. Exact for objectives whose
-    cost per step is fixed (BERT's masking rule, AR, ELECTRA, span); an expectation for Bernoulli masking."""
+    expected_flops_per_sequence; under an objective schedule, one per piece, indexed by the phase's piece), and
+    training stops at the first step that reaches the budget. A phase therefore overshoots its end by less than one
+    of its steps, and the next starts that much later. Exact for objectives whose cost per step is fixed (BERT's
+    masking rule, AR, ELECTRA, span); an expectation for Bernoulli masking."""
+    def of_piece(per_sequence, piece: int):
+        return per_sequence[piece] if isinstance(per_sequence, (list, tuple)) else per_sequence
+
     spent, counts = 0.0, []
     for phase, end in zip(schedule.phases, schedule.ends(budget)):
-        step_flops = batch_size * flops_per_sequence(phase.seq_len)
+        step_flops = batch_size * of_piece(flops_per_sequence, phase.piece)(phase.seq_len)
         steps = max(0, math.ceil((end - spent) / step_flops))
         # the loop's own test, `spent < end` before each step, fixes what rounding in the division may have moved
         while steps > 0 and spent + (steps - 1) * step_flops >= end:
@@ -176,7 +220,7 @@ def predict_phases(schedule: SeqLenSchedule, budget: float, batch_size: int,
         while spent + steps * step_flops < end:
             steps += 1
         supervised = None if supervised_per_sequence is None else \
-            steps * batch_size * supervised_per_sequence(phase.seq_len)
+            steps * batch_size * of_piece(supervised_per_sequence, phase.piece)(phase.seq_len)
         counts.append(PhaseCount(phase.seq_len, steps, steps * batch_size * phase.seq_len, supervised,
                                  steps * step_flops))
         spent += steps * step_flops

@@ -18,7 +18,7 @@ from bench.files import append_jsonl, read_jsonl
 from bench.training.batches import build_run_objective, run_schedule
 from bench.training.config import (TrainConfig, check_config, configure_matmuls, make_optimizer,
                                    match_optimizer_to_device)
-from bench.training.schedule import SeqLenSchedule
+from bench.training.schedule import Phase, SeqLenSchedule
 from objectives import Objective
 
 
@@ -80,17 +80,25 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
             for block in stack.blocks:  # per block: DDP's gradient all-reduce can start as each block's backward ends
                 block.compile()
     module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
-    schedule = run_schedule(config, corpus)
+    schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
                 "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None,
-                "phases": [phase_counters(phase.seq_len, phase.share) for phase in schedule.phases]}
+                "phases": [phase_counters(phase.seq_len, phase.share, piece_spec(objective, phase))
+                           for phase in schedule.phases]}
     return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule)
 
 
-def phase_counters(seq_len: int, share: float, steps: int = 0, tokens: int = 0, supervised_positions: int = 0,
-                   flops: int = 0) -> dict:
-    """What one phase of the sequence-length schedule has spent; the phases' counts add up to the run's."""
-    return {"seq_len": seq_len, "share": share, "steps": steps, "tokens": tokens,
+def piece_spec(objective: Objective, phase: Phase) -> str | None:
+    """The objective a phase trains, under an objective schedule; None (not recorded) for every other objective."""
+    return objective.piece(phase.piece).spec() if len(objective.starts) > 1 else None
+
+
+def phase_counters(seq_len: int, share: float, objective: str | None = None, steps: int = 0, tokens: int = 0,
+                   supervised_positions: int = 0, flops: int = 0) -> dict:
+    """What one phase of the schedule has spent; the phases' counts add up to the run's. `objective`: the piece of
+    an objective schedule it trains (recorded only under one, so other runs' records are as they were)."""
+    piece = {} if objective is None else {"objective": objective}
+    return {"seq_len": seq_len, "share": share, **piece, "steps": steps, "tokens": tokens,
             "supervised_positions": supervised_positions, "flops": flops}
 
 
@@ -107,12 +115,13 @@ def restore(fabric: Fabric, run: Run) -> None:
     run.counters.setdefault("last_finite_loss", None)
     counters, schedule = run.counters, run.schedule
     if "phases" not in counters and schedule.is_fixed:  # saved before schedules: all of it at one length
-        counters["phases"] = [phase_counters(schedule.final, 1.0, counters["step"], counters["tokens"],
+        counters["phases"] = [phase_counters(schedule.final, 1.0, None, counters["step"], counters["tokens"],
                                              counters["supervised_positions"], counters["flops"])]
-    saved = [(phase["seq_len"], phase["share"]) for phase in counters.get("phases", [])]
-    if saved != [(phase.seq_len, phase.share) for phase in schedule.phases]:
-        raise ConfigError(f"{run.checkpoint_path} was trained with another --seq-len than {schedule.text}; resume "
-                          "it with the one it started with")
+    saved = [(phase["seq_len"], phase["share"], phase.get("objective")) for phase in counters.get("phases", [])]
+    if saved != [(phase.seq_len, phase.share, piece_spec(run.objective, phase)) for phase in schedule.phases]:
+        lengths = run.config.seq_len_schedule.text if run.config.seq_len_schedule else schedule.longest
+        raise ConfigError(f"{run.checkpoint_path} was trained with another --seq-len than {lengths} or another "
+                          "objective schedule; resume it with the ones it started with")
     fabric.strategy.precision.load_state_dict(state["precision"])
     if fabric.is_global_zero:
         kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]

@@ -1,0 +1,123 @@
+"""A budget sweep's own report: the frontier (bench.analysis.budgets) as report.md, results.json and two plots
+in the sweep's folder, beside one full report per budget in its budget-B folder.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bench.files import write_atomic, write_json
+from bench.report.plots import plt, save_figure
+from bench.report.sections import fmt, paper_text, table
+
+
+def budget_folder(budget: float) -> str:
+    return f"budget-{budget:g}"
+
+
+def multiplier_text(row: dict) -> str:
+    if row["multiplier"] is None:
+        return "none (the baseline's fit does not rise)"
+    ci = f" ({row['ci_low']:.2g}–{row['ci_high']:.2g})" if row["ci_low"] is not None else " (no CI)"
+    return f"{row['multiplier']:.2g}×{ci}" + (" extrapolated" if row["extrapolated"] else "")
+
+
+def yardstick_section(item: dict, budgets: list[float], baseline: str) -> str:
+    heads = [f"{budget:.3g} FLOPs" for budget in budgets]
+    rows = [[spec, *(fmt(summary) for summary in means)] for spec, means in item["means"].items()]
+    rows += [[f"*{name}*", *([fmt(summary)] * len(budgets))] for name, summary in item["controls"].items()]
+    measured = ", ".join("yes" if m else "no" if m is False else "untested" for m in item["measures_pretraining"])
+    text = (f"### {item['label']}\n\nMean ± 95 % CI over seeds of each budget's finished runs; the untrained "
+            f"controls (*italic*) spend no training FLOPs, so they are one level at every budget. Beats its "
+            f"control at each budget (that comparison's verdict, Welch and Holm): {measured}.\n\n"
+            + table(rows, ["objective", *heads]))
+    if "fit" not in item:
+        return text + "\n\n" + item["sentence"]
+    text += (f"\n\nFit: {item['fit']}, {item['fit_reason']}. Compute multiplier of each objective against "
+             f"`{baseline}` at every budget B (the baseline's FLOPs to reach the objective's fitted score at B, "
+             "over B; 95 % CI from a bootstrap over seeds; *extrapolated*: that compute lies outside the sweep):\n\n")
+    text += table([[spec, *(multiplier_text(row) for row in rows_)] for spec, rows_ in item["multipliers"].items()],
+                  ["objective", *heads])
+    return text + "\n\n" + "\n".join(f"- {meet['sentence']}" for meet in item["crossovers"])
+
+
+def render(frontier: dict, plots: list[str]) -> str:
+    budgets, baseline = frontier["budgets"], frontier["baseline"]
+    links = "\n".join(f"- [{budget:.3g} FLOPs]({budget_folder(budget)}/report.md): {sentence or 'no verdict'}"
+                      for budget, sentence in zip(budgets, frontier["pretraining"]))
+    setup = table([[key, value] for key, value in frontier["setup"].items()], ["", ""])
+    sections = [
+        "# The efficiency frontier\n\n"
+        f"Objectives {', '.join(f'`{spec}`' for spec in frontier['objectives'])} trained to each of "
+        f"{len(budgets)} budgets ({', '.join(f'{b:.3g}' for b in budgets)} FLOPs), each run with its own complete "
+        f"learning-rate schedule; baseline `{baseline}`. Each budget is a full comparison with its own report; "
+        "whether pretraining paid there:\n\n" + links,
+        *([paper_text(frontier["paper"])] if frontier.get("paper") else []),
+        "## Setup\n\n" + setup,
+        "## Yardsticks across budgets\n\n" + "\n\n".join(yardstick_section(item, budgets, baseline)
+                                                         for item in frontier["yardsticks"]),
+        "## Plots\n\n" + ("\n\n".join(plots) or "No yardstick measures pretraining in this sweep: nothing to fit."),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def plot_frontier(frontier: dict, path: Path) -> bool:
+    fitted = [item for item in frontier["yardsticks"] if "fit" in item]
+    if not fitted:
+        return False
+    figure, axes = plt.subplots(1, len(fitted), figsize=(5.5 * len(fitted), 4.2), squeeze=False)
+    budgets = np.array(frontier["budgets"])
+    for item, ax in zip(fitted, axes[0]):
+        grid = np.array(item["bands"]["flops"])
+        for spec, means in item["means"].items():
+            band = item["bands"][spec]
+            line, = ax.plot(grid, band["fit"], label=spec)
+            ax.fill_between(grid, band["low"], band["high"], color=line.get_color(), alpha=0.15)
+            ax.errorbar(budgets, [m["mean"] for m in means], yerr=[m["ci95"] or 0 for m in means], fmt="o",
+                        color=line.get_color(), capsize=3)
+        for (name, control), style in zip(item["controls"].items(), ("--", ":", "-.")):
+            ax.axhline(control["mean"], color="grey", linestyle=style, label=name)
+        ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=item["label"], title=item["label"])
+        ax.legend(fontsize="small")
+    figure.suptitle("Score against compute: each budget's runs (mean ± 95 % CI), the fits and their bootstrap bands; "
+                    "grey: the untrained controls")
+    save_figure(figure, path)
+    return True
+
+
+def plot_multipliers(frontier: dict, path: Path) -> bool:
+    fitted = [item for item in frontier["yardsticks"] if "fit" in item]
+    if not fitted:
+        return False
+    figure, axes = plt.subplots(1, len(fitted), figsize=(5.5 * len(fitted), 4.2), squeeze=False)
+    for item, ax in zip(fitted, axes[0]):
+        for spec, rows in item["multipliers"].items():
+            shown = [row for row in rows if row["multiplier"] is not None]
+            if not shown:
+                continue
+            low = [row["multiplier"] - (row["ci_low"] or row["multiplier"]) for row in shown]
+            high = [(row["ci_high"] or row["multiplier"]) - row["multiplier"] for row in shown]
+            ax.errorbar([row["budget"] for row in shown], [row["multiplier"] for row in shown], yerr=[low, high],
+                        fmt="o-", capsize=3, label=spec)
+        ax.axhline(1.0, color="grey", linestyle="--", label=f"= {frontier['baseline']}")
+        ax.set(xscale="log", yscale="log", xlabel="budget (FLOPs, log)",
+               ylabel=f"compute multiplier against {frontier['baseline']}", title=item["label"])
+        ax.legend(fontsize="small")
+    figure.suptitle("How much compute the baseline needs to match each objective, at every budget (95 % CI)")
+    save_figure(figure, path)
+    return True
+
+
+def write_frontier_report(out: Path, frontier: dict) -> Path:
+    """results.json, frontier.png, multipliers.png and report.md of a budget sweep, in `out`."""
+    write_json(out / "results.json", {"frontier": frontier})
+    plots = []
+    if plot_frontier(frontier, out / "frontier.png"):
+        plots.append("![score against FLOPs across the budgets](frontier.png)")
+    if plot_multipliers(frontier, out / "multipliers.png"):
+        plots.append("![compute multiplier against budget](multipliers.png)")
+    report = out / "report.md"
+    write_atomic(report, render(frontier, plots))
+    return report
