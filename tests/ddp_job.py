@@ -34,7 +34,7 @@ DATA = "synthetic:train=64,heldout=16,words=64,states=4"
 # negatives borrow windows from the other process's rows of the global batch.
 RUNS = {"mlm": ("mlm", None), "ar": ("ar", None), "span": ("span", None), "bernoulli": ("mlm:rule=bernoulli", None),
         "nsp": ("mlm:pair=nsp", None), "bernoulli-micro": ("mlm:rule=bernoulli", 1), "electra": ("electra", None),
-        "electra-micro": ("electra", 1)}
+        "electra-micro": ("electra", 1), "schedule": ("ar>mlm:rule=bernoulli@0.5", None)}
 
 
 def config(micro_batch: int | None = None) -> TrainConfig:

@@ -65,6 +65,7 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
     assert [meet["where"] for meet in shares["crossovers"]] == ["never"]  # a pure shift: parallel fits
     # the controls are set beside the curves; a yardstick that measures no pretraining gets no fit
     assert set(shares["controls"]) == {"untrained, bidirectional", "untrained, causal"}
+    assert set(shares["beats_control"]) == {"mlm", "ar"} and all(len(b) == 3 for b in shares["beats_control"].values())
     assert "fit" not in items["component"] and "no fit, multiplier or crossover" in items["component"]["sentence"]
     # a seed that diverged at one budget leaves the curve, not a hole in it
     by_budget[4e8]["runs"] = [run for run in by_budget[4e8]["runs"] if (run["objective"], run["seed"]) != ("ar", 1)]

@@ -46,7 +46,7 @@ def two_processes(tmp_path_factory) -> dict[str, dict]:
     return {name: {**json.loads((out / name / "result.json").read_text()), "_out": str(out)} for name in RUNS}
 
 
-@pytest.mark.parametrize("name", ["mlm", "ar", "span", "bernoulli", "nsp"])
+@pytest.mark.parametrize("name", ["mlm", "ar", "span", "bernoulli", "nsp", "schedule"])
 def test_two_processes_train_like_one(name, two_processes, tmp_path):
     # token-mean objectives: the same global batch, split over two processes, gives the same curve (ELECTRA's
     # samples and dropout are drawn per process, so it is compared only with itself, below)

@@ -70,6 +70,12 @@ def test_curves_that_meet_only_beyond_the_sweep_or_never():
     assert meet["share_within"] == 0.0
     sentence = crossover_sentence(meet, beyond.budgets)
     assert "no crossover within [1e+11, 1.6e+12] FLOPs" in sentence and "extrapolated beyond the sweep" in sentence
+    assert not meet["far"]  # 18.6 × past the sweep's end, within twice its width (16² = 256 ×)
+    nearly = fit_frontier({"a": curves(log_linear(0.1, 0.030)), "b": curves(log_linear(0.2, 0.029))}, resamples=50)
+    far = crossover(nearly, "a", "b")  # at L = 100: e^100 · 1e10 FLOPs
+    assert far["where"] == "beyond the sweep" and far["far"]
+    assert "nearly parallel fits would meet only beyond it by more than 256× the sweep's range" in \
+        crossover_sentence(far, nearly.budgets)
     parallel = fit_frontier({"a": curves(log_linear(0.1, 0.03)), "b": curves(log_linear(0.2, 0.03))}, resamples=50)
     never = crossover(parallel, "a", "b")
     assert never["where"] == "never" and never["budget"] is None

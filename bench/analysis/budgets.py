@@ -16,6 +16,7 @@ from bench.analysis.frontier import (LOG_LINEAR, POWER_LAW, Curves, crossover, c
                                      multipliers)
 from bench.analysis.measures import final_values, yardsticks
 from bench.analysis.results import Measured, by_control, by_objective, stat
+from bench.analysis.verdict import beats_control
 
 FIT_REASONS = {
     POWER_LAW: "a saturating power law toward the ceiling, since the yardstick has one and every seed lies below it",
@@ -53,6 +54,17 @@ def measures_pretraining(by_budget: dict[float, dict], name: str) -> list[bool |
     return found
 
 
+def beats_control_at(by_budget: dict[float, dict], name: str, spec: str) -> list[bool | None]:
+    """Per budget, whether `spec` beat its own untrained control on this yardstick (Welch, Holm), as that budget's
+    verdict found; None where it was not tested."""
+    found = []
+    for budget in sorted(by_budget):
+        items = {item["yardstick"]: item for item in (by_budget[budget].get("verdict") or {}).get("yardsticks", [])}
+        gains = [g for g in items.get(name, {}).get("gains", []) if g["objective"] == spec]
+        found.append(beats_control(gains[0]) if gains and gains[0]["p_holm"] is not None else None)
+    return found
+
+
 def control_summary(by_budget: dict[float, dict], yardstick) -> dict[str, dict]:
     """The untrained controls (the same initialisations at every budget: they spend no training FLOPs), from the
     largest budget's comparison."""
@@ -81,6 +93,7 @@ def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | 
         item = {"yardstick": yardstick.name, "label": yardstick.label, "higher_is_better": yardstick.higher_is_better,
                 "means": means, "seeds": {spec: sorted(by_seed) for spec, by_seed in scores.items()},
                 "controls": control_summary(by_budget, yardstick),
+                "beats_control": {spec: beats_control_at(by_budget, yardstick.name, spec) for spec in scores},
                 "measures_pretraining": measures_pretraining(by_budget, yardstick.name)}
         found.append(item)
         if not any(item["measures_pretraining"]):

@@ -144,7 +144,10 @@ def crossover(frontier: Frontier, first: str, second: str) -> dict:
         return {**found, "where": "never", "budget": None, "ci_low": None, "ci_high": None}
     where = "within" if low_b <= log_c[0] <= high_b else "below the sweep" if log_c[0] < low_b else "beyond the sweep"
     low, high = interval(float(log_c[0]), log_c[1:], min(frontier.seeds[first], frontier.seeds[second]))
-    return {**found, "where": where, "budget": float(np.exp(log_c[0])), "ci_low": low, "ci_high": high}
+    # further outside than twice the sweep's own width (in log-FLOPs), a meeting point of two nearly parallel lines
+    # says nothing about those budgets
+    far = bool(max(low_b - log_c[0], log_c[0] - high_b) > 2 * (high_b - low_b))
+    return {**found, "where": where, "far": far, "budget": float(np.exp(log_c[0])), "ci_low": low, "ci_high": high}
 
 
 def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
@@ -157,5 +160,10 @@ def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
     if found["where"] == "within":
         return (f"{first} and {second} cross at {found['budget']:.3g} FLOPs{ci}, within the sweep {sweep} "
                 f"({found['share_within']:.0%} of resamples cross within it).")
+    if found.get("far"):
+        width = (budgets[-1] / budgets[0]) ** 2
+        return (f"{first} and {second}: no crossover within {sweep}; the nearly parallel fits would meet only "
+                f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range "
+                f"({found['budget']:.3g} FLOPs), which is no result.")
     return (f"{first} and {second}: no crossover within {sweep}; the fits meet at {found['budget']:.3g} FLOPs{ci}, "
             f"extrapolated {found['where']}.")

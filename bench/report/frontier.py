@@ -35,11 +35,14 @@ def yardstick_section(item: dict, budgets: list[float], baseline: str) -> str:
             + table(rows, ["objective", *heads]))
     if "fit" not in item:
         return text + "\n\n" + item["sentence"]
-    text += (f"\n\nFit: {item['fit']}, {item['fit_reason']}. Compute multiplier of each objective against "
-             f"`{baseline}` at every budget B (the baseline's FLOPs to reach the objective's fitted score at B, "
-             "over B; 95 % CI from a bootstrap over seeds; *extrapolated*: that compute lies outside the sweep):\n\n")
-    text += table([[spec, *(multiplier_text(row) for row in rows_)] for spec, rows_ in item["multipliers"].items()],
-                  ["objective", *heads])
+    never = {spec for spec, beats in item.get("beats_control", {}).items() if not any(beats)}
+    text += (f"\n\nFit: {item['fit_reason']}. Compute multiplier of each objective against `{baseline}` at every "
+             "budget B (the baseline's FLOPs to reach the objective's fitted score at B, over B; 95 % CI from a "
+             "bootstrap over seeds; *extrapolated*: that compute lies outside the sweep"
+             + ("; †: the objective beats its own untrained control at no budget of the sweep, so its multiplier "
+                "measures how far it moved from its initialisation, not what it learned" if never else "") + "):\n\n")
+    text += table([[spec + (" †" if spec in never else ""), *(multiplier_text(row) for row in rows_)]
+                   for spec, rows_ in item["multipliers"].items()], ["objective", *heads])
     return text + "\n\n" + "\n".join(f"- {meet['sentence']}" for meet in item["crossovers"])
 
 
