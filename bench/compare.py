@@ -131,9 +131,10 @@ def add_folder_flags(add) -> None:
     add("--out", type=Path, default=None, help="output folder (default reports/<UTC timestamp>)")
     add("--preset", default=None, metavar="NAME",
         help="run a classic published ablation (bert-table8, corruption-rate, static-vs-dynamic, masking-units, "
-             "nsp-sop, electra-efficiency, seq-len-schedule): it sets the objectives, data, budget and seeds (flags "
-             "given explicitly still override them) and its report gains a section \"Paper versus this run\" with the "
-             "paper's numbers beside ours; `--preset list` shows what each runs (README: Presets)")
+             "nsp-sop, electra-efficiency, mlm-vs-clm, seq-len-schedule): it sets the objectives, data, budget (or "
+             "budgets) and seeds (flags given explicitly still override them) and its report gains a section "
+             "\"Paper versus this run\" with the paper's numbers beside ours; `--preset list` shows what each runs "
+             "(README: Presets)")
     add("--config", type=Path, default=None,
         help="rerun a comparison: the settings its config.json (or folder) recorded, and its number of seeds, "
              "become the defaults; flags given explicitly override them (default: none)")

@@ -12,6 +12,7 @@ from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
 from bench.analysis.stats import welch_difference_interval
 from bench.cli import run
 from bench.compare import main as compare_main, parse_args
+from bench.report.frontier import budget_folder
 from objectives import parse_objective_list
 
 ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "ANCHORS.md"
@@ -23,11 +24,14 @@ def test_every_preset_parses_and_names_its_paper(name):
     args = parse_args(["--preset", name])
     specs = parse_objective_list(args.objectives)  # every spec is valid
     assert args.seeds == preset.flags["seeds"]
-    assert re.search(r"\d{4}", preset.paper.citation) and re.search(r"Table|Section", preset.paper.citation)
+    # where in the paper: a table, a section, or the abstract for claims quoted from it
+    assert re.search(r"\d{4}", preset.paper.citation) and re.search(r"Table|Section|abstract", preset.paper.citation)
     assert preset.paper.claim.endswith(".") and preset.paper.setting
     for row, values in preset.paper.rows:
         assert len(values) == len(preset.paper.columns), row
     variants = {variant.name for variant in preset.variants}
+    if args.budgets:  # a budget sweep's comparisons are its variants, one folder per budget
+        variants = {budget_folder(budget) for budget in args.budgets}
     for label, target in preset.rows:
         variant, _, spec = target.rpartition("/")
         assert spec in specs and (variant in variants if variants else not variant), target
@@ -163,3 +167,39 @@ def test_the_electra_efficiency_budgets_are_quarter_one_and_four_times_the_defau
     from bench.compare import DEFAULT_BUDGET
     assert dict(BUDGETS) == {"quarter": DEFAULT_BUDGET / 4, "default": DEFAULT_BUDGET, "four-times": 4 * DEFAULT_BUDGET}
     assert "mlm:rate=0.4" in PRESETS["electra-efficiency"].flags["objectives"].split(",")
+
+
+def test_a_preset_over_a_budget_sweep_judges_every_budget_and_the_frontier(tmp_path, monkeypatch):
+    sweep = Preset("sweep", "mlm and ar at two budgets", {"objectives": "mlm,ar", "budgets": "2e9,4e9", "seeds": 2},
+                   PaperTable("Nobody 2024, Table 1", "More is better.", ("score",), (("small", (1.0,)),), "none"),
+                   (("small", "budget-2e+09/mlm"), ("large", "budget-4e+09/mlm")), ("hidden_state_share",),
+                   lambda evidence: [compare(evidence, "large > small", "hidden_state_share",
+                                             ("budget-4e+09", "mlm"), ("budget-2e+09", "mlm"))],
+                   frontier_pairs=(("mlm", "ar"),))
+    monkeypatch.setitem(presets_module.PRESETS, "sweep", sweep)
+    out = tmp_path / "sweep"
+    run(compare_main, ["--preset", "sweep", "--data", "synthetic:train=64,heldout=160", *SMALL, "--out", str(out)])
+    frontier = json.loads((out / "results.json").read_text())["frontier"]
+    assert frontier["budgets"] == [2e9, 4e9]
+    paper = frontier["paper"]
+    assert [row["variant"] for row in paper["ours"]] == ["budget-2e+09", "budget-4e+09"]
+    assert paper["findings"][0]["outcome"] != "not measured"  # the judge read both budgets' comparisons
+    crossing = [f for f in paper["findings"] if f["claim"] == "where mlm and ar cross (hidden_state_share)"]
+    assert len(crossing) == 1 and crossing[0]["outcome"] in ("measured", "not measurable at this scale")
+    report = (out / "report.md").read_text()
+    assert "## Paper versus this run" in report and "# The efficiency frontier" in report
+
+
+def test_the_mlm_against_clm_judge_reads_every_budget():
+    from bench.analysis.judges import CLM_PEERS, CLM_YARDSTICK, judge_clm
+    values = {}
+    for variant, shift in (("budget-1e+09", 0.0), ("budget-4e+09", 0.1)):
+        for spec, level in zip(CLM_PEERS, (0.6, 0.5, 0.7, 0.65, 0.61, 0.59)):
+            values[(variant, spec, CLM_YARDSTICK)] = [level + shift + d for d in (-0.01, 0.0, 0.01)]
+    findings = judge_clm(Evidence({"budget-4e+09": {}, "budget-1e+09": {}}, values))
+    claims = [f["claim"] for f in findings]
+    assert claims[0] == "MLM (40 %) beats CLM at equal FLOPs (1e+09)" and len(claims) == 2 * 4 + 1
+    outcome = {f["claim"]: f["outcome"] for f in findings}
+    assert outcome["MLM (40 %) beats CLM at equal FLOPs (4e+09)"] == "not reproduced"  # CLM is ahead here
+    assert outcome["CLM → MLM (ar>mlm:rate=0.4@0.25) beats MLM alone at equal FLOPs (1e+09)"] == "reproduced"
+    assert outcome["CLM is the more data-efficient: it leads MLM at the smallest budget (1e+09)"] == "reproduced"

@@ -109,7 +109,8 @@ def interval(estimate: float, resampled: np.ndarray, seeds: int) -> tuple[float 
     if not math.isfinite(estimate) or len(finite) < 0.95 * len(resampled) or seeds < 2:
         return None, None
     half = t_distribution.ppf(0.975, seeds - 1) * finite.std()
-    return float(np.exp(estimate - half)), float(np.exp(estimate + half))
+    with np.errstate(over="ignore", under="ignore"):  # an interval past float range is 0 to inf: unbounded
+        return float(np.exp(estimate - half)), float(np.exp(estimate + half))
 
 
 def multipliers(frontier: Frontier, baseline: str, spec: str) -> list[dict]:
@@ -155,8 +156,9 @@ def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
     sweep = f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
     if found["where"] == "never":
         return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
-    ci = (f" (95 % CI {found['ci_low']:.3g} to {found['ci_high']:.3g})" if found["ci_low"] is not None
-          else " (no 95 % CI: too many resamples do not meet)")
+    ci = (" (no 95 % CI: too many resamples do not meet)" if found["ci_low"] is None else
+          " (95 % CI unbounded)" if found["ci_low"] == 0 or math.isinf(found["ci_high"]) else
+          f" (95 % CI {found['ci_low']:.3g} to {found['ci_high']:.3g})")
     if found["where"] == "within":
         return (f"{first} and {second} cross at {found['budget']:.3g} FLOPs{ci}, within the sweep {sweep} "
                 f"({found['share_within']:.0%} of resamples cross within it).")

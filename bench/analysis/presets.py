@@ -153,7 +153,8 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         {"objectives": ",".join(CLM_PEERS), "budgets": ",".join(f"{b:g}" for b in CLM_BUDGETS), "seeds": 3,
          "no_probe_curves": True},
         PaperTable("Gisserot-Boukhlef et al. 2025, \"Should We Still Pretrain Encoders with Masked Language "
-                   "Modeling?\" (arXiv 2507.00994), secondary transcription (ANCHORS.md); Ettin (Weller et al. 2025)",
+                   "Modeling?\" (arXiv 2507.00994): the abstract, and the results section as transcribed in ANCHORS.md "
+                   "(secondary, table numbers unconfirmed); Ettin (Weller et al. 2025)",
                    "MLM generally yields better performance than CLM; CLM is more data-efficient (it leads early: "
                    "at 5k steps 78.56 vs 72.49 on sequence classification); a biphasic CLM-then-MLM schedule "
                    "achieves optimal performance under a fixed compute budget. Ettin: with identical data and shapes "

@@ -4,6 +4,7 @@ in the sweep's folder, beside one full report per budget in its budget-B folder.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,8 @@ def budget_folder(budget: float) -> str:
 def multiplier_text(row: dict) -> str:
     if row["multiplier"] is None:
         return "none (the baseline's fit does not rise)"
-    ci = f" ({row['ci_low']:.2g}–{row['ci_high']:.2g})" if row["ci_low"] is not None else " (no CI)"
+    ci = (" (no CI)" if row["ci_low"] is None else " (CI unbounded)" if row["ci_low"] == 0 or
+          math.isinf(row["ci_high"]) else f" ({row['ci_low']:.2g}–{row['ci_high']:.2g})")
     return f"{row['multiplier']:.2g}×{ci}" + (" extrapolated" if row["extrapolated"] else "")
 
 
@@ -66,13 +68,23 @@ def render(frontier: dict, plots: list[str]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
+def panels(count: int) -> tuple[plt.Figure, list]:
+    """A grid of `count` panels, two a row."""
+    columns = min(2, count)
+    rows = -(-count // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(6 * columns, 4.5 * rows), squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    return figure, list(axes.flat[:count])
+
+
 def plot_frontier(frontier: dict, path: Path) -> bool:
     fitted = [item for item in frontier["yardsticks"] if "fit" in item]
     if not fitted:
         return False
-    figure, axes = plt.subplots(1, len(fitted), figsize=(5.5 * len(fitted), 4.2), squeeze=False)
+    figure, axes = panels(len(fitted))
     budgets = np.array(frontier["budgets"])
-    for item, ax in zip(fitted, axes[0]):
+    for item, ax in zip(fitted, axes):
         grid = np.array(item["bands"]["flops"])
         for spec, means in item["means"].items():
             band = item["bands"][spec]
@@ -84,8 +96,8 @@ def plot_frontier(frontier: dict, path: Path) -> bool:
             ax.axhline(control["mean"], color="grey", linestyle=style, label=name)
         ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=item["label"], title=item["label"])
         ax.legend(fontsize="small")
-    figure.suptitle("Score against compute: each budget's runs (mean ± 95 % CI), the fits and their bootstrap bands; "
-                    "grey: the untrained controls")
+    figure.suptitle("Score against compute: each budget's runs (mean ± 95 % CI), the fits with their\nbootstrap "
+                    "bands (95 %), and the untrained controls (grey)")
     save_figure(figure, path)
     return True
 
@@ -94,8 +106,8 @@ def plot_multipliers(frontier: dict, path: Path) -> bool:
     fitted = [item for item in frontier["yardsticks"] if "fit" in item]
     if not fitted:
         return False
-    figure, axes = plt.subplots(1, len(fitted), figsize=(5.5 * len(fitted), 4.2), squeeze=False)
-    for item, ax in zip(fitted, axes[0]):
+    figure, axes = panels(len(fitted))
+    for item, ax in zip(fitted, axes):
         for spec, rows in item["multipliers"].items():
             shown = [row for row in rows if row["multiplier"] is not None]
             if not shown:
