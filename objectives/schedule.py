@@ -20,6 +20,7 @@ held-out evaluation, Bayes floors and probe attention are the last piece's, as i
 from __future__ import annotations
 
 import re
+from typing import Callable
 
 from torch import Tensor, nn
 
@@ -130,7 +131,7 @@ class ObjectiveSchedule(Objective):
     def describe(self, seq_len: int) -> dict:
         described = self.last.describe(seq_len)
         before = ", ".join(f"{spec} from {start:.0%}" for spec, start in zip(self.piece_specs, self.starts))
-        return {**described, "parts": f"{described['parts']} (last piece; {before} of the FLOPs)".strip()}
+        return {**described, "parts": f"{described['parts']} (last piece; {before} of the FLOPs)"}
 
     def bayes_floors(self) -> list[FloorSpec]:
         return self.last.bayes_floors()
@@ -159,7 +160,7 @@ class ObjectiveSchedule(Objective):
 
 
 def build_schedule(text: str, backbone: Backbone, vocab: Vocab,
-                   build_piece) -> ObjectiveSchedule:
+                   build_piece: Callable[[str, Backbone, Vocab], Objective]) -> ObjectiveSchedule:
     """The schedule `text` on `backbone`, its pieces built by `build_piece(spec, backbone, vocab)` in order (so a
     schedule's backbone starts from the same initialisation as a run of its first piece)."""
     specs, starts = split_schedule(text)
