@@ -71,6 +71,8 @@ def test_curves_that_meet_only_beyond_the_sweep_or_never():
     sentence = crossover_sentence(meet, beyond.budgets)
     assert "no crossover within [1e+11, 1.6e+12] FLOPs" in sentence and "extrapolated beyond the sweep" in sentence
     assert not meet["far"]  # 18.6 × past the sweep's end, within twice its width (16² = 256 ×)
+    wide = {**meet, "ci_low": 1e5, "ci_high": 1e15}  # ends past 1e11 / 256 and 1.6e12 · 256 are bounds
+    assert "(95 % CI below 3.91e+08 to above 4.1e+14)" in crossover_sentence(wide, beyond.budgets)
     nearly = fit_frontier({"a": curves(log_linear(0.1, 0.030)), "b": curves(log_linear(0.2, 0.029))}, resamples=50)
     far = crossover(nearly, "a", "b")  # at L = 100: e^100 · 1e10 FLOPs
     assert far["where"] == "beyond the sweep" and far["far"]

@@ -156,14 +156,16 @@ def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
     sweep = f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
     if found["where"] == "never":
         return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
-    ci = (" (no 95 % CI: too many resamples do not meet)" if found["ci_low"] is None else
-          " (95 % CI unbounded)" if found["ci_low"] == 0 or math.isinf(found["ci_high"]) else
-          f" (95 % CI {found['ci_low']:.3g} to {found['ci_high']:.3g})")
+    # an end of the interval further out than twice the sweep's width is said as a bound, not as a number
+    width = (budgets[-1] / budgets[0]) ** 2
+    floor, ceiling = budgets[0] / width, budgets[-1] * width
+    ci = " (no 95 % CI: too many resamples do not meet)" if found["ci_low"] is None else (
+        " (95 % CI " + (f"below {floor:.3g}" if found["ci_low"] < floor else f"{found['ci_low']:.3g}") + " to "
+        + (f"above {ceiling:.3g}" if found["ci_high"] > ceiling else f"{found['ci_high']:.3g}") + ")")
     if found["where"] == "within":
         return (f"{first} and {second} cross at {found['budget']:.3g} FLOPs{ci}, within the sweep {sweep} "
                 f"({found['share_within']:.0%} of resamples cross within it).")
     if found.get("far"):
-        width = (budgets[-1] / budgets[0]) ** 2
         return (f"{first} and {second}: no crossover within {sweep}; the nearly parallel fits would meet only "
                 f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range "
                 f"({found['budget']:.3g} FLOPs), which is no result.")
