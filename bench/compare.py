@@ -417,12 +417,20 @@ def compare_or_sweep(args: Namespace, argv: list[str] | None,
     frontier = frontier_results(by_budget, largest["baseline"], {
         "command": "python -m bench.compare " + shlex.join(sys.argv[1:] if argv is None else argv),
         "budgets (FLOPs)": ", ".join(f"{budget:.3g}" for budget in args.budgets), **setup,
-        "sweep wall time": f"{time.perf_counter() - started:.0f} s in this session"})
+        "sweep time": f"{runs_minutes(by_budget.values()):.1f} min in its runs (training, evaluations, probes and "
+                      f"tasks, summed over runs and sessions); {time.perf_counter() - started:.0f} s of wall time in "
+                      "this session"})
     if paper is not None:  # a preset's judge reads every budget's comparison, and the frontier
         frontier["paper"] = paper({**frontier, "comparisons": {budget_folder(budget): results
                                                                for budget, results in by_budget.items()}})
     print(f"report: {write_frontier_report(out, frontier)}")
     return frontier, diverged
+
+
+def runs_minutes(comparisons) -> float:
+    """What the comparisons' runs cost, however many sessions (--resume) they took."""
+    return sum(run.get(key) or 0 for results in comparisons for run in results["runs"]
+               for key in ("wall_seconds", "probe_seconds", "downstream_seconds")) / 60
 
 
 def flag_value(dest: str, value: object) -> object:
