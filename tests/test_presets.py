@@ -203,3 +203,15 @@ def test_the_mlm_against_clm_judge_reads_every_budget():
     assert outcome["MLM (40 %) beats CLM at equal FLOPs (4e+09)"] == "not reproduced"  # CLM is ahead here
     assert outcome["CLM → MLM (ar>mlm:rate=0.4@0.25) beats MLM alone at equal FLOPs (1e+09)"] == "reproduced"
     assert outcome["CLM is the more data-efficient: it leads MLM at the smallest budget (1e+09)"] == "reproduced"
+
+
+def test_on_text_the_mlm_against_clm_judge_reads_the_labelled_tasks():
+    from bench.analysis.judges import judge_clm
+    values = {("budget-1e+09", spec, name): [level + d for d in (-0.01, 0.0, 0.01)]
+              for name in ("order (finetuned)", "order (frozen)")
+              for spec, level in (("mlm:rate=0.4", 0.6), ("ar", 0.5))}
+    evidence = Evidence({"budget-1e+09": {}}, values)
+    assert evidence.read_on(("hidden_state_share",)) == ["order (finetuned)", "order (frozen)"]
+    findings = {f["claim"]: f["outcome"] for f in judge_clm(evidence)}
+    assert findings["MLM (40 %) beats CLM at equal FLOPs (1e+09, order (finetuned))"] == "reproduced"
+    assert not any("frozen" in claim for claim in findings)  # the fine-tuned task is the claim's yardstick

@@ -35,6 +35,17 @@ class Evidence:
                         evidence.values.setdefault((variant, run["objective"], yardstick.name), []).append(value)
         return evidence
 
+    def names(self) -> list[str]:
+        """The yardsticks the comparisons measured, in the order first met."""
+        return list(dict.fromkeys(name for _, _, name in self.values))
+
+    def read_on(self, preferred: tuple[str, ...]) -> list[str]:
+        """The preferred yardsticks this evidence has; on text, where the embedded probes do not run, the labelled
+        tasks', fine-tuned first."""
+        found = [name for name in preferred if name in self.names()]
+        tasks = [name for name in self.names() if name.endswith(("(finetuned)", "(frozen)"))]
+        return found or sorted(tasks, key=lambda name: not name.endswith("(finetuned)"))
+
     def get(self, spec: str, yardstick: str, variant: str = "") -> list[float]:
         return self.values.get((variant, spec, yardstick), [])
 
@@ -289,18 +300,24 @@ CLM_YARDSTICK = "hidden_state_share"  # the state from context: what every objec
 
 def judge_clm(evidence: Evidence) -> list[dict]:
     """Per budget of the sweep (each a comparison, evidence.results keyed by its folder): MLM against CLM, and each
-    CLM → MLM schedule against MLM alone; at the smallest budget, CLM against MLM (the paper's data efficiency)."""
+    CLM → MLM schedule against MLM alone; at the smallest budget, CLM against MLM (the paper's data efficiency). On
+    the hidden state from context, or on text on each fine-tuned task."""
     variants = sorted(evidence.results, key=lambda name: float(name.removeprefix("budget-")))
+    read_on = [name for name in evidence.read_on((CLM_YARDSTICK,)) if not name.endswith("(frozen)")] or \
+        [CLM_YARDSTICK]
     findings = []
-    for variant in variants:
-        budget = float(variant.removeprefix("budget-"))
-        findings.append(compare(evidence, f"MLM (40 %) beats CLM at equal FLOPs ({budget:.2g})", CLM_YARDSTICK,
-                                (variant, "mlm:rate=0.4"), (variant, "ar")))
-        for schedule in CLM_PEERS[3:]:
-            findings.append(compare(evidence, f"CLM → MLM ({schedule}) beats MLM alone at equal FLOPs ({budget:.2g})",
-                                    CLM_YARDSTICK, (variant, schedule), (variant, "mlm:rate=0.4")))
-    if variants:
-        findings.append(compare(evidence, f"CLM is the more data-efficient: it leads MLM at the smallest budget "
-                                          f"({float(variants[0].removeprefix('budget-')):.2g})", CLM_YARDSTICK,
-                                (variants[0], "ar"), (variants[0], "mlm:rate=0.4")))
+    for yardstick in read_on:
+        on = "" if yardstick == CLM_YARDSTICK else f", {yardstick}"
+        for variant in variants:
+            budget = float(variant.removeprefix("budget-"))
+            findings.append(compare(evidence, f"MLM (40 %) beats CLM at equal FLOPs ({budget:.2g}{on})", yardstick,
+                                    (variant, "mlm:rate=0.4"), (variant, "ar")))
+            for schedule in CLM_PEERS[3:]:
+                findings.append(compare(evidence, f"CLM → MLM ({schedule}) beats MLM alone at equal FLOPs "
+                                                  f"({budget:.2g}{on})", yardstick, (variant, schedule),
+                                        (variant, "mlm:rate=0.4")))
+        if variants:
+            findings.append(compare(evidence, f"CLM is the more data-efficient: it leads MLM at the smallest budget "
+                                              f"({float(variants[0].removeprefix('budget-')):.2g}{on})", yardstick,
+                                    (variants[0], "ar"), (variants[0], "mlm:rate=0.4")))
     return findings

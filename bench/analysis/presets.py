@@ -212,12 +212,12 @@ def describe_presets() -> str:
     return "\n".join(lines)
 
 
-def frontier_findings(preset: Preset, frontier: dict | None) -> list[dict]:
-    """A budget sweep's crossovers of the preset's pairs, on each of its yardsticks the frontier fitted; a yardstick
-    that measured no pretraining in the sweep says so instead."""
+def frontier_findings(preset: Preset, frontier: dict | None, names: list[str]) -> list[dict]:
+    """A budget sweep's crossovers of the preset's pairs, on each of the yardsticks `names` the frontier fitted; a
+    yardstick that measured no pretraining in the sweep says so instead."""
     found = []
     for item in (frontier or {}).get("yardsticks", []):
-        if item["yardstick"] not in preset.yardsticks:
+        if item["yardstick"] not in names:
             continue
         for pair in preset.frontier_pairs:
             claim = f"where {pair[0]} and {pair[1]} cross ({item['yardstick']})"
@@ -235,11 +235,12 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
     """The "Paper versus this run" data: the paper's rows beside ours, the judge's findings and what differs; with
     a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
     evidence = Evidence.collect(results)
+    names = evidence.read_on(preset.yardsticks) or list(preset.yardsticks)  # on text: the labelled tasks
     ours = []
     for label, target in preset.rows:
         variant, _, spec = target.rpartition("/")
         ours.append({"row": label, "spec": spec, "variant": variant,
-                     **{name: stat(evidence.get(spec, name, variant)) for name in preset.yardsticks}})
+                     **{name: stat(evidence.get(spec, name, variant)) for name in names}})
     first = next(iter(results.values()))
     setup = first.get("setup", {})
     runs = [run for result in results.values() for run in result["runs"]]
@@ -249,8 +250,8 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
     return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
             "paper_columns": list(preset.paper.columns),
             "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],
-            "yardsticks": list(preset.yardsticks), "ours": ours,
-            "findings": preset.judge(evidence) + frontier_findings(preset, frontier),
+            "yardsticks": names, "ours": ours,
+            "findings": preset.judge(evidence) + frontier_findings(preset, frontier, names),
             "paper_setting": preset.paper.setting,
             "this_run": f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
                         + (" (per comparison: " + ", ".join(f"{name} {r['budget_flops']:.3g}" for name, r in
