@@ -67,6 +67,12 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
     assert set(shares["controls"]) == {"untrained, bidirectional", "untrained, causal"}
     assert set(shares["beats_control"]) == {"mlm", "ar"} and all(len(b) == 3 for b in shares["beats_control"].values())
     assert "fit" not in items["component"] and "no fit, multiplier or crossover" in items["component"]["sentence"]
+    # each objective's gain over its own control, and its trend: the known curve's slope, less a constant control
+    gains = shares["gains"]["ar"]
+    assert gains["control"] == "untrained, causal" and len(gains["per_budget"]) == 3
+    slope = np.polyfit(np.log10(BUDGETS), truth(2 * np.array(BUDGETS)), 1)[0]
+    assert gains["trend"]["per_decade"] == pytest.approx(slope, rel=1e-9)
+    assert set(items["component"]["gains"]) == {"mlm", "ar"}  # a yardstick without a fit still shows its gains
     # a seed that diverged at one budget leaves the curve, not a hole in it
     by_budget[4e8]["runs"] = [run for run in by_budget[4e8]["runs"] if (run["objective"], run["seed"]) != ("ar", 1)]
     dropped = {i["yardstick"]: i for i in frontier_results(by_budget, "mlm", resamples=50)["yardsticks"]}
@@ -75,7 +81,8 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
     report = write_frontier_report(tmp_path, frontier).read_text()
     assert "| ar " in report and "2× (" in report and "extrapolated" in report and "*untrained, causal*" in report
     assert "power law toward the ceiling" in report and "never meet" in report
-    for png in ("frontier.png", "multipliers.png"):
+    assert "would clear its CI at" in report and "gain per decade" in report
+    for png in ("frontier.png", "multipliers.png", "gains.png"):
         assert f"]({png})" in report
         with Image.open(tmp_path / png) as image:
             image.verify()

@@ -1,6 +1,7 @@
 """The frontier's multipliers and crossovers on synthetic curves whose answers are known: a known compute shift, a
 known crossover, curves that meet only beyond the sweep, curves that never meet, and the bootstrap's coverage of a
-known multiplier."""
+known multiplier; and the trend of a gain over the control, with a known slope and known budgets where it meets the
+control and clears its CI."""
 
 import math
 
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 
 from bench.analysis.frontier import (LOG_LINEAR, POWER_LAW, Curves, crossover, crossover_sentence, fit_frontier,
-                                     multipliers)
+                                     gain_trend, multipliers, reach_text)
 
 BUDGETS = (1e11, 4e11, 1.6e12)  # the sweep this suite runs on 2 cores: a quarter, one and four times the default
 
@@ -112,3 +113,30 @@ def test_the_multipliers_interval_covers_a_known_multiplier(seeds, low, high):
         row = multipliers(found, "base", "other")[1]
         hits += row["ci_low"] is not None and row["ci_low"] <= 2.0 <= row["ci_high"]
     assert low <= hits / reps <= high
+
+
+def test_a_known_gain_trend_meets_its_control_and_clears_its_ci_where_the_line_says():
+    """gain = 0.02 per decade, zero at 1e12: it meets the control at 1e12 and reaches 0.04 two decades later."""
+    budgets = (1e11, 1e12, 1e13)
+    offsets = np.array([-0.01, 0.0, 0.01])[:, None]  # seeds' spread, symmetric so the mean is the truth itself
+    scores = 0.5 + 0.02 * np.log10(np.array(budgets) / 1e12)[None, :] + offsets
+    control = np.array([0.495, 0.5, 0.505])
+    found = gain_trend(budgets, scores, control, clear=0.04, resamples=500)
+    assert found["per_decade"] == pytest.approx(0.02, rel=1e-9)
+    assert found["per_decade_ci"][0] < 0.02 < found["per_decade_ci"][1]
+    assert found["meets"]["where"] == "within" and found["meets"]["budget"] == pytest.approx(1e12, rel=1e-9)
+    assert found["meets"]["ci_low"] < 1e12 < found["meets"]["ci_high"]
+    clears = found["clears"]
+    assert clears["where"] == "beyond the sweep" and clears["budget"] == pytest.approx(1e14, rel=1e-9)
+    assert not clears["far"]  # one decade past a sweep two decades wide
+    assert reach_text(clears, np.array(budgets)).startswith("1e+14 FLOPs (95 % CI ")
+    assert reach_text(clears, np.array(budgets)).endswith(", extrapolated beyond the sweep)")
+    # the same gain falling with compute never reaches either
+    falling = gain_trend(budgets, scores[:, ::-1], control, clear=0.04, resamples=100)
+    assert falling["per_decade"] == pytest.approx(-0.02, rel=1e-9)
+    assert falling["meets"]["where"] == falling["clears"]["where"] == "never"
+    assert reach_text(falling["clears"], np.array(budgets)) == "never (the fitted gain does not rise)"
+    # a gain that rises so slowly that it would clear only far beyond the sweep is said as no result
+    slow = gain_trend(budgets, 0.5 + 0.001 * np.log10(np.array(budgets) / 1e12)[None, :] + offsets, control,
+                      clear=0.04, resamples=100)
+    assert slow["clears"]["far"] and "(no result)" in reach_text(slow["clears"], np.array(budgets))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.analysis.frontier import (LOG_LINEAR, POWER_LAW, Curves, crossover, crossover_sentence, fit_frontier,
-                                     multipliers)
+                                     gain_trend, multipliers)
 from bench.analysis.measures import final_values, yardsticks
 from bench.analysis.results import Measured, by_control, by_objective, stat
 from bench.analysis.verdict import beats_control
@@ -54,14 +54,44 @@ def measures_pretraining(by_budget: dict[float, dict], name: str) -> list[bool |
     return found
 
 
-def beats_control_at(by_budget: dict[float, dict], name: str, spec: str) -> list[bool | None]:
-    """Per budget, whether `spec` beat its own untrained control on this yardstick (Welch, Holm), as that budget's
-    verdict found; None where it was not tested."""
+def verdict_gains(by_budget: dict[float, dict], name: str, spec: str) -> list[dict | None]:
+    """Per budget, `spec`'s gain over its own untrained control on this yardstick as that budget's verdict found it
+    (difference, Welch's CI, Holm's p); None where it was not tested."""
     found = []
     for budget in sorted(by_budget):
         items = {item["yardstick"]: item for item in (by_budget[budget].get("verdict") or {}).get("yardsticks", [])}
         gains = [g for g in items.get(name, {}).get("gains", []) if g["objective"] == spec]
-        found.append(beats_control(gains[0]) if gains and gains[0]["p_holm"] is not None else None)
+        found.append(gains[0] if gains else None)
+    return found
+
+
+def beats_control_at(by_budget: dict[float, dict], name: str, spec: str) -> list[bool | None]:
+    """Per budget, whether `spec` beat its own untrained control on this yardstick (Welch, Holm), as that budget's
+    verdict found; None where it was not tested."""
+    return [beats_control(gain) if gain and gain["p_holm"] is not None else None
+            for gain in verdict_gains(by_budget, name, spec)]
+
+
+def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict[int, list[float]]],
+                 resamples: int) -> dict[str, dict]:
+    """Per objective, its gain over its own control at every budget (each budget's verdict) and the gain's trend
+    against compute (bench.analysis.frontier.gain_trend): where no budget shows a gain, where one would."""
+    budgets, sign = sorted(by_budget), 1.0 if yardstick.higher_is_better else -1.0
+    controls = by_control(Measured.from_results(by_budget[max(by_budget)]).controls)
+    found = {}
+    for spec, by_seed in scores.items():
+        gains = verdict_gains(by_budget, yardstick.name, spec)
+        last = gains[-1]
+        control = final_values(controls.get(last["control"], []), yardstick) if last else []
+        if len(control) < 2 or len(by_seed) < 2:
+            continue
+        clear = None if last["ci_low"] is None else (last["ci_high"] - last["ci_low"]) / 2
+        trend = gain_trend(tuple(budgets), sign * np.array(list(by_seed.values()), dtype=float),
+                           sign * np.array(control, dtype=float), clear, resamples)
+        found[spec] = {"control": last["control"], "trend": trend,
+                       "per_budget": [None if g is None else {key: g[key] for key in ("gain", "ci_low", "ci_high",
+                                                                                        "p_holm")}
+                                      for g in gains]}
     return found
 
 
@@ -95,6 +125,7 @@ def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | 
                 "controls": control_summary(by_budget, yardstick),
                 "beats_control": {spec: beats_control_at(by_budget, yardstick.name, spec) for spec in scores},
                 "measures_pretraining": measures_pretraining(by_budget, yardstick.name)}
+        item["gains"] = gains_across(by_budget, yardstick, scores, resamples)
         found.append(item)
         if not any(item["measures_pretraining"]):
             item["sentence"] = (f"No objective beats its untrained control on {yardstick.label} at any budget of the "

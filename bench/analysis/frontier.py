@@ -141,14 +141,23 @@ def crossover(frontier: Frontier, first: str, second: str) -> dict:
     low_b, high_b = np.log(frontier.budgets[0]), np.log(frontier.budgets[-1])
     within = (log_c[1:] >= low_b) & (log_c[1:] <= high_b)
     found = {"pair": [first, second], "share_within": float(within.mean())}
+    return {**found, **placed(log_c, np.log(frontier.budgets), min(frontier.seeds[first], frontier.seeds[second]))}
+
+
+def placed(log_c: np.ndarray, log_b: np.ndarray, seeds: int) -> dict:
+    """A budget found by the fit (log_c[0]) and its resamples (log_c[1:]): the budget, its 95 % interval, and where
+    it lies: within the sweep, below or beyond it, or never (nan: the lines do not meet or rise); `far` beyond twice
+    the sweep's own width in log-FLOPs, where a meeting point of two nearly parallel lines says nothing about those
+    budgets."""
     if not math.isfinite(log_c[0]):
-        return {**found, "where": "never", "budget": None, "ci_low": None, "ci_high": None}
-    where = "within" if low_b <= log_c[0] <= high_b else "below the sweep" if log_c[0] < low_b else "beyond the sweep"
-    low, high = interval(float(log_c[0]), log_c[1:], min(frontier.seeds[first], frontier.seeds[second]))
-    # further outside than twice the sweep's own width (in log-FLOPs), a meeting point of two nearly parallel lines
-    # says nothing about those budgets
-    far = bool(max(low_b - log_c[0], log_c[0] - high_b) > 2 * (high_b - low_b))
-    return {**found, "where": where, "far": far, "budget": float(np.exp(log_c[0])), "ci_low": low, "ci_high": high}
+        return {"where": "never", "budget": None, "ci_low": None, "ci_high": None, "far": False}
+    low, high = interval(float(log_c[0]), log_c[1:], seeds)
+    where = ("within" if log_b[0] <= log_c[0] <= log_b[-1] else
+             "below the sweep" if log_c[0] < log_b[0] else "beyond the sweep")
+    far = bool(max(log_b[0] - log_c[0], log_c[0] - log_b[-1]) > 2 * (log_b[-1] - log_b[0]))
+    with np.errstate(over="ignore"):  # far past float range: inf, which results.json stores as null
+        budget = float(np.exp(log_c[0]))
+    return {"where": where, "budget": budget, "ci_low": low, "ci_high": high, "far": far}
 
 
 def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
@@ -156,18 +165,72 @@ def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
     sweep = f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
     if found["where"] == "never":
         return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
-    # an end of the interval further out than twice the sweep's width is said as a bound, not as a number
     width = (budgets[-1] / budgets[0]) ** 2
-    floor, ceiling = budgets[0] / width, budgets[-1] * width
-    ci = " (no 95 % CI: too many resamples do not meet)" if found["ci_low"] is None else (
-        " (95 % CI " + (f"below {floor:.3g}" if found["ci_low"] < floor else f"{found['ci_low']:.3g}") + " to "
-        + (f"above {ceiling:.3g}" if found["ci_high"] > ceiling else f"{found['ci_high']:.3g}") + ")")
+    ci = (" (no 95 % CI: too many resamples do not meet)" if found["ci_low"] is None else
+          f" ({interval_text(found, budgets)})")
     if found["where"] == "within":
         return (f"{first} and {second} cross at {found['budget']:.3g} FLOPs{ci}, within the sweep {sweep} "
                 f"({found['share_within']:.0%} of resamples cross within it).")
     if found.get("far"):
         return (f"{first} and {second}: no crossover within {sweep}; the nearly parallel fits would meet only "
-                f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range "
-                f"({found['budget']:.3g} FLOPs), which is no result.")
+                f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range"
+                + (f" ({found['budget']:.3g} FLOPs)" if math.isfinite(found["budget"] or math.inf) else "")
+                + ", which is no result.")
     return (f"{first} and {second}: no crossover within {sweep}; the fits meet at {found['budget']:.3g} FLOPs{ci}, "
             f"extrapolated {found['where']}.")
+
+
+# --- where pretraining would pay: the gain over the untrained control against compute ---------------------------
+
+def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarray, clear: float | None,
+               resamples: int = 2000, seed: int = 0) -> dict:
+    """An objective's gain over its untrained control across a sweep, fitted as a line in log-FLOPs, with a bootstrap
+    over the seeds of both sides (scores: seeds × budgets, control: the controls' scores, both higher-is-better).
+
+    The gain per decade of compute, and the budgets at which the fitted gain reaches 0 (meets the control) and
+    `clear` (the gain whose 95 % CI, as wide as the one measured at the largest budget, would exclude 0): where no
+    budget of the sweep shows a gain, where one would, if the trend and the seeds' spread held. A line, not the
+    power law: a gain over a control has no known ceiling, and three budgets carry two parameters."""
+    rng = np.random.default_rng(seed)
+    log_b = np.log(np.asarray(budgets, dtype=float))
+    runs = resampled_means(Curves(tuple(budgets), scores), resamples, rng)
+    drawn = rng.integers(0, len(control), (resamples, len(control)))
+    controls = np.concatenate([[control.mean()], control[drawn].mean(1)])
+    alpha, beta = fit_lines(log_b, runs - controls[:, None])
+    seeds = min(scores.shape[0], len(control))
+    per_decade = beta * math.log(10)
+    half = t_distribution.ppf(0.975, seeds - 1) * per_decade[1:].std() if seeds > 1 else math.nan
+    found = {"per_decade": float(per_decade[0]),
+             "per_decade_ci": None if not math.isfinite(half) else [float(per_decade[0] - half),
+                                                                     float(per_decade[0] + half)],
+             "line": [float(alpha[0]), float(beta[0])],  # gain = α + β·ln C, the fit itself
+             "clear": clear, "meets": reach(alpha, beta, 0.0, log_b, seeds)}
+    found["clears"] = None if clear is None else reach(alpha, beta, clear, log_b, seeds)
+    return found
+
+
+def reach(alpha: np.ndarray, beta: np.ndarray, target: float, log_b: np.ndarray, seeds: int) -> dict:
+    """Where the fitted gain α + β·log C reaches `target` (placed as `placed` says); never where it does not rise."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return placed(np.where(beta > 0, (target - alpha) / beta, np.nan), log_b, seeds)
+
+
+def reach_text(found: dict, budgets: np.ndarray) -> str:
+    """`found` (from reach) in words: a budget with its CI, said as a bound where it lies far outside the sweep."""
+    if found["where"] == "never":
+        return "never (the fitted gain does not rise)"
+    if found["far"]:
+        width = (budgets[-1] / budgets[0]) ** 2
+        return f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range (no result)"
+    ci = "no CI" if found["ci_low"] is None else interval_text(found, budgets)
+    where = "" if found["where"] == "within" else f", extrapolated {found['where']}"
+    return f"{found['budget']:.3g} FLOPs ({ci}{where})"
+
+
+def interval_text(found: dict, budgets: np.ndarray) -> str:
+    """A budget's 95 % interval; an end further out than twice the sweep's width (in log-FLOPs) is said as a bound,
+    not as a number."""
+    width = (budgets[-1] / budgets[0]) ** 2
+    floor, ceiling = budgets[0] / width, budgets[-1] * width
+    return ("95 % CI " + (f"below {floor:.3g}" if found["ci_low"] < floor else f"{found['ci_low']:.3g}") + " to "
+            + (f"above {ceiling:.3g}" if found["ci_high"] > ceiling else f"{found['ci_high']:.3g}"))

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.analysis.frontier import reach_text
+from bench.analysis.verdict import beats_control
 from bench.files import write_atomic, write_json
 from bench.report.plots import plt, save_figure
 from bench.report.sections import fmt, paper_text, table
@@ -26,6 +28,40 @@ def multiplier_text(row: dict) -> str:
     return f"{row['multiplier']:.2g}×{ci}" + (" extrapolated" if row["extrapolated"] else "")
 
 
+def gain_text(gain: dict | None) -> str:
+    if gain is None:
+        return "untested"
+    ci = "" if gain["ci_low"] is None else f" ({gain['ci_low']:+.3f} to {gain['ci_high']:+.3f})"
+    return f"**{gain['gain']:+.3f}**{ci}" if beats_control(gain) else f"{gain['gain']:+.3f}{ci}"
+
+
+def gain_section(item: dict, budgets: list[float]) -> str:
+    """Each objective's gain over its own control at every budget, and where its fitted trend meets the control and
+    would clear its CI: the answer to "would pretraining pay at a larger budget?" where no budget of the sweep says
+    yes."""
+    if not item.get("gains"):
+        return ""
+    array = np.array(budgets, dtype=float)
+    rows = []
+    for spec, found in item["gains"].items():
+        trend = found["trend"]
+        ci = trend["per_decade_ci"]
+        beaten = [f"{b:.3g}" for b, g in zip(budgets, found["per_budget"]) if g is not None and beats_control(g)]
+        clears = (f"beats it at {', '.join(beaten)} (measured)" if beaten else
+                  "" if trend["clears"] is None else reach_text(trend["clears"], array))
+        rows.append([spec, *(gain_text(g) for g in found["per_budget"]),
+                     f"{trend['per_decade']:+.3f}" + ("" if ci is None else f" ({ci[0]:+.3f} to {ci[1]:+.3f})"),
+                     reach_text(trend["meets"], array), clears])
+    return ("Gain over its own untrained control at each budget (that budget's verdict: difference, Welch's 95 % CI; "
+            "**bold** where it beats the control after Holm), fitted as a line in log-FLOPs with a bootstrap over "
+            "seeds: the gain per decade of compute, and the budgets at which the fitted gain meets the control and "
+            "would clear its CI (reaches the half-width of the CI measured at the largest budget, before Holm's "
+            "correction), if the trend and the seeds' spread held; where a budget of the sweep shows the gain, that "
+            "measurement is stated instead:\n\n"
+            + table(rows, ["objective", *(f"{b:.3g}" for b in budgets), "gain per decade", "meets its control at",
+                           "would clear its CI at"]))
+
+
 def yardstick_section(item: dict, budgets: list[float], baseline: str) -> str:
     heads = [f"{budget:.3g} FLOPs" for budget in budgets]
     rows = [[spec, *(fmt(summary) for summary in means)] for spec, means in item["means"].items()]
@@ -35,6 +71,8 @@ def yardstick_section(item: dict, budgets: list[float], baseline: str) -> str:
             f"controls (*italic*) spend no training FLOPs, so they are one level at every budget. Beats its "
             f"control at each budget (that comparison's verdict, Welch and Holm): {measured}.\n\n"
             + table(rows, ["objective", *heads]))
+    gains = gain_section(item, budgets)
+    text += "\n\n" + gains if gains else ""
     if "fit" not in item:
         return text + "\n\n" + item["sentence"]
     never = {spec for spec, beats in item.get("beats_control", {}).items() if not any(beats)}
@@ -125,6 +163,39 @@ def plot_multipliers(frontier: dict, path: Path) -> bool:
     return True
 
 
+def plot_gains(frontier: dict, path: Path) -> bool:
+    """Per yardstick, each objective's gain over its control against compute, with its fitted line drawn on to where
+    it would clear its CI (at most twice the sweep's width beyond it)."""
+    shown = [item for item in frontier["yardsticks"] if item.get("gains")]
+    if not shown:
+        return False
+    figure, axes = panels(len(shown))
+    budgets = np.array(frontier["budgets"], dtype=float)
+    farthest = budgets[-1] * (budgets[-1] / budgets[0]) ** 2
+    for item, ax in zip(shown, axes):
+        for spec, found in item["gains"].items():
+            points = [(b, g) for b, g in zip(budgets, found["per_budget"]) if g is not None]
+            low = [g["gain"] - g["ci_low"] if g["ci_low"] is not None else 0 for _, g in points]
+            high = [g["ci_high"] - g["gain"] if g["ci_high"] is not None else 0 for _, g in points]
+            line = ax.errorbar([b for b, _ in points], [g["gain"] for _, g in points], yerr=[low, high], fmt="o",
+                               capsize=3, label=spec)
+            trend, clears = found["trend"], found["trend"]["clears"]
+            beaten = any(beats_control(g) for _, g in points)  # measured: nothing to draw on
+            end = min(max(budgets[-1], clears["budget"] if clears and clears["budget"] and not beaten else 0),
+                      farthest)
+            grid = np.geomspace(budgets[0], end, 50)
+            alpha, beta = trend["line"]
+            ax.plot(grid, alpha + beta * np.log(grid), color=line[0].get_color(), linestyle="--")
+        ax.axhline(0.0, color="grey", linewidth=1, label="its untrained control")
+        ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=f"gain on {item['label']}",
+               title=item["label"])
+        ax.legend(fontsize="small")
+    figure.suptitle("What pretraining bought: each objective's gain over its own untrained control (± 95 % CI), and\n"
+                    "the fitted trend (dashed), drawn on to where it would clear its CI")
+    save_figure(figure, path)
+    return True
+
+
 def write_frontier_report(out: Path, frontier: dict) -> Path:
     """results.json, frontier.png, multipliers.png and report.md of a budget sweep, in `out`."""
     write_json(out / "results.json", {"frontier": frontier})
@@ -133,6 +204,8 @@ def write_frontier_report(out: Path, frontier: dict) -> Path:
         plots.append("![score against FLOPs across the budgets](frontier.png)")
     if plot_multipliers(frontier, out / "multipliers.png"):
         plots.append("![compute multiplier against budget](multipliers.png)")
+    if plot_gains(frontier, out / "gains.png"):
+        plots.append("![gain over the untrained control against budget](gains.png)")
     report = out / "report.md"
     write_atomic(report, render(frontier, plots))
     return report
