@@ -152,13 +152,17 @@ def plot_multipliers(frontier: dict, path: Path) -> bool:
                 continue
             low = [row["multiplier"] - (row["ci_low"] or row["multiplier"]) for row in shown]
             high = [(row["ci_high"] or row["multiplier"]) - row["multiplier"] for row in shown]
-            ax.errorbar([row["budget"] for row in shown], [row["multiplier"] for row in shown], yerr=[low, high],
-                        fmt="o-", capsize=3, label=spec)
+            line = ax.errorbar([row["budget"] for row in shown], [row["multiplier"] for row in shown],
+                               yerr=[low, high], fmt="o-", capsize=3, label=spec)
+            outside = [row for row in shown if row["extrapolated"]]  # hollow: the compute lies outside the sweep
+            ax.plot([row["budget"] for row in outside], [row["multiplier"] for row in outside], "o",
+                    markerfacecolor="white", color=line[0].get_color(), zorder=3)
         ax.axhline(1.0, color="grey", linestyle="--", label=f"= {frontier['baseline']}")
         ax.set(xscale="log", yscale="log", xlabel="budget (FLOPs, log)",
                ylabel=f"compute multiplier against {frontier['baseline']}", title=item["label"])
         ax.legend(fontsize="small")
-    figure.suptitle("How much compute the baseline needs to match each objective, at every budget (95 % CI)")
+    figure.suptitle("How much compute the baseline needs to match each objective, at every budget (95 % CI; "
+                    "hollow: extrapolated)")
     save_figure(figure, path)
     return True
 
@@ -187,7 +191,7 @@ def plot_gains(frontier: dict, path: Path) -> bool:
             alpha, beta = trend["line"]
             ax.plot(grid, alpha + beta * np.log(grid), color=line[0].get_color(), linestyle="--")
         ax.axhline(0.0, color="grey", linewidth=1, label="its untrained control")
-        ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=f"gain on {item['label']}",
+        ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel="gain over its untrained control",
                title=item["label"])
         ax.legend(fontsize="small")
     figure.suptitle("What pretraining bought: each objective's gain over its own untrained control (± 95 % CI), and\n"
