@@ -110,6 +110,11 @@ def test_a_budget_sweep_is_one_comparison_per_budget_and_an_interrupted_one_resu
     for name in ("budget-1e+08", "budget-2e+08"):
         assert strip(json.loads((tmp_path / "killed" / name / "results.json").read_text())) == \
             strip(json.loads((straight / name / "results.json").read_text()))
+    # and the frontier on top is rebuilt from the budget folders: the same as the uninterrupted sweep's, but for
+    # the setup's wall times
+    top = lambda out: {key: value for key, value in json.loads((out / "results.json").read_text())[  # noqa: E731
+        "frontier"].items() if key != "setup"}
+    assert top(tmp_path / "killed") == top(straight) and top(straight)["budgets"] == [1e8, 2e8]
 
 
 @pytest.mark.parametrize("flags, message", [
