@@ -215,3 +215,19 @@ def test_on_text_the_mlm_against_clm_judge_reads_the_labelled_tasks():
     findings = {f["claim"]: f["outcome"] for f in judge_clm(evidence)}
     assert findings["MLM (40 %) beats CLM at equal FLOPs (1e+09, order (finetuned))"] == "reproduced"
     assert not any("frozen" in claim for claim in findings)  # the fine-tuned task is the claim's yardstick
+
+
+def test_the_electra_judge_reads_electras_own_curve_where_mlms_run_never_got_there():
+    from bench.analysis.judges import judge_electra
+    bound = {"objective": "electra", "yardstick": "replaced_word_share", "multiplier": 1.0, "kind": ">",
+             "text": "> 1× (not reached within the run)"}
+    readings = {"quarter": {**bound, "reversed": {"multiplier": 5.0, "kind": "=", "text": "5×"}},
+                "default": {**bound, "reversed": {"multiplier": 1.1, "kind": "=", "text": "1.1×"}},
+                "four-times": bound}
+    results = {variant: {"verdict": {"multipliers": [m], "signal_density_ratio": {"electra": 7.4}}}
+               for variant, m in readings.items()}
+    found = {f["claim"]: f["outcome"] for f in judge_electra(Evidence(results)) if "multiplier" in f["claim"]}
+    claim = "ELECTRA's compute multiplier over MLM is about 4× or more ({}, replaced_word_share)"
+    assert found[claim.format("2e+11")] == "reproduced"  # 5× read off ELECTRA's own curve
+    assert found[claim.format("8e+11")] == "not reproduced"
+    assert found[claim.format("3.2e+12")].startswith("inconclusive (at least this much: MLM's run never reached")

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from bench.analysis.verdict import (beats_control, compute_multiplier, format_multiplier, gain_over_control, holm,
-                                    holm_gains, interpolate_flops, rise_with_compute, signal_density_ratio,
-                                    yardstick_verdict)
+                                    holm_gains, interpolate_flops, reversed_multiplier, rise_with_compute,
+                                    signal_density_ratio, yardstick_verdict)
 
 BUDGET = 1e12
 CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1% of the budget to the budget, log-spaced like the runs'
@@ -317,3 +317,27 @@ def test_a_task_where_lower_is_better_ranks_and_gains_in_its_direction():
     assert frozen["higher_is_better"] is False and frozen["rows"][0]["objective"] == "electra"  # the lowest first
     assert frozen["measures_pretraining"] is True and all(g["gain"] > 0 for g in frozen["gains"])
     assert all(g["rise"] == pytest.approx(1.0) for g in frozen["gains"])  # falling, from the control, is rising
+
+
+def test_a_multiplier_the_baseline_never_reaches_is_read_off_the_other_curve():
+    """The other objective is the baseline's curve shifted by 4× in compute: at the budget it is past anything the
+    baseline reached, so the direct reading is a bound, and its own curve reached the baseline's final value at a
+    quarter of the budget: 4× (the ELECTRA paper's reading), the two readings equal for a pure shift."""
+    value = log_linear(True)
+    baseline = [curve_of(log_linear(True, e)) for e in (-0.01, 0.0, 0.01)]
+    other = [curve_of(lambda flops, e=e: log_linear(True, e)(4 * flops)) for e in (-0.01, 0.0, 0.01)]
+    other_final = [float(value(4 * BUDGET)) + e for e in (-0.01, 0.0, 0.01)]
+    baseline_final = [float(value(BUDGET)) + e for e in (-0.01, 0.0, 0.01)]
+    direct = compute_multiplier(baseline, other_final, BUDGET, resamples=200)
+    assert direct["kind"] == ">"
+    found = reversed_multiplier(other, baseline_final, BUDGET, resamples=200)
+    assert found["kind"] == "=" and found["multiplier"] == pytest.approx(4.0, rel=1e-9)
+    assert found["ci_low"] < 4.0 < found["ci_high"] and found["range"] == pytest.approx([1.0, 100.0])
+    assert found["text"] == format_multiplier(found) and found["text"].startswith("4×")
+    direct["reversed"] = found
+    assert format_multiplier(direct) == f"> 1× (not reached within the run); read off its own curve: {found['text']}"
+    dumps(direct)
+    # past the baseline's value at its own first checkpoint: a lower bound, said as one
+    early = reversed_multiplier(other, [float(value(1e-4 * BUDGET))] * 3, BUDGET, resamples=50)
+    assert early["kind"] == ">" and early["multiplier"] == pytest.approx(100.0)
+    assert early["text"].endswith("× (reached at its first checkpoint)")

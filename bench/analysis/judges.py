@@ -262,11 +262,14 @@ def judge_electra(evidence: Evidence) -> list[dict]:
                        if m["objective"] == "electra"]
         density = result["verdict"]["signal_density_ratio"].get("electra", float("nan")) if multipliers else None
         for m in multipliers:
-            # "<" and "=" bound the multiplier from above; ">" only from below (MLM never got there in its run)
-            if m["multiplier"] >= 4 and m["kind"] in ("=", ">"):
+            # where MLM never got there in its run, ELECTRA's own curve says how early it reached MLM's value
+            reading = m.get("reversed") or m if m["kind"] == ">" else m
+            # "<" and "=" bound the multiplier from above; ">" only from below
+            if reading["multiplier"] >= 4 and reading["kind"] in ("=", ">"):
                 outcome = "reproduced"
-            elif m["kind"] == ">":
-                outcome = "inconclusive (at least this much: MLM's run never reached ELECTRA's value)"
+            elif reading["kind"] == ">":
+                outcome = ("inconclusive (at least this much: " + ("MLM's run never reached ELECTRA's value)"
+                           if reading is m else "ELECTRA was past MLM's value at its first checkpoint)"))
             else:
                 outcome = "not reproduced"
             findings.append({"claim": f"ELECTRA's compute multiplier over MLM is about 4× or more ({budget:.2g}, "

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field, fields
 from bench.analysis.measures import (QUESTIONS, Yardstick, average, ceiling_key, downstream_value, final_values,
                                      mean_curve, task_names, yardsticks)
 from bench.analysis.stats import summarize, welch_p_value
-from bench.analysis.verdict import (ALPHA, beats_control, compute_multiplier, gain_over_control, holm_gains,
-                                    rise_with_compute, signal_density_ratio, yardstick_verdict)
+from bench.analysis.verdict import (ALPHA, beats_control, compute_multiplier, format_multiplier, gain_over_control,
+                                    holm_gains, reversed_multiplier, rise_with_compute, signal_density_ratio,
+                                    yardstick_verdict)
 from bench.training.curve import upgrade_result
 from bench.training.schedule import parse_seq_len
 
@@ -172,9 +173,13 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
         if not all(curve for curve in curves[baseline]):
             continue
         for spec in (spec for spec in grouped if spec != baseline):
-            multipliers.append({"objective": spec, "yardstick": yardstick.name,
-                                **compute_multiplier(curves[baseline], values[spec], budget,
-                                                     yardstick.higher_is_better)})
+            multiplier = compute_multiplier(curves[baseline], values[spec], budget, yardstick.higher_is_better)
+            if multiplier["kind"] == ">" and all(curves[spec]):
+                # the baseline never got there: how early the objective's own curve reached the baseline's value
+                multiplier["reversed"] = reversed_multiplier(curves[spec], values[baseline], budget,
+                                                             yardstick.higher_is_better)
+                multiplier["text"] = format_multiplier(multiplier)
+            multipliers.append({"objective": spec, "yardstick": yardstick.name, **multiplier})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
                       if spec in density and baseline in density}
     return {"baseline": baseline, "pretraining": pretraining_summary(found, list(grouped)), "yardsticks": found,
