@@ -324,20 +324,33 @@ def test_a_multiplier_the_baseline_never_reaches_is_read_off_the_other_curve():
     baseline reached, so the direct reading is a bound, and its own curve reached the baseline's final value at a
     quarter of the budget: 4× (the ELECTRA paper's reading), the two readings equal for a pure shift."""
     value = log_linear(True)
-    baseline = [curve_of(log_linear(True, e)) for e in (-0.01, 0.0, 0.01)]
-    other = [curve_of(lambda flops, e=e: log_linear(True, e)(4 * flops)) for e in (-0.01, 0.0, 0.01)]
-    other_final = [float(value(4 * BUDGET)) + e for e in (-0.01, 0.0, 0.01)]
-    baseline_final = [float(value(BUDGET)) + e for e in (-0.01, 0.0, 0.01)]
+    offsets = (-0.01, 0.0, 0.01)
+    baseline = [curve_of(log_linear(True, e)) for e in offsets]
+    other = [curve_of(lambda flops, e=e: log_linear(True, e)(4 * flops)) for e in offsets]
+    other_final = [float(value(4 * BUDGET)) + e for e in offsets]
+    baseline_final = [float(value(BUDGET)) + e for e in offsets]
     direct = compute_multiplier(baseline, other_final, BUDGET, resamples=200)
     assert direct["kind"] == ">"
-    found = reversed_multiplier(other, baseline_final, BUDGET, resamples=200)
+    found = reversed_multiplier(baseline, other, baseline_final, BUDGET, resamples=200)
     assert found["kind"] == "=" and found["multiplier"] == pytest.approx(4.0, rel=1e-9)
     assert found["ci_low"] < 4.0 < found["ci_high"] and found["range"] == pytest.approx([1.0, 100.0])
-    assert found["text"] == format_multiplier(found) and found["text"].startswith("4×")
+    assert found["text"] == format_multiplier(found, reversed_reading=True) and found["text"].startswith("4×")
     direct["reversed"] = found
-    assert format_multiplier(direct) == f"> 1× (not reached within the run); read off its own curve: {found['text']}"
+    assert format_multiplier(direct) == f"> 1× (not reached within the run); at the baseline's final value: {found['text']}"
     dumps(direct)
     # past the baseline's value at its own first checkpoint: a lower bound, said as one
-    early = reversed_multiplier(other, [float(value(1e-4 * BUDGET))] * 3, BUDGET, resamples=50)
-    assert early["kind"] == ">" and early["multiplier"] == pytest.approx(100.0)
-    assert early["text"].endswith("× (reached at its first checkpoint)")
+    early = reversed_multiplier(baseline, other, [float(value(CHECKPOINTS[0]))] * 3, BUDGET, resamples=50)
+    assert early["kind"] == ">" and early["text"].endswith("× (reached at its first checkpoint)")
+
+
+def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing_not_the_budget():
+    """MLM in the electra-efficiency preset at 3.2e12 peaked at 0.833 and ended at 0.798, which ELECTRA reached near
+    5e11: measured from the budget ELECTRA would look 6× as efficient, though MLM got there as early."""
+    flops = [1.6e11, 2.9e11, 5.3e11, 9.7e11, 1.8e12, 3.2e12]
+    peaked = [list(zip(flops, [0.661, 0.770, 0.833, 0.823, 0.785, 0.798]))] * 2
+    rising = [list(zip(flops, [0.551, 0.689, 0.804, 0.839, 0.859, 0.874]))] * 2
+    found = reversed_multiplier(peaked, rising, [0.798, 0.798], 3.2e12, resamples=20)
+    mlm_at = np.exp(np.interp(0.798, [0.770, 0.833], np.log([2.9e11, 5.3e11])))
+    electra_at = np.exp(np.interp(0.798, [0.689, 0.804], np.log([2.9e11, 5.3e11])))
+    assert found["kind"] == "=" and found["multiplier"] == pytest.approx(mlm_at / electra_at, rel=1e-9)
+    assert found["multiplier"] < 1.0 and found["baseline_flops"] == pytest.approx(mlm_at, rel=1e-9)

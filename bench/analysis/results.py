@@ -175,9 +175,9 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
         for spec in (spec for spec in grouped if spec != baseline):
             multiplier = compute_multiplier(curves[baseline], values[spec], budget, yardstick.higher_is_better)
             if multiplier["kind"] == ">" and all(curves[spec]):
-                # the baseline never got there: how early the objective's own curve reached the baseline's value
-                multiplier["reversed"] = reversed_multiplier(curves[spec], values[baseline], budget,
-                                                             yardstick.higher_is_better)
+                # the baseline never got there: how early each reached the baseline's final value
+                multiplier["reversed"] = reversed_multiplier(curves[baseline], curves[spec], values[baseline],
+                                                             budget, yardstick.higher_is_better)
                 multiplier["text"] = format_multiplier(multiplier)
             multipliers.append({"objective": spec, "yardstick": yardstick.name, **multiplier})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped

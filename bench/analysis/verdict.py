@@ -258,24 +258,51 @@ def compute_multiplier(baseline_curves: list[list[tuple[float, float]]], other_f
     return result
 
 
-_REVERSED_KIND = {"=": "=", ">": "<", "<": ">", None: None}
+_REVERSED_KIND = {0: "=", 1: "<", 2: ">"}  # the objective's crossing: never reached is an upper bound, before a floor
 
 
-def reversed_multiplier(other_curves: list[list[tuple[float, float]]], baseline_final: list[float], budget: float,
+def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
+                        other_curves: list[list[tuple[float, float]]], baseline_final: list[float], budget: float,
                         higher_is_better: bool = True, resamples: int = 2000, seed: int = 0) -> dict:
-    """Where the baseline's run never reaches the other objective's value (kind ">"), the other reading: the FLOPs at
-    which the other objective's own mean curve reached the baseline's value at the budget, the budget over them. It
-    is the ELECTRA paper's reading ("matches RoBERTa with a quarter of the compute"), equal to the direct one where
-    the two curves are one curve shifted in log-FLOPs; its CI resamples both sides, as the direct one's does. "<"
-    (a bound) where the other objective was already past the baseline's value at its first checkpoint."""
-    found = compute_multiplier(other_curves, baseline_final, budget, higher_is_better, resamples, seed)
-    invert = lambda value: None if value is None else 1.0 / value  # noqa: E731
-    result = {"multiplier": 1.0 / found["multiplier"], "kind": _REVERSED_KIND[found["kind"]],
-              "target": found["target"], "budget": found["budget"],
-              "range": [1.0 / found["range"][1], 1.0 / found["range"][0]], "seeds": found["seeds"][::-1],
-              "resamples": found["resamples"], "ci_low": invert(found["ci_high"]),
-              "ci_low_kind": _REVERSED_KIND[found["ci_high_kind"]], "ci_high": invert(found["ci_low"]),
-              "ci_high_kind": _REVERSED_KIND[found["ci_low_kind"]]}
+    """Where the baseline's run never reaches the other objective's value (kind ">"), the other reading, at the
+    baseline's own final value: the FLOPs the baseline first needed to reach it over the FLOPs the objective first
+    needed (mean curves, linear in log-FLOPs). It is the ELECTRA paper's reading ("matches RoBERTa with a quarter of
+    the compute"), equal to the direct one where the two curves are one curve shifted in log-FLOPs. The baseline's
+    side is its first crossing, not the budget: a baseline that peaked and fell back would otherwise hand the other
+    objective the compute it spent going nowhere. Kind ">" where the objective was already past that value at its
+    first checkpoint, "<" where it never reached it; the CI resamples both sides."""
+    base_flops, base = _baseline_matrix(baseline_curves)
+    other_flops, other = _baseline_matrix(other_curves)
+    finals = np.asarray(baseline_final, dtype=float)
+    if len(finals) == 0 or not np.isfinite(finals).all():
+        raise ValueError(f"the baseline needs one or more finite final values, got {baseline_final}")
+
+    def log_ratio(base_means: np.ndarray, other_means: np.ndarray, targets: np.ndarray):
+        base_kind, log_base = _crossings(base_means, np.log(base_flops), targets, higher_is_better)
+        # its final value is reached at the budget at the latest, whatever its checkpoints say
+        log_base = np.where(base_kind == 1, np.log(budget), np.minimum(log_base, np.log(budget)))
+        other_kind, log_other = _crossings(other_means, np.log(other_flops), targets, higher_is_better)
+        return other_kind, log_base, log_base - log_other
+
+    kind, log_base, ratio = log_ratio(base.mean(0)[None, :], other.mean(0)[None, :], finals.mean(keepdims=True))
+    at_base = float(np.exp(log_base[0]))  # an open interval's bounds: over the objective's last and first checkpoint
+    result = {"multiplier": float(np.exp(ratio[0])), "kind": _REVERSED_KIND[int(kind[0])],
+              "target": float(finals.mean()), "budget": float(budget), "baseline_flops": at_base,
+              "range": [at_base / float(other_flops[-1]), at_base / float(other_flops[0])],
+              "seeds": [len(base), len(other)], "resamples": 0,
+              "ci_low": None, "ci_low_kind": None, "ci_high": None, "ci_high_kind": None}
+    if len(base) >= 2 and len(other) >= 2 and resamples > 0:
+        rng = np.random.default_rng(seed)
+        base_idx = rng.integers(0, len(base), size=(resamples, len(base)))
+        other_idx = rng.integers(0, len(other), size=(resamples, len(other)))
+        # a baseline seed's curve and final value are one run's: resampled together where they line up
+        final_idx = base_idx if len(finals) == len(base) else rng.integers(0, len(finals), (resamples, len(finals)))
+        kinds, _, ratios = log_ratio(base[base_idx].mean(1), other[other_idx].mean(1), finals[final_idx].mean(1))
+        low, high = np.percentile(np.exp(ratios), [2.5, 97.5])
+        open_low, open_high = (kinds == 1).mean() > 0.025, (kinds == 2).mean() > 0.025
+        result.update(ci_low=None if open_low else float(low), ci_low_kind="<" if open_low else "=",
+                      ci_high=None if open_high else float(high), ci_high_kind=">" if open_high else "=",
+                      resamples=resamples)
     result["text"] = format_multiplier(result, reversed_reading=True)
     return result
 
@@ -295,7 +322,7 @@ def format_multiplier(result: dict, reversed_reading: bool = False) -> str:
                 f"< {_x(m)}× (it never reached the baseline's value)")
     if kind == ">":
         return f"> {_x(m)}× (not reached within the run)" + (
-            f"; read off its own curve: {result['reversed']['text']}" if result.get("reversed") else "")
+            f"; at the baseline's final value: {result['reversed']['text']}" if result.get("reversed") else "")
     if kind == "<":
         return f"< {_x(m)}× (already reached at the baseline's first checkpoint)"
     if result.get("ci_low_kind") is None:

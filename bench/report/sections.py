@@ -73,9 +73,10 @@ def verdict_section(results: dict) -> str:
         text.append(f"**Compute multiplier against `{v['baseline']}`**: the factor of compute `{v['baseline']}` needs "
                     "to reach each objective's value at the budget, read off its curve over the FLOP checkpoints "
                     "(linear in log-FLOPs), with a bootstrap 95 % CI over seeds; \"> 1×\" means it did not get there "
-                    "within the run, and then the objective's own curve is read the other way (the budget over the "
-                    "FLOPs at which it reached the baseline's value at the budget: the ELECTRA paper's reading, "
-                    "equal to the direct one where the curves differ by a shift in compute). Beside it, the ratio of supervised positions per sequence: what the multiplier "
+                    "within the run, and then the curves are read the other way, at the baseline's final value: the "
+                    "FLOPs the baseline first needed to reach it over those the objective first needed (the ELECTRA "
+                    "paper's reading, equal to the direct one where the curves differ by a shift in compute). Beside "
+                    "it, the ratio of supervised positions per sequence: what the multiplier "
                     "would be if every supervised position were worth the same.\n\n"
                     + table(rows, ["objective", *labels, "signal density ratio"]))
     return "\n".join(text)
