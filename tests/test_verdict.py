@@ -336,7 +336,8 @@ def test_a_multiplier_the_baseline_never_reaches_is_read_off_the_other_curve():
     assert found["ci_low"] < 4.0 < found["ci_high"] and found["range"] == pytest.approx([1.0, 100.0])
     assert found["text"] == format_multiplier(found, reversed_reading=True) and found["text"].startswith("4×")
     direct["reversed"] = found
-    assert format_multiplier(direct) == f"> 1× (not reached within the run); at the baseline's final value: {found['text']}"
+    assert format_multiplier(direct) == \
+        f"> 1× (not reached within the run); at the baseline's final value: {found['text']}"
     dumps(direct)
     # past the baseline's value at its own first checkpoint: a lower bound, said as one
     early = reversed_multiplier(baseline, other, [float(value(CHECKPOINTS[0]))] * 3, BUDGET, resamples=50)
