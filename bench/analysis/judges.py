@@ -262,7 +262,7 @@ def judge_electra(evidence: Evidence) -> list[dict]:
                        if m["objective"] == "electra"]
         density = result["verdict"]["signal_density_ratio"].get("electra", float("nan")) if multipliers else None
         for m in multipliers:
-            # where MLM never got there in its run, ELECTRA's own curve says how early it reached MLM's value
+            # where MLM never got there in its run, both curves are read at MLM's final value (the paper's reading)
             reading = m.get("reversed") or m if m["kind"] == ">" else m
             # "<" and "=" bound the multiplier from above; ">" only from below
             if reading["multiplier"] >= 4 and reading["kind"] in ("=", ">"):

@@ -314,8 +314,8 @@ def _x(m: float) -> str:
 
 def format_multiplier(result: dict, reversed_reading: bool = False) -> str:
     """E.g. "2.3× (1.8–3.1)", "0.6× (0.4 to > 1)", "> 1× (not reached within the run)",
-    "1.7× (one seed: no CI)"; a reversed reading (read off the other objective's curve) says so, and its bounds
-    lie the other way round: "> 10× (reached at its first checkpoint)"."""
+    "1.7× (one seed: no CI)"; a reversed reading (both curves read at the baseline's final value) says so, and
+    its bounds lie the other way round: "> 10× (reached at its first checkpoint)"."""
     m, kind = result["multiplier"], result["kind"]
     if reversed_reading and kind in ("<", ">"):
         return (f"> {_x(m)}× (reached at its first checkpoint)" if kind == ">" else
