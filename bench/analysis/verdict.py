@@ -258,7 +258,9 @@ def compute_multiplier(baseline_curves: list[list[tuple[float, float]]], other_f
     return result
 
 
-_REVERSED_KIND = {0: "=", 1: "<", 2: ">"}  # the objective's crossing: never reached is an upper bound, before a floor
+# the objective's crossing read as the reversed multiplier's kind: never reached (">") bounds it from above ("<"),
+# already past at its first checkpoint ("<") from below (">")
+_REVERSED = np.array([0, 2, 1])
 
 
 def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
@@ -286,7 +288,7 @@ def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
 
     kind, log_base, ratio = log_ratio(base.mean(0)[None, :], other.mean(0)[None, :], finals.mean(keepdims=True))
     at_base = float(np.exp(log_base[0]))  # an open interval's bounds: over the objective's last and first checkpoint
-    result = {"multiplier": float(np.exp(ratio[0])), "kind": _REVERSED_KIND[int(kind[0])],
+    result = {"multiplier": float(np.exp(ratio[0])), "kind": _KINDS[int(_REVERSED[kind[0]])],
               "target": float(finals.mean()), "budget": float(budget), "baseline_flops": at_base,
               "range": [at_base / float(other_flops[-1]), at_base / float(other_flops[0])],
               "seeds": [len(base), len(other)], "resamples": 0,
@@ -298,11 +300,7 @@ def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
         # a baseline seed's curve and final value are one run's: resampled together where they line up
         final_idx = base_idx if len(finals) == len(base) else rng.integers(0, len(finals), (resamples, len(finals)))
         kinds, _, ratios = log_ratio(base[base_idx].mean(1), other[other_idx].mean(1), finals[final_idx].mean(1))
-        low, high = np.percentile(np.exp(ratios), [2.5, 97.5])
-        open_low, open_high = (kinds == 1).mean() > 0.025, (kinds == 2).mean() > 0.025
-        result.update(ci_low=None if open_low else float(low), ci_low_kind="<" if open_low else "=",
-                      ci_high=None if open_high else float(high), ci_high_kind=">" if open_high else "=",
-                      resamples=resamples)
+        result.update(_bootstrap_ci(_REVERSED[kinds], np.exp(ratios)), resamples=resamples)
     result["text"] = format_multiplier(result, reversed_reading=True)
     return result
 
