@@ -6,7 +6,7 @@ import pytest
 
 from bench.analysis.verdict import (beats_control, compute_multiplier, format_multiplier, gain_over_control, holm,
                                     holm_gains, interpolate_flops, reversed_multiplier, rise_with_compute,
-                                    signal_density_ratio, yardstick_verdict)
+                                    signal_density_ratio, two_way_ci, yardstick_verdict)
 
 BUDGET = 1e12
 CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1% of the budget to the budget, log-spaced like the runs'
@@ -355,3 +355,48 @@ def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing_not_
     electra_at = np.exp(np.interp(0.798, [0.689, 0.804], np.log([2.9e11, 5.3e11])))
     assert found["kind"] == "=" and found["multiplier"] == pytest.approx(mlm_at / electra_at, rel=1e-9)
     assert found["multiplier"] < 1.0 and found["baseline_flops"] == pytest.approx(mlm_at, rel=1e-9)
+
+
+def test_an_end_one_reading_leaves_open_is_closed_by_the_other():
+    """The default's ELECTRA ends just ahead of MLM: MLM's run never reaches its value, so the report reads both
+    curves at MLM's final value; in the resamples of seeds where ELECTRA ends behind, that reading has no number
+    (ELECTRA never got there) and the direct one has. Each resample takes the number of the reading that has one:
+    checked against a loop over the same draws, one resample at a time, through interpolate_flops."""
+    offsets = (-0.03, 0.0, 0.03)
+    baseline = [curve_of(log_linear(True, e)) for e in offsets]
+    other = [curve_of(lambda flops, e=e: log_linear(True, e)(1.1 * flops)) for e in offsets]
+    base_final, other_final = [c[-1][1] for c in baseline], [c[-1][1] for c in other]
+    assert compute_multiplier(baseline, other_final, BUDGET, resamples=0)["kind"] == ">"
+    alone = reversed_multiplier(baseline, other, base_final, BUDGET, resamples=500)
+    assert alone["multiplier"] == pytest.approx(1.1, rel=1e-9) and alone["ci_low"] is None  # open below
+    both = two_way_ci(baseline, other, base_final, other_final, BUDGET, reading="reversed", resamples=500)
+    assert 0 < both["read_the_other_way"] < 1 and both["ci_low"] < 1.0 < 1.1 < both["ci_high"]
+
+    rng = np.random.default_rng(0)  # the draws two_way_ci makes, in its order
+    base_idx, other_idx = rng.integers(0, 3, (500, 3)), rng.integers(0, 3, (500, 3))
+    values = []
+    for b, o in zip(base_idx, other_idx):
+        base_curve = [(f, np.mean([baseline[i][k][1] for i in b])) for k, (f, _) in enumerate(baseline[0])]
+        other_curve = [(f, np.mean([other[i][k][1] for i in o])) for k, (f, _) in enumerate(other[0])]
+        target = np.mean([base_final[i] for i in b])
+        base_kind, base_at = interpolate_flops(base_curve, target, True)
+        other_kind, other_at = interpolate_flops(other_curve, target, True)
+        if other_kind == "=":
+            values.append(min(base_at, BUDGET) / other_at)
+        else:  # ELECTRA never reached MLM's final value here: how much compute MLM needed to reach ELECTRA's
+            kind, at = interpolate_flops(base_curve, np.mean([other_final[i] for i in o]), True)
+            assert kind == "="
+            values.append(at / BUDGET)
+    assert [both["ci_low"], both["ci_high"]] == pytest.approx(np.percentile(values, [2.5, 97.5]), rel=1e-9)
+    assert both["ci_high"] == pytest.approx(alone["ci_high"], rel=1e-12)  # the same draws: the closed end stays
+
+    # where no resample needs the other reading the CI is the reading's own
+    shifted = [curve_of(lambda flops, e=e: log_linear(True, e)(4 * flops)) for e in (-0.01, 0.0, 0.01)]
+    close = [curve_of(log_linear(True, e)) for e in (-0.01, 0.0, 0.01)]
+    four = reversed_multiplier(close, shifted, [c[-1][1] for c in close], BUDGET, resamples=200)
+    same = two_way_ci(close, shifted, [c[-1][1] for c in close], [c[-1][1] for c in shifted], BUDGET,
+                      reading="reversed", resamples=200)
+    assert same["read_the_other_way"] == 0 and (same["ci_low"], same["ci_high"]) == (four["ci_low"], four["ci_high"])
+    assert two_way_ci(close[:1], shifted, [1.0], [1.0], BUDGET) == {}  # one baseline seed: no CI
+    with pytest.raises(ValueError, match="reading"):
+        two_way_ci(close, shifted, [1.0], [1.0], BUDGET, reading="sideways")

@@ -16,7 +16,7 @@ from bench.analysis.measures import (QUESTIONS, Yardstick, average, ceiling_key,
 from bench.analysis.stats import summarize, welch_p_value
 from bench.analysis.verdict import (ALPHA, beats_control, compute_multiplier, format_multiplier, gain_over_control,
                                     holm_gains, reversed_multiplier, rise_with_compute, signal_density_ratio,
-                                    yardstick_verdict)
+                                    two_way_ci, yardstick_verdict)
 from bench.training.curve import upgrade_result
 from bench.training.schedule import parse_seq_len
 
@@ -174,10 +174,19 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
             continue
         for spec in (spec for spec in grouped if spec != baseline):
             multiplier = compute_multiplier(curves[baseline], values[spec], budget, yardstick.higher_is_better)
-            if multiplier["kind"] == ">" and all(curves[spec]):
-                # the baseline never got there: how early each reached the baseline's final value
-                multiplier["reversed"] = reversed_multiplier(curves[baseline], curves[spec], values[baseline],
-                                                             budget, yardstick.higher_is_better)
+            if all(curves[spec]):
+                if multiplier["kind"] == ">":
+                    # the baseline never got there: how early each reached the baseline's final value
+                    multiplier["reversed"] = reversed_multiplier(curves[baseline], curves[spec], values[baseline],
+                                                                 budget, yardstick.higher_is_better)
+                reading = multiplier.get("reversed", multiplier)
+                if reading["kind"] == "=" and reading["resamples"]:
+                    # a resample whose reading is only a bound takes the other reading's number, so no end of the
+                    # CI is left open that the run measured
+                    reading.update(two_way_ci(curves[baseline], curves[spec], values[baseline], values[spec],
+                                              budget, yardstick.higher_is_better,
+                                              "direct" if reading is multiplier else "reversed"))
+                    reading["text"] = format_multiplier(reading, reversed_reading=reading is not multiplier)
                 multiplier["text"] = format_multiplier(multiplier)
             multipliers.append({"objective": spec, "yardstick": yardstick.name, **multiplier})
     density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped

@@ -263,6 +263,17 @@ def compute_multiplier(baseline_curves: list[list[tuple[float, float]]], other_f
 _REVERSED = np.array([0, 2, 1])
 
 
+def _reversed_log_ratio(base_means: np.ndarray, base_flops: np.ndarray, other_means: np.ndarray,
+                        other_flops: np.ndarray, targets: np.ndarray, budget: float,
+                        higher_is_better: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: (the objective's crossing kind, the baseline's log-FLOPs at the target, the log of their ratio)."""
+    base_kind, log_base = _crossings(base_means, np.log(base_flops), targets, higher_is_better)
+    # its final value is reached at the budget at the latest, whatever its checkpoints say
+    log_base = np.where(base_kind == 1, np.log(budget), np.minimum(log_base, np.log(budget)))
+    other_kind, log_other = _crossings(other_means, np.log(other_flops), targets, higher_is_better)
+    return other_kind, log_base, log_base - log_other
+
+
 def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
                         other_curves: list[list[tuple[float, float]]], baseline_final: list[float], budget: float,
                         higher_is_better: bool = True, resamples: int = 2000, seed: int = 0) -> dict:
@@ -278,15 +289,8 @@ def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
     finals = np.asarray(baseline_final, dtype=float)
     if len(finals) == 0 or not np.isfinite(finals).all():
         raise ValueError(f"the baseline needs one or more finite final values, got {baseline_final}")
-
-    def log_ratio(base_means: np.ndarray, other_means: np.ndarray, targets: np.ndarray):
-        base_kind, log_base = _crossings(base_means, np.log(base_flops), targets, higher_is_better)
-        # its final value is reached at the budget at the latest, whatever its checkpoints say
-        log_base = np.where(base_kind == 1, np.log(budget), np.minimum(log_base, np.log(budget)))
-        other_kind, log_other = _crossings(other_means, np.log(other_flops), targets, higher_is_better)
-        return other_kind, log_base, log_base - log_other
-
-    kind, log_base, ratio = log_ratio(base.mean(0)[None, :], other.mean(0)[None, :], finals.mean(keepdims=True))
+    kind, log_base, ratio = _reversed_log_ratio(base.mean(0)[None, :], base_flops, other.mean(0)[None, :], other_flops,
+                                                finals.mean(keepdims=True), budget, higher_is_better)
     at_base = float(np.exp(log_base[0]))  # an open interval's bounds: over the objective's last and first checkpoint
     result = {"multiplier": float(np.exp(ratio[0])), "kind": _KINDS[int(_REVERSED[kind[0]])],
               "target": float(finals.mean()), "budget": float(budget), "baseline_flops": at_base,
@@ -299,10 +303,48 @@ def reversed_multiplier(baseline_curves: list[list[tuple[float, float]]],
         other_idx = rng.integers(0, len(other), size=(resamples, len(other)))
         # a baseline seed's curve and final value are one run's: resampled together where they line up
         final_idx = base_idx if len(finals) == len(base) else rng.integers(0, len(finals), (resamples, len(finals)))
-        kinds, _, ratios = log_ratio(base[base_idx].mean(1), other[other_idx].mean(1), finals[final_idx].mean(1))
+        kinds, _, ratios = _reversed_log_ratio(base[base_idx].mean(1), base_flops, other[other_idx].mean(1),
+                                               other_flops, finals[final_idx].mean(1), budget, higher_is_better)
         result.update(_bootstrap_ci(_REVERSED[kinds], np.exp(ratios)), resamples=resamples)
     result["text"] = format_multiplier(result, reversed_reading=True)
     return result
+
+
+def two_way_ci(baseline_curves: list[list[tuple[float, float]]], other_curves: list[list[tuple[float, float]]],
+               baseline_final: list[float], other_final: list[float], budget: float, higher_is_better: bool = True,
+               reading: str = "direct", resamples: int = 2000, seed: int = 0) -> dict:
+    """The CI of a multiplier read one way ("direct": compute_multiplier; "reversed": reversed_multiplier) where
+    some resamples of seeds give that reading only a bound: there the other reading's number is taken where it has
+    one. Where the two curves end close together, the objective ends ahead in some resamples and behind in others,
+    and each reading alone leaves one end of the CI open though the run measured it. The draws are those of
+    compute_multiplier and reversed_multiplier, so where no resample needs the other reading the CI is unchanged."""
+    base_flops, base = _baseline_matrix(baseline_curves)
+    other_flops, other = _baseline_matrix(other_curves)
+    base_final, other_end = np.asarray(baseline_final, dtype=float), np.asarray(other_final, dtype=float)
+    if not (len(base_final) and len(other_end) and np.isfinite(base_final).all() and np.isfinite(other_end).all()):
+        raise ValueError(f"both sides need finite final values, got {baseline_final} and {other_final}")
+    if len(base) < 2 or len(other) < 2 or resamples <= 0:
+        return {}
+    rng = np.random.default_rng(seed)
+    base_idx = rng.integers(0, len(base), size=(resamples, len(base)))
+    other_idx = rng.integers(0, len(other), size=(resamples, len(other)))
+    # a seed's curve and final value are one run's: resampled together where they line up
+    final_idx = base_idx if len(base_final) == len(base) else rng.integers(0, len(base_final),
+                                                                           (resamples, len(base_final)))
+    end_idx = other_idx if len(other_end) == len(other) else rng.integers(0, len(other_end),
+                                                                         (resamples, len(other_end)))
+    base_means, other_means = base[base_idx].mean(1), other[other_idx].mean(1)
+    direct_kinds, log_f = _crossings(base_means, np.log(base_flops), other_end[end_idx].mean(1), higher_is_better)
+    reversed_kinds, _, ratios = _reversed_log_ratio(base_means, base_flops, other_means, other_flops,
+                                                    base_final[final_idx].mean(1), budget, higher_is_better)
+    readings = {"direct": (direct_kinds, np.exp(log_f) / budget),
+                "reversed": (_REVERSED[reversed_kinds], np.exp(ratios))}
+    if reading not in readings:
+        raise ValueError(f"reading is 'direct' or 'reversed', got {reading!r}")
+    (kinds, values), (other_kinds, other_values) = readings.pop(reading), *readings.values()
+    swapped = (kinds != 0) & (other_kinds == 0)  # a bound where the other reading has a number
+    return {**_bootstrap_ci(np.where(swapped, 0, kinds), np.where(swapped, other_values, values)),
+            "resamples": resamples, "read_the_other_way": float(swapped.mean())}
 
 
 def _x(m: float) -> str:

@@ -75,7 +75,9 @@ def verdict_section(results: dict) -> str:
                     "(linear in log-FLOPs), with a bootstrap 95 % CI over seeds; \"> 1×\" means it did not get there "
                     "within the run, and then the curves are read the other way, at the baseline's final value: the "
                     "FLOPs the baseline first needed to reach it over those the objective first needed (the ELECTRA "
-                    "paper's reading, equal to the direct one where the curves differ by a shift in compute). Beside "
+                    "paper's reading, equal to the direct one where the curves differ by a shift in compute). A "
+                    "resample of seeds that gives its reading only a bound takes the other reading's number, so an "
+                    "end of the CI is open only where neither reading reached it within the run. Beside "
                     "it, the ratio of supervised positions per sequence: what the multiplier "
                     "would be if every supervised position were worth the same.\n\n"
                     + table(rows, ["objective", *labels, "signal density ratio"]))
