@@ -113,6 +113,56 @@ def order_task(passages: list[str], seed: int = 0) -> list[dict]:
     return rows
 
 
+ASKED_RATE = 0.15  # the positions asked about per passage, as the embedded replaced-word probe asks 15 %
+
+
+def replaced_task(passages: list[str], seed: int = 0) -> list[list[tuple[str, str]]]:
+    """Each passage's first ORDER_WINDOW words; at ASKED_RATE of the positions (at least one) the word is asked
+    about: with probability 1/2 it is "replaced" by a word drawn from the passages' own word frequencies, else
+    "original"; every other word is "_", read as context and never scored. A replaced word is as frequent as a kept
+    one, so the word alone says little of its tag (the input-only control is near chance, 0.5): the tag is whether
+    the word fits its context, which is what pretraining on text must teach (ELECTRA's replaced-token detection, and
+    the embedded replaced-word probe, as a downstream task)."""
+    rng = random.Random(seed)
+    windows = [text.split()[:ORDER_WINDOW] for text in passages]
+    vocabulary = [word for words in windows for word in words]  # with repeats: drawn by frequency
+    sentences = []
+    for words in windows:
+        if len(words) < 2:
+            continue
+        asked = set(rng.sample(range(len(words)), max(1, round(ASKED_RATE * len(words)))))
+        tagged = []
+        for i, word in enumerate(words):
+            if i not in asked:
+                tagged.append((word, "_"))
+            elif rng.random() < 0.5:
+                tagged.append((word, "original"))
+            else:
+                other = word
+                while other == word:
+                    other = rng.choice(vocabulary)
+                tagged.append((other, "replaced"))
+        sentences.append(tagged)
+    return sentences
+
+
+def word_alone(sentences: list[list[tuple[str, str]]], train_share: float = 0.7) -> float:
+    """The input-only control, by hand: each word's most frequent tag in the first passages (the overall majority for
+    a word never asked there), scored on the rest."""
+    cut = int(train_share * len(sentences))
+    seen: dict[str, dict[str, int]] = {}
+    for sentence in sentences[:cut]:
+        for word, tag in sentence:
+            if tag != "_":
+                seen.setdefault(word, {}).setdefault(tag, 0)
+                seen[word][tag] += 1
+    totals = {tag: sum(counts.get(tag, 0) for counts in seen.values()) for tag in ("original", "replaced")}
+    majority = max(totals, key=totals.get)
+    asked = [(word, tag) for sentence in sentences[cut:] for word, tag in sentence if tag != "_"]
+    guess = {word: max(counts, key=counts.get) for word, counts in seen.items()}
+    return sum(guess.get(word, majority) == tag for word, tag in asked) / len(asked)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for corpus.jsonl, library.jsonl and "
@@ -133,10 +183,16 @@ def main() -> None:
     order = order_task([row["text"] for row in task])
     with open(args.out / "order.jsonl", "w") as handle:
         handle.writelines(json.dumps(row) + "\n" for row in order)
+    replaced = replaced_task([row["text"] for row in task])
+    with open(args.out / "replaced.conll", "w") as handle:
+        handle.writelines("".join(f"{word}\t{tag}\n" for word, tag in sentence) + "\n" for sentence in replaced)
     counts = {library: sum(row["label"] == library for row in task) for library in LIBRARIES}
     print(f"{args.out / 'corpus.jsonl'}: {len(corpus)} paragraphs, {sum(len(t.split()) for t in corpus):,} words")
     print(f"{args.out / 'library.jsonl'}: " + ", ".join(f"{library} {count}" for library, count in counts.items()))
     print(f"{args.out / 'order.jsonl'}: {len(order)} passages, {sum(r['label'] == 'swapped' for r in order)} swapped")
+    tags = [tag for sentence in replaced for _, tag in sentence if tag != "_"]
+    print(f"{args.out / 'replaced.conll'}: {len(replaced)} passages, {len(tags)} words asked, "
+          f"{tags.count('replaced')} replaced; the word alone gives {word_alone(replaced):.3f}")
 
 
 if __name__ == "__main__":

@@ -270,6 +270,28 @@ def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_
     assert [task.label_names[i] for i in labels[labels != IGNORE]] == ["B-SEA", "I-SEA", "O", "B-FARM"]
 
 
+def test_a_conll_token_tagged_underscore_is_context_never_scored(tmp_path, text_context):
+    # docs_corpus.py's replaced-word task asks about some words of each passage: the rest are "_", read not scored
+    block = "wave _\nharbour original\nnear _\ncow replaced\n\nthe _\ntractor original\n\n"
+    path = tmp_path / "replaced.conll"
+    path.write_text(block * 10)
+    task = load_task(f"conll:{path},test=0.2,dev=0.2", text_context)
+    assert task.label_names == ["original", "replaced"] and task.metrics == ("accuracy",)  # "_" is not a tag
+    words = ["wave", "harbour", "near", "cow"]
+    encoding = text_context.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
+    first = {w: encoding.word_ids.index(w) for w in range(len(words))}
+    rows = [row for row in range(len(task.train))
+            if (task.train.tokens[row, :len(encoding.ids)] == torch.tensor(encoding.ids)).all()]
+    assert rows  # the four-word passage is in the training split
+    for row in rows:
+        labels = task.train.labels[row]
+        assert (labels != IGNORE).nonzero().flatten().tolist() == [first[1], first[3]]
+        assert labels[first[1]] == 0 and labels[first[3]] == 1
+    path.write_text("wave _\ncow _\n\n" * 10)
+    with pytest.raises(ConfigError, match="unscored"):
+        load_task(f"conll:{path}", text_context)
+
+
 def test_hub_tasks_load_through_datasets(tmp_path, monkeypatch, text_context):
     """A local folder laid out like the hub's nyu-mll/glue stands in for it: the same `datasets` loading code."""
     root = tmp_path / "glue"

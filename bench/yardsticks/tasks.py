@@ -12,7 +12,8 @@ A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and n
   hf:glue:mnli, ...) know their fields and metric; since GLUE hides its test labels, the labelled validation split
   is the test split and dev is drawn from train.
 - conll:PATH: token tagging from CoNLL-style files (the token first and its tag last on each line, a blank line
-  between sentences), scored by span F1 when the tags are BIO, else by accuracy.
+  between sentences), scored by span F1 when the tags are BIO, else by accuracy. A token tagged "_" (CoNLL-U's
+  "unspecified") is read as context and never scored: a task can ask about some positions of a passage only.
 - synthetic:tagging|component|order|same-source: the embedded language's tasks, sampled afresh from the true
   distribution (they need --data synthetic): hidden-state tagging, mixture-component classification, whether two
   halves are in their original order (SOP), whether two halves come from the same sequence (NSP); the pairs are made

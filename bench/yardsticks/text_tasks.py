@@ -14,8 +14,10 @@ from backbone import ConfigError
 from bench.data.text import file_kind, hub_reachable
 from bench.yardsticks.examples import SPLIT_SEED, Task, TaskContext, TaskOptions, encode, encode_tagged
 from bench.yardsticks.metrics import METRICS
+from objectives import IGNORE
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+UNSCORED = "_"  # a CoNLL tag that leaves its token unscored (CoNLL-U's "unspecified"): read as context only
 SPLIT_NAMES = {"train": ("train",), "dev": ("dev", "validation", "valid", "val"), "test": ("test",)}
 
 # GLUE: (first text field, second or None, metrics; the task's score is their mean, as the GLUE leaderboard averages
@@ -273,12 +275,14 @@ def conll_task(spec: str, path_text: str, options: TaskOptions, context: TaskCon
         source = f"{path} (one pool)"
     as_columns = {split: ([w for w, _ in rows], None, [t for _, t in rows]) for split, rows in sentences.items()}
     as_columns = _draw_splits(spec, as_columns, options)
-    tags = sorted({tag for sentence_tags in as_columns["train"][2] for tag in sentence_tags})
+    tags = sorted({tag for sentence_tags in as_columns["train"][2] for tag in sentence_tags} - {UNSCORED})
+    if not tags:
+        raise ConfigError(f"{spec}: every training token is {UNSCORED!r} (unscored); tagging needs tagged tokens")
     if len(tags) < 2:
         raise ConfigError(f"{spec}: every training token has the tag {tags[0]!r}; tagging needs at least 2 tags")
     index = {tag: i for i, tag in enumerate(tags)}
     for split in ("dev", "test"):
-        unseen = sorted({t for sentence_tags in as_columns[split][2] for t in sentence_tags} - set(index))
+        unseen = sorted({t for sentence_tags in as_columns[split][2] for t in sentence_tags} - set(index) - {UNSCORED})
         if unseen:
             raise ConfigError(f"{spec}: the {split} split has tag {unseen[0]!r}, which never appears in training; "
                               "fix the tag or give a training split that holds every tag")
@@ -286,6 +290,7 @@ def conll_task(spec: str, path_text: str, options: TaskOptions, context: TaskCon
     metrics = (options.metric,) if options.metric else (("span_f1",) if bio else ("accuracy",))
     if metrics == ("span_f1",) and not bio:
         raise ConfigError(f"{spec}: span_f1 needs BIO tags (O, B-X, I-X); these are not (e.g. {tags[0]!r})")
+    index[UNSCORED] = IGNORE
     splits = {split: encode_tagged(context, words, [[index[t] for t in sentence_tags] for sentence_tags in tagged])
               for split, (words, _, tagged) in as_columns.items()}
     sizes = ", ".join(f"{split} {len(splits[split])} sentences" for split in ("train", "dev", "test"))
