@@ -394,6 +394,32 @@ def test_finetuning_flops_equal_flop_counter_mode(spec, level, text_files, text_
     assert flops == measured_step + measured_dev + measured_test
 
 
+@pytest.mark.parametrize("spec", ["ar", "mlm"])
+def test_a_causal_reader_reads_a_hidden_word_at_the_word_before(spec, tmp_path, text_context):
+    # docs_corpus.py's hidden-word task shows the word as [MASK]: a causal backbone is asked at the position before,
+    # where it has seen exactly the words before the hidden one, in the frozen probe and in fine-tuning alike
+    path = tmp_path / "hidden.conll"
+    path.write_text("wave _\nharbour _\n[MASK] the\ncow _\n\nnear _\n[MASK] a\ntractor _\n\n" * 10)
+    task = load_task(f"conll:{path},test=0.2,dev=0.2", text_context)
+    assert (task.train.tokens == Vocab.MASK).sum() == len(task.train)  # [MASK] is the special token, not pieces
+    objective = tiny_objective(spec, text_context)
+    causal, read = reading(objective, task) == "last", reading(objective, task)
+    assert causal == (spec == "ar")
+    hidden = hidden_states(objective.backbone, causal, task.train)
+    features, labels = representations(hidden, task.train, "token", read)
+    rows, at = (task.train.tokens == Vocab.MASK).nonzero(as_tuple=True)
+    assert torch.equal(features, hidden[rows, at - int(causal)]) and torch.equal(labels, task.train.labels[rows, at])
+    # what stands at the hidden word and after it changes nothing a causal reader reads there
+    other = Split(task.train.tokens.clone(), task.train.lengths, task.train.labels)
+    other.tokens[rows, at + 1] = other.tokens[rows, at] = 7
+    other.tokens[rows, at] = Vocab.MASK
+    moved, _ = representations(hidden_states(objective.backbone, causal, other), other, "token", read)
+    assert torch.allclose(moved, features, atol=1e-6) == causal
+    head = fit_linear_probe(features, labels, features, labels, task.classes, ProbeConfig(iterations=2))[2]
+    logits = Classifier(objective.backbone, head, read, "token")(task.train)
+    assert torch.allclose(logits[rows, at], head(features), atol=1e-5)
+
+
 def test_frozen_probe_beats_chance_on_a_topic_task_even_from_random_features(text_files, text_context):
     task = load_task(str(text_files / "topics.jsonl"), text_context)
     objective = tiny_objective("mlm", text_context)

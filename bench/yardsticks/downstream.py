@@ -10,7 +10,8 @@ every objective and seed:
 Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens: a causal
 model reads left to right and a sequence is represented by its last token (the only one that has seen all of it);
 the others read the whole example and mean-pool its tokens, except the embedded pair tasks, "[BOS] a [EOS] b [EOS]",
-which they read at [BOS] as BERT reads pairs at [CLS]. Downstream FLOPs are reported, never charged to the
+which they read at [BOS] as BERT reads pairs at [CLS]. A tagging task reads each token where it stands, except that
+a causal model reads a hidden token ([MASK]) at the position before it. Downstream FLOPs are reported, never charged to the
 pretraining budget.
 """
 
@@ -30,7 +31,7 @@ from bench.yardsticks.examples import Split, Task
 from bench.yardsticks.metrics import direction, scores
 from bench.yardsticks.probes import ProbeConfig
 from bench.yardsticks.readout import StandardizedLinear
-from objectives import IGNORE, Objective
+from objectives import IGNORE, Objective, Vocab
 from objectives.pairs import segments_from_separators
 
 DEFAULT_STEPS = 150
@@ -98,11 +99,23 @@ def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
 
 def representations(hidden: Tensor, split: Split, level: str, read: str) -> tuple[Tensor, Tensor]:
     """(rows, d) features and their labels: per sequence, the position(s) `read` names (see reading()); per token,
-    the positions that carry a tag."""
+    the positions that carry a tag (see per_token())."""
     if level == "token":
         scored = split.labels != IGNORE
-        return hidden[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
+        return per_token(hidden, split.tokens, read)[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
     return pool(hidden, split.lengths.to(hidden.device), read), split.labels.to(hidden.device)
+
+
+def per_token(hidden: Tensor, tokens: Tensor, read: str) -> Tensor:
+    """(N, T, d) the features each token is read at: its own position, except that a causal reader reads a hidden
+    token ([MASK] in the task's text) at the position before it. There it has seen exactly the words before the
+    hidden one and is asked what comes next, its own question; at the [MASK] itself it would read a token it never
+    trained on. The embedded hidden-state probe reads a causal backbone so too (bench.yardsticks.probes)."""
+    if read != "last":
+        return hidden
+    hidden_here = (tokens == Vocab.MASK).to(hidden.device)
+    position = (torch.arange(tokens.shape[1], device=hidden.device) - hidden_here.long()).clamp_min(0)
+    return hidden.gather(1, position[..., None].expand_as(hidden))
 
 
 def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
@@ -143,7 +156,7 @@ class Classifier(nn.Module):
     def forward(self, split: Split) -> Tensor:
         hidden = forward(self.backbone, self.read == "last", split)
         if self.level == "token":
-            return self.head(hidden)  # (N, T, classes)
+            return self.head(per_token(hidden, split.tokens, self.read))  # (N, T, classes)
         return self.head(pool(hidden, split.lengths.to(hidden.device), self.read))
 
     def loss(self, split: Split) -> Tensor:
