@@ -2,7 +2,8 @@
 labelled task (README: Downstream tasks).
 
     python examples/docs_corpus.py --out docs-data
-    python -m bench.compare --data text:docs-data/corpus.jsonl --downstream docs-data/library.jsonl ...
+    python -m bench.compare --data text:docs-data/corpus.jsonl --downstream docs-data/library.jsonl,\
+        conll:docs-data/hidden ...
 
 - corpus.jsonl: the Python language reference topics (pydoc_data), the long descriptions (README files) of every
   installed distribution and the docstrings of other installed libraries (matplotlib, scikit-learn, datasets, ...),
@@ -12,7 +13,14 @@ labelled task (README: Downstream tasks).
 - order.jsonl: the same passages, half of them with two adjacent words swapped, labelled by whether the word order is
   the passage's own ("own" / "swapped"): a bag of words, which random features already read, cannot tell them apart,
   so it asks what pretraining must teach (BLiMP-style minimal pairs made from the corpus's kind of text).
-What you get depends on what is installed: the files say how many passages each source gave.
+- replaced.conll: the same passages' first words, at 15 % of them the word its own or (half of them) another drawn
+  from the passages' word frequencies, tagged "original" / "replaced" (ELECTRA's question, as a tagging task);
+- hidden/{train,dev,test}.conll: the same passages' first words with one hidden as [MASK], tagged with the word it
+  hides, one of the passages' 10 most frequent ("the", "a", "of", ...): the cloze question, which the context
+  answers; a passage once per word it can hide, every copy in its passage's split.
+The last two tag only the words they ask about ("_" elsewhere, read as context), and the script prints what the
+input alone gives on them. What you get depends on what is installed: the files say how many passages each source
+gave.
 """
 
 from __future__ import annotations
@@ -48,7 +56,8 @@ def corpus_paragraphs() -> list[str]:
     import pydoc_data.topics
 
     texts = list(pydoc_data.topics.topics.values())
-    for distribution in importlib.metadata.distributions():
+    # in one order on every run: the corpus's order decides which documents are held out and which windows train
+    for distribution in sorted(importlib.metadata.distributions(), key=lambda d: str(d.metadata.get("Name"))):
         description = distribution.metadata.get_payload() or distribution.metadata.get("Description") or ""
         texts.append(description)
     for library in CORPUS_LIBRARIES:
@@ -73,7 +82,9 @@ def docstrings(library: str) -> list[str]:
                 module = importlib.import_module(name)
         except Exception:  # optional dependencies, platform-specific modules
             continue
-        for attribute, value in vars(module).items():
+        # by name: a module's dict can be filled from a set (numpy.matlib's star import), whose order changes with
+        # every process's string hashing, and with it which docstring opens a task
+        for attribute, value in sorted(vars(module).items(), key=lambda item: item[0]):
             if attribute.startswith("_") or not (inspect.isfunction(value) or inspect.isclass(value)):
                 continue
             if not getattr(value, "__module__", "").startswith(library):
@@ -146,6 +157,67 @@ def replaced_task(passages: list[str], seed: int = 0) -> list[list[tuple[str, st
     return sentences
 
 
+HIDDEN_ANSWERS = 10  # the hidden-word task's classes: the passages' most frequent words
+HELD_OUT = {"test": 0.2, "dev": 0.1}  # as bench's own split of a pool: test from all, dev from the rest
+
+Tagged = list[tuple[str, str]]
+
+
+def hidden_task(passages: list[str], answers: int = HIDDEN_ANSWERS) -> list[list[Tagged]]:
+    """Per passage, its first ORDER_WINDOW words once for each word that can be hidden: a word (never the first)
+    that is one of the `answers` most frequent words of the passages, lowercased as the tokenizer reads them, shown
+    as [MASK] and tagged with itself; every other word is "_", read as context and never scored. A passage without
+    such a word gives none. Which of "the", "a", "of", "to", ... stood there is a question of syntax that the
+    context answers and the position alone does not (the input-only controls: the most frequent answer, and
+    neighbours_alone), the cloze question masked and causal language models are trained on. One hidden word per
+    copy, so that a causal reader, read at the word before, sees no other; the copies of a passage must stay in one
+    split (split_by_passage), or another copy would show a test answer."""
+    windows = [text.split()[:ORDER_WINDOW] for text in passages]
+    counts: dict[str, int] = {}
+    for words in windows:
+        for word in words:
+            counts[word.lower()] = counts.get(word.lower(), 0) + 1
+    asked = set(sorted(counts, key=lambda word: (-counts[word], word))[:answers])
+    return [[[("[MASK]", word.lower()) if i == hidden else (word, "_") for i, word in enumerate(words)]
+             for hidden in range(1, len(words)) if words[hidden].lower() in asked]
+            for words in windows]
+
+
+def split_by_passage(copies: list[list[Tagged]], seed: int = 0) -> dict[str, list[Tagged]]:
+    """train / dev / test sentences, every copy of a passage in the split its passage was drawn into (HELD_OUT)."""
+    order = [i for i, passage in enumerate(copies) if passage]
+    random.Random(seed).shuffle(order)
+    test = round(HELD_OUT["test"] * len(order))
+    dev = test + round(HELD_OUT["dev"] * (len(order) - test))
+    drawn = {"test": order[:test], "dev": order[test:dev], "train": order[dev:]}
+    return {split: [sentence for i in sorted(rows) for sentence in copies[i]] for split, rows in drawn.items()}
+
+
+def neighbours_alone(train: list[Tagged], test: list[Tagged]) -> float:
+    """The hidden-word task's input-only control, by hand: the most frequent training answer after the same word and
+    before the same word, else after the same word, else the most frequent answer of all, scored on `test` (the two
+    neighbours, lowercased, as a lookup table: what the words next to the hidden one give with no pretraining)."""
+    def neighbours(sentence: Tagged) -> tuple[str, str, str]:
+        i = next(i for i, (_, tag) in enumerate(sentence) if tag != "_")
+        after = sentence[i + 1][0].lower() if i + 1 < len(sentence) else ""
+        return sentence[i - 1][0].lower(), after, sentence[i][1]
+
+    def most_frequent(answers: list[str]) -> str:
+        return max(sorted(set(answers)), key=answers.count)
+
+    both: dict[tuple[str, str], list[str]] = {}
+    before: dict[str, list[str]] = {}
+    for previous, following, answer in map(neighbours, train):
+        both.setdefault((previous, following), []).append(answer)
+        before.setdefault(previous, []).append(answer)
+    overall = most_frequent([answer for answers in before.values() for answer in answers])
+    right = 0
+    for previous, following, answer in map(neighbours, test):
+        table = both.get((previous, following)) or before.get(previous)
+        right += (most_frequent(table) if table else overall) == answer
+    return right / len(test)
+
+
 def word_alone(sentences: list[list[tuple[str, str]]], train_share: float = 0.7) -> float:
     """The input-only control, by hand: each word's most frequent tag in the first passages (the overall majority for
     a word never asked there), scored on the rest."""
@@ -165,8 +237,9 @@ def word_alone(sentences: list[list[tuple[str, str]]], train_share: float = 0.7)
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for corpus.jsonl, library.jsonl and "
-                                                                           "order.jsonl")
+    parser.add_argument("--out", type=Path, required=True,
+                        help="folder for corpus.jsonl and the tasks library.jsonl, order.jsonl, replaced.conll and "
+                             "hidden/")
     parser.add_argument("--per-library", type=int, default=PER_LIBRARY, help=f"passages per library (default "
                                                                              f"{PER_LIBRARY})")
     args = parser.parse_args()
@@ -193,7 +266,17 @@ def main() -> None:
     tags = [tag for sentence in replaced for _, tag in sentence if tag != "_"]
     print(f"{args.out / 'replaced.conll'}: {len(replaced)} passages, {len(tags)} words asked, "
           f"{tags.count('replaced')} replaced; the word alone gives {word_alone(replaced):.3f}")
-
+    hidden = split_by_passage(hidden_task([row["text"] for row in task]))
+    (args.out / "hidden").mkdir(exist_ok=True)
+    for split, sentences in hidden.items():
+        with open(args.out / "hidden" / f"{split}.conll", "w") as handle:
+            handle.writelines("".join(f"{word}\t{tag}\n" for word, tag in sentence) + "\n" for sentence in sentences)
+    answers = [tag for sentence in hidden["train"] for _, tag in sentence if tag != "_"]
+    asked = [tag for sentence in hidden["test"] for _, tag in sentence if tag != "_"]
+    print(f"{args.out / 'hidden'}: train / dev / test " + " / ".join(str(len(hidden[s])) for s in ("train", "dev", "test"))
+          + f" words hidden, one a copy of its passage, answers {', '.join(sorted(set(answers), key=answers.count, reverse=True))}; "
+          f"on test the most frequent answer gives {asked.count(max(set(answers), key=answers.count)) / len(asked):.3f}, "
+          f"the neighbours alone {neighbours_alone(hidden['train'], hidden['test']):.3f}")
 
 if __name__ == "__main__":
     main()
