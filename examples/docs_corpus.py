@@ -272,11 +272,14 @@ def main() -> None:
         with open(args.out / "hidden" / f"{split}.conll", "w") as handle:
             handle.writelines("".join(f"{word}\t{tag}\n" for word, tag in sentence) + "\n" for sentence in sentences)
     answers = [tag for sentence in hidden["train"] for _, tag in sentence if tag != "_"]
+    by_count = sorted(set(answers), key=lambda answer: (-answers.count(answer), answer))
     asked = [tag for sentence in hidden["test"] for _, tag in sentence if tag != "_"]
-    print(f"{args.out / 'hidden'}: train / dev / test " + " / ".join(str(len(hidden[s])) for s in ("train", "dev", "test"))
-          + f" words hidden, one a copy of its passage, answers {', '.join(sorted(set(answers), key=answers.count, reverse=True))}; "
-          f"on test the most frequent answer gives {asked.count(max(set(answers), key=answers.count)) / len(asked):.3f}, "
-          f"the neighbours alone {neighbours_alone(hidden['train'], hidden['test']):.3f}")
+    print(f"{args.out / 'hidden'}: train / dev / test "
+          + " / ".join(str(len(hidden[split])) for split in ("train", "dev", "test"))
+          + f" words hidden, one a copy of its passage, answers {', '.join(by_count)}; on test the most frequent "
+          f"answer gives {asked.count(by_count[0]) / len(asked):.3f}, the neighbours alone "
+          f"{neighbours_alone(hidden['train'], hidden['test']):.3f}")
+
 
 if __name__ == "__main__":
     main()

@@ -70,6 +70,7 @@ def test_the_hidden_word_task_hides_each_frequent_word_once_per_copy_never_the_f
 def test_a_passages_copies_stay_in_one_split_drawn_as_bench_draws_a_pool():
     copies = docs_corpus.hidden_task(zipf_passages(1000), answers=5)
     splits = docs_corpus.split_by_passage(copies)
+
     def passage(sentence: list[tuple[str, str]]) -> tuple[str, ...]:  # the hidden word put back (all lowercase)
         return tuple(tag if word == "[MASK]" else word for word, tag in sentence)
 

@@ -11,8 +11,8 @@ Each backbone reads in its objective's own attention mode, with the padding invi
 model reads left to right and a sequence is represented by its last token (the only one that has seen all of it);
 the others read the whole example and mean-pool its tokens, except the embedded pair tasks, "[BOS] a [EOS] b [EOS]",
 which they read at [BOS] as BERT reads pairs at [CLS]. A tagging task reads each token where it stands, except that
-a causal model reads a hidden token ([MASK]) at the position before it. Downstream FLOPs are reported, never charged to the
-pretraining budget.
+a causal model reads a hidden token ([MASK]) at the position before it. Downstream FLOPs are reported, never charged
+to the pretraining budget.
 """
 
 from __future__ import annotations
