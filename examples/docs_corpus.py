@@ -124,10 +124,11 @@ def order_task(passages: list[str], seed: int = 0) -> list[dict]:
     return rows
 
 
+Tagged = list[tuple[str, str]]  # a passage as (word, tag) pairs; the tag "_" marks a word read, never scored
 ASKED_RATE = 0.15  # the positions asked about per passage, as the embedded replaced-word probe asks 15 %
 
 
-def replaced_task(passages: list[str], seed: int = 0) -> list[list[tuple[str, str]]]:
+def replaced_task(passages: list[str], seed: int = 0) -> list[Tagged]:
     """Each passage's first ORDER_WINDOW words; at ASKED_RATE of the positions (at least one) the word is asked
     about: with probability 1/2 it is "replaced" by a word drawn from the passages' own word frequencies, else
     "original"; every other word is "_", read as context and never scored. A replaced word is as frequent as a kept
@@ -159,9 +160,6 @@ def replaced_task(passages: list[str], seed: int = 0) -> list[list[tuple[str, st
 
 HIDDEN_ANSWERS = 10  # the hidden-word task's classes: the passages' most frequent words
 HELD_OUT = {"test": 0.2, "dev": 0.1}  # as bench's own split of a pool: test from all, dev from the rest
-
-Tagged = list[tuple[str, str]]
-
 
 def hidden_task(passages: list[str], answers: int = HIDDEN_ANSWERS) -> list[list[Tagged]]:
     """Per passage, its first ORDER_WINDOW words once for each word that can be hidden: a word (never the first)
@@ -218,7 +216,7 @@ def neighbours_alone(train: list[Tagged], test: list[Tagged]) -> float:
     return right / len(test)
 
 
-def word_alone(sentences: list[list[tuple[str, str]]], train_share: float = 0.7) -> float:
+def word_alone(sentences: list[Tagged], train_share: float = 0.7) -> float:
     """The input-only control, by hand: each word's most frequent tag in the first passages (the overall majority for
     a word never asked there), scored on the rest."""
     cut = int(train_share * len(sentences))
@@ -233,6 +231,12 @@ def word_alone(sentences: list[list[tuple[str, str]]], train_share: float = 0.7)
     asked = [(word, tag) for sentence in sentences[cut:] for word, tag in sentence if tag != "_"]
     guess = {word: max(counts, key=counts.get) for word, counts in seen.items()}
     return sum(guess.get(word, majority) == tag for word, tag in asked) / len(asked)
+
+
+def write_conll(path: Path, sentences: list[Tagged]) -> None:
+    """One word and its tag per line, a blank line after each passage (what conll:PATH reads)."""
+    with open(path, "w") as handle:
+        handle.writelines("".join(f"{word}\t{tag}\n" for word, tag in sentence) + "\n" for sentence in sentences)
 
 
 def main() -> None:
@@ -257,8 +261,7 @@ def main() -> None:
     with open(args.out / "order.jsonl", "w") as handle:
         handle.writelines(json.dumps(row) + "\n" for row in order)
     replaced = replaced_task([row["text"] for row in task])
-    with open(args.out / "replaced.conll", "w") as handle:
-        handle.writelines("".join(f"{word}\t{tag}\n" for word, tag in sentence) + "\n" for sentence in replaced)
+    write_conll(args.out / "replaced.conll", replaced)
     counts = {library: sum(row["label"] == library for row in task) for library in LIBRARIES}
     print(f"{args.out / 'corpus.jsonl'}: {len(corpus)} paragraphs, {sum(len(t.split()) for t in corpus):,} words")
     print(f"{args.out / 'library.jsonl'}: " + ", ".join(f"{library} {count}" for library, count in counts.items()))
@@ -269,8 +272,7 @@ def main() -> None:
     hidden = split_by_passage(hidden_task([row["text"] for row in task]))
     (args.out / "hidden").mkdir(exist_ok=True)
     for split, sentences in hidden.items():
-        with open(args.out / "hidden" / f"{split}.conll", "w") as handle:
-            handle.writelines("".join(f"{word}\t{tag}\n" for word, tag in sentence) + "\n" for sentence in sentences)
+        write_conll(args.out / "hidden" / f"{split}.conll", sentences)
     answers = [tag for sentence in hidden["train"] for _, tag in sentence if tag != "_"]
     by_count = sorted(set(answers), key=lambda answer: (-answers.count(answer), answer))
     asked = [tag for sentence in hidden["test"] for _, tag in sentence if tag != "_"]
