@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import platform
 import shlex
-import subprocess
 import sys
 from argparse import Namespace
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from backbone import ConfigError, resolve_model
 from bench.analysis.density import build_on_meta
 from bench.data.corpus import Corpus, load_corpus
 from bench.data.text import TextOptions
-from bench.environment import describe as describe_versions, package_versions, version_note
+from bench.environment import code_revision, describe as describe_versions, package_versions, version_note
 from bench.files import read_json
 from bench.training import config_file
 from bench.training.batches import eval_batches
@@ -30,7 +29,7 @@ from bench.training.memory import check_memory
 from bench.training.runs import control_name, control_run, finished_result, trained_or_reused
 from bench.training.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.training.stopping import current_stop_request, stop_agreed, stop_message
-from bench.training.sweep import learning_rates
+from bench.training.sweep import learning_rates, provenance
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import Downstream, describe_recipe, finetune_config
 from bench.yardsticks.examples import TaskContext
@@ -39,6 +38,8 @@ from bench.yardsticks.tasks import load_tasks, parse_task_list
 from objectives import Objective, ObjectiveSchedule, Vocab, parse_objective_list
 
 DEFAULT_LR = "3e-3,ar=6e-3"  # --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 on the default setup (README)
+# the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
+NEUTRAL_SYNTHETIC_TASKS = "synthetic:states,synthetic:component"
 SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host (warn_small_steps)
 
 
@@ -54,19 +55,6 @@ def probe_config(heldout_windows: int) -> ProbeConfig:
     default = ProbeConfig()
     train = min(default.train_windows, heldout_windows * 3 // 4)
     return replace(default, train_windows=train, test_windows=min(default.test_windows, heldout_windows - train))
-
-
-def git_revision() -> str:
-    try:
-        here = Path(__file__).parent
-        revision = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
-        # reports/ is left out: regenerating a committed report rewrites tracked files, which is not a code change
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":(top,exclude)reports"],
-                               cwd=here, capture_output=True, text=True, timeout=10).stdout.strip()
-        return (revision + (" (with uncommitted changes)" if dirty else "")) if revision else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
 
 
 @dataclass
@@ -86,6 +74,7 @@ class Plan:
     schedule: SeqLenSchedule  # --seq-len, a plain length being one phase
     accounting: dict | None  # a schedule's predicted positions per phase and per objective (schedule_accounting)
     versions_note: str | None = None  # how this run's package versions differ from the folder it reruns/resumes
+    stale: list[str] = field(default_factory=list)  # runs kept by --resume --allow-stale that other code trained
 
     @property
     def yardsticks(self) -> list[Yardstick]:
@@ -116,6 +105,14 @@ def plan_corpus(args, out: Path, longest: int) -> Corpus:
     if reused:
         corpus.tokenizer += f"; the comparison's own, reused by {reused[1]}"
     return corpus
+
+
+def task_specs(given: str | None, data: str) -> str | None:
+    """--downstream as given; on the embedded language, by default its neutral tasks (the main yardstick), since
+    every other question it can ask copies some objective's training; "none" turns them off."""
+    if given is not None:
+        return None if given.strip().lower() == "none" else given
+    return NEUTRAL_SYNTHETIC_TASKS if data.partition(":")[0] == "synthetic" else None
 
 
 def plan(args, fabric: Fabric) -> Plan:
@@ -151,11 +148,11 @@ def plan(args, fabric: Fabric) -> Plan:
     canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")
-    downstream = None
-    if args.downstream is not None:
+    downstream, tasks = None, task_specs(args.downstream, args.data)
+    if tasks is not None:
         context = TaskContext(longest, corpus.vocab, corpus.text_tokenizer,
                               corpus.language or corpus.spelled_language, corpus.spell)
-        downstream = Downstream(load_tasks(parse_task_list(args.downstream), context),
+        downstream = Downstream(load_tasks(parse_task_list(tasks), context),
                                 finetune_config(args.finetune_steps, args.finetune_lrs))
     recorded = config_file.record({
         "data": args.data, "seq_len": schedule.recorded(), "text_field": args.text_field,
@@ -168,12 +165,13 @@ def plan(args, fabric: Fabric) -> Plan:
         "downstream": None if downstream is None else downstream.settings()})
     accounting = schedule_accounting(specs, objectives, schedule, config)
     saved = check_resume(out, recorded, args.resume)
+    stale = check_revisions(out, args.allow_stale) if saved is not None else []
     recorded["execution"] = {k: getattr(config, k) for k in config_file.EXECUTION}
     versions_note = record_versions(recorded, saved, out, args)
     if versions_note and fabric.is_global_zero:
         print(f"warning: {versions_note}", file=sys.stderr)
     return Plan(specs, config, corpus, objectives, probe, out, recorded, rates, downstream, schedule, accounting,
-                versions_note)
+                versions_note, stale)
 
 
 def record_versions(settings: dict, saved: dict | None, out: Path, args: Namespace) -> str | None:
@@ -240,6 +238,34 @@ def check_resume(out: Path, recorded: dict, resume: bool) -> dict | None:
     if changed:
         raise ConfigError(f"--resume with different settings than {out} was started with ({', '.join(changed)})")
     return saved
+
+
+def stale_runs(out: Path) -> list[str]:
+    """"NAME (REVISION)" for each run or control in `out`, finished or interrupted, that code other than this
+    process's trained (bench.environment.code_revision)."""
+    current, found = code_revision(), []
+    for run_dir in sorted((out / "runs").glob("*")):
+        if (run_dir / "result.json").is_file():
+            revision = read_json(run_dir / "result.json").get("revision", "unrecorded")
+        elif (run_dir / "checkpoint.pt").is_file():
+            saved = torch.load(run_dir / "checkpoint.pt", map_location="cpu", weights_only=True)
+            revision = " → ".join(saved["counters"].get("revisions", [])) or "unrecorded"
+        else:
+            continue
+        if revision != current:
+            found.append(f"{run_dir.name} ({revision})")
+    return found
+
+
+def check_revisions(out: Path, allow_stale: bool) -> list[str]:
+    """--resume keeps only runs of this code: others are refused, unless --allow-stale keeps them (and the report
+    names them)."""
+    stale = stale_runs(out)
+    if stale and not allow_stale:
+        shown = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+        raise ConfigError(f"--resume: {out} holds runs trained by other code than {code_revision()}: {shown}; "
+                          "start a fresh --out, or pass --allow-stale to keep them (the report then names them)")
+    return stale
 
 
 def control_specs(plan_: Plan) -> dict[str, str]:
@@ -326,7 +352,9 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
                                                   "causal and prefix attention only for the blocks a tiled kernel "
                                                   "computes (backbone.flops)")),
         "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in plan_.learning_rates.items())
-        + (" (chosen by --lr-sweep)" if args.lr_sweep else ""),
+        + rates_source(provenance(args.lr, DEFAULT_LR, args.lr_sweep, {
+            "budget": args.budget, "seq_len": args.seq_len, "model": args.model, "batch_size": args.batch_size,
+            "data": args.data}, plan_.specs)),
         "data": f"{corpus.name}: {corpus.description}",
         "data size": f"{corpus.summary()['train_tokens']:,} training tokens in {len(corpus.train):,} windows, "
                      f"{len(corpus.heldout):,} held-out windows (first {min(config.eval_windows, len(corpus.heldout))}"
@@ -341,7 +369,9 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
                                                                if plan_.versions_note else ""),
         "live metrics": (f"every {config.log_every} steps in runs/NAME/logs/from-step-S/metrics.csv (CSV; "
                          "TensorBoard beside it where installed)" if config.log_every else "off (--log-every 0)"),
-        "git revision": git_revision(),
+        "git revision": code_revision(),
+        **({"stale runs": f"kept by --resume --allow-stale, trained by other code: {', '.join(plan_.stale)}"}
+           if plan_.stale else {}),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     if bayes:
@@ -365,6 +395,20 @@ def describe_setup(args, argv: list[str] | None, plan_: Plan, runs: list[dict], 
                                        + ": each seed's backbone at the initialisation its runs start from, through "
                                        "the same yardsticks, never trained")
     return setup
+
+
+def rates_source(found: dict) -> str:
+    """Where the peak rates come from, said plainly (bench.training.sweep.provenance)."""
+    if found["kind"] == "swept":
+        return " (chosen by this comparison's own --lr-sweep; its runs' FLOPs are reported apart)"
+    if found["kind"] == "given":
+        return " (given by --lr: no sweep chose them)"
+    text = f" (borrowed from the sweep that chose the defaults, `{found['from']['command']}`"
+    if found["differs"]:
+        text += f"; this comparison differs in {', '.join(found['differs'])}"
+    if found["never_swept"]:
+        text += f"; never swept: {', '.join(found['never_swept'])}, which take their name's or the common rate"
+    return text + ("; run --lr-sweep for rates of its own)" if found["differs"] or found["never_swept"] else ")")
 
 
 def device_name(device: torch.device) -> str:

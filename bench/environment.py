@@ -8,8 +8,12 @@ made with."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import platform
+import subprocess
 from importlib import metadata
+from pathlib import Path
 
 # The packages whose versions can move a comparison's numbers: the model and its kernels, the training loop, the
 # data pipeline and tokenizer, and the statistics and metrics computed from the runs.
@@ -49,3 +53,28 @@ def version_note(folder: object, recorded: dict[str, str] | None, current: dict[
             return None
     return (f"{folder} was made with other package versions ({changes}), so numbers may differ in the last digits; "
             "`pip install -e . -c constraints.txt` installs the committed reports' versions")
+
+
+@functools.lru_cache(maxsize=None)
+def code_revision(where: Path = Path(__file__).parent) -> str:
+    """The code a run is trained with: the git commit, and where the working tree differs from it outside reports/
+    (regenerating a committed report rewrites tracked files, which is not a code change), a hash of that difference
+    and of the untracked files, so that two uncommitted states never pass for one; "unknown" outside a git checkout.
+    Read once per process: the modules are loaded once too."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=30).stdout
+    try:
+        revision = git("rev-parse", "--short", "HEAD").strip()
+        if not revision:
+            return "unknown"
+        digest, outside = hashlib.sha256(), ("--", ":(top,exclude)reports")
+        difference = git("diff", "HEAD", *outside)
+        digest.update(difference.encode())
+        top = Path(git("rev-parse", "--show-toplevel").strip())
+        untracked = git("ls-files", "--others", "--exclude-standard", "--full-name", *outside).split()
+        for name in sorted(untracked):  # new files count too: a module not yet committed is code
+            digest.update(name.encode() + (top / name).read_bytes())
+        dirty = difference or untracked
+        return revision + (f"+dirty.{digest.hexdigest()[:8]}" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

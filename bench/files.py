@@ -3,12 +3,15 @@ lines are appended and flushed one at a time, so a reader never sees half of any
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -65,3 +68,18 @@ def read_jsonl(path: Path) -> list[Any]:
         except json.JSONDecodeError:
             break
     return rows
+
+
+def pack_counts(counts: Any) -> str:
+    """Small non-negative integers (a test set's hits per example) as base64 text: a tenth of a JSON list's size."""
+    array = np.asarray(counts, dtype=np.int64)
+    if array.size and (array.min() < 0 or array.max() >= 1 << 16):
+        raise ValueError("pack_counts stores integers in [0, 65536)")
+    dtype = np.uint8 if not array.size or array.max() < 256 else np.uint16
+    return ("" if dtype is np.uint8 else "u16:") + base64.b64encode(array.astype(dtype).tobytes()).decode("ascii")
+
+
+def unpack_counts(text: str) -> np.ndarray:
+    wide = text.startswith("u16:")
+    raw = base64.b64decode(text.removeprefix("u16:"))
+    return np.frombuffer(raw, dtype=np.uint16 if wide else np.uint8).astype(np.int64)

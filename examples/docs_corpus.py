@@ -3,7 +3,7 @@ labelled task (README: Downstream tasks).
 
     python examples/docs_corpus.py --out docs-data
     python -m bench.compare --data text:docs-data/corpus.jsonl --downstream docs-data/library.jsonl,\
-        conll:docs-data/hidden ...
+        docs-data/order.jsonl,docs-data/continues.jsonl,text_pair=text_pair ...
 
 - corpus.jsonl: the Python language reference topics (pydoc_data), the long descriptions (README files) of every
   installed distribution and the docstrings of other installed libraries (matplotlib, scikit-learn, datasets, ...),
@@ -13,6 +13,9 @@ labelled task (README: Downstream tasks).
 - order.jsonl: the same passages, half of them with two adjacent words swapped, labelled by whether the word order is
   the passage's own ("own" / "swapped"): a bag of words, which random features already read, cannot tell them apart,
   so it asks what pretraining must teach (BLiMP-style minimal pairs made from the corpus's kind of text).
+- continues.jsonl: the same passages cut in two halves, the second either the passage's own or the second half of
+  another passage of the same library (so the topic cannot tell them), labelled "continues" / "other": a sentence-pair
+  task, read as text and text_pair;
 - replaced.conll: the same passages' first words, at 15 % of them the word its own or (half of them) another drawn
   from the passages' word frequencies, tagged "original" / "replaced" (ELECTRA's question, as a tagging task);
 - hidden/{train,dev,test}.conll: the same passages' first words with one hidden as [MASK], tagged with the word it
@@ -122,6 +125,23 @@ def order_task(passages: list[str], seed: int = 0) -> list[dict]:
             words[i], words[i + 1] = words[i + 1], words[i]
             rows.append({"text": " ".join(words), "label": "swapped"})
     return rows
+
+
+def continues_task(rows: list[dict], seed: int = 0) -> list[dict]:
+    """Each passage of 8 words or more cut after half its words: half of them with their own second half
+    ("continues"), the others with the second half of another passage of the same library ("other")."""
+    rng, found = random.Random(seed), []
+    halves = [(row["label"], row["text"].split()) for row in rows if len(row["text"].split()) >= 8]
+    for index, (library, words) in enumerate(halves):
+        cut = len(words) // 2
+        others = [i for i, (other, _) in enumerate(halves) if other == library and i != index]
+        if rng.random() < 0.5 or not others:
+            found.append({"text": " ".join(words[:cut]), "text_pair": " ".join(words[cut:]), "label": "continues"})
+        else:
+            other = halves[rng.choice(others)][1]
+            found.append({"text": " ".join(words[:cut]), "text_pair": " ".join(other[len(other) // 2:]),
+                          "label": "other"})
+    return found
 
 
 Tagged = list[tuple[str, str]]  # a passage as (word, tag) pairs; the tag "_" marks a word read, never scored
@@ -242,8 +262,8 @@ def write_conll(path: Path, sentences: list[Tagged]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True,
-                        help="folder for corpus.jsonl and the tasks library.jsonl, order.jsonl, replaced.conll and "
-                             "hidden/")
+                        help="folder for corpus.jsonl and the tasks library.jsonl, order.jsonl, continues.jsonl, "
+                             "replaced.conll and hidden/")
     parser.add_argument("--per-library", type=int, default=PER_LIBRARY, help=f"passages per library (default "
                                                                              f"{PER_LIBRARY})")
     args = parser.parse_args()
@@ -260,12 +280,17 @@ def main() -> None:
     order = order_task([row["text"] for row in task])
     with open(args.out / "order.jsonl", "w") as handle:
         handle.writelines(json.dumps(row) + "\n" for row in order)
+    continues = continues_task(task)
+    with open(args.out / "continues.jsonl", "w") as handle:
+        handle.writelines(json.dumps(row) + "\n" for row in continues)
     replaced = replaced_task([row["text"] for row in task])
     write_conll(args.out / "replaced.conll", replaced)
     counts = {library: sum(row["label"] == library for row in task) for library in LIBRARIES}
     print(f"{args.out / 'corpus.jsonl'}: {len(corpus)} paragraphs, {sum(len(t.split()) for t in corpus):,} words")
     print(f"{args.out / 'library.jsonl'}: " + ", ".join(f"{library} {count}" for library, count in counts.items()))
     print(f"{args.out / 'order.jsonl'}: {len(order)} passages, {sum(r['label'] == 'swapped' for r in order)} swapped")
+    print(f"{args.out / 'continues.jsonl'}: {len(continues)} pairs, "
+          f"{sum(r['label'] == 'other' for r in continues)} with another passage's second half")
     tags = [tag for sentence in replaced for _, tag in sentence if tag != "_"]
     print(f"{args.out / 'replaced.conll'}: {len(replaced)} passages, {len(tags)} words asked, "
           f"{tags.count('replaced')} replaced; the word alone gives {word_alone(replaced):.3f}")

@@ -7,7 +7,7 @@ with a one-line message naming it.
 from __future__ import annotations
 
 from backbone import Backbone, ConfigError
-from objectives.base import IGNORE, NUM_SENTINELS, SPECIAL_TOKENS, Corrupted, FloorSpec, Objective, Options, Output, \
+from objectives.base import IGNORE, NUM_SENTINELS, SIGNALS, SPECIAL_TOKENS, Corrupted, FloorSpec, Objective, Options, Output, \
     Vocab, parse_options, split_specs
 from objectives.causal import CausalLM
 from objectives.electra import Electra

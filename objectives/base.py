@@ -207,6 +207,17 @@ def check_split(objective: str, **shares: float) -> None:
         raise ConfigError(f"{objective} split must sum to 1, got {listed} = {sum(shares.values()):g}")
 
 
+# What a backbone can be trained on, by name: a yardstick that asks one of these questions (or shows its input) mirrors
+# every objective that has it, and then it can diagnose them but rank nobody (bench.analysis.measures).
+SIGNALS = {
+    "mask_token": "[MASK] in the input, and what it hides asked for",
+    "next_token": "the next position asked for, from the left context",
+    "replaced_token": "replaced tokens in the input, told apart from the originals",
+    "sentence_order": "whether two segments are in their order",
+    "next_sentence": "whether the second segment continues the first",
+}
+
+
 class Objective(nn.Module):
     name: str = ""
     options_class: type[Options] = Options
@@ -276,6 +287,11 @@ class Objective(nn.Module):
         raise NotImplementedError
 
     # --- what the bench asks, so that it never branches on an objective's name or class ---
+    @property
+    def signals(self) -> frozenset[str]:
+        """What its backbone trains on (SIGNALS): the yardsticks that copy any of it mirror this objective."""
+        return frozenset()
+
     def describe(self, seq_len: int) -> dict:
         """What the supervised positions per sequence are made of, analytically: named counts, plus "parts", one
         line for the signal-density table (empty when there is nothing to split)."""

@@ -23,6 +23,10 @@ class CausalLM(Objective):
         targets[:, :-1] = tokens[:, 1:]
         return Corrupted(tokens, targets, "causal", tokens)
 
+    @property
+    def signals(self) -> frozenset[str]:
+        return frozenset({"next_token"})
+
     def check_seq_len(self, seq_len: int) -> None:
         super().check_seq_len(seq_len)
         if seq_len < 2:

@@ -81,6 +81,11 @@ class Electra(Objective):
         targets = torch.where(selected, tokens, IGNORE)  # the generator's MLM targets
         return Corrupted(inputs, targets, "bidirectional", tokens, info={"rewrite": kind})
 
+    @property
+    def signals(self) -> frozenset[str]:
+        # the discriminator tells replaced tokens apart; the shared embeddings also learn [MASK] through the generator
+        return frozenset({"replaced_token", "mask_token"})
+
     def generator_positions(self, seq_len: int) -> float:
         return expected_count(seq_len, self.options.rate, self.options.rule)
 

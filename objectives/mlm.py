@@ -200,5 +200,12 @@ class MaskedLM(Objective):
         return unprojected + self.pair_head_flops(1).training_step + per_row * self.expected_masked_positions(seq_len)
 
     @property
+    def signals(self) -> frozenset[str]:
+        o = self.options
+        pair = {"nsp": "next_sentence", "sop": "sentence_order"}.get(o.pair)
+        return frozenset(name for name, present in (("mask_token", o.mask > 0), ("replaced_token", o.random > 0),
+                                                    (pair, pair is not None)) if present)
+
+    @property
     def perf_peer(self) -> str | None:
         return None if self.options.pair else self.name

@@ -94,6 +94,10 @@ class ObjectiveSchedule(Objective):
         shared = {id(p) for p in self.backbone.parameters()}
         return [piece.spec() for piece in self.pieces if any(id(p) not in shared for p in piece.parameters())]
 
+    @property
+    def signals(self) -> frozenset[str]:
+        return frozenset().union(*(piece.signals for piece in self.pieces))  # the backbone trained on every piece's
+
     # --- what the schedule is judged as: its last piece
     @property
     def attention(self) -> str:

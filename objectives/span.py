@@ -138,6 +138,10 @@ class SpanCorruption(Objective):
                 "padding": n.padding, "parts": f"{n.noise} noise tokens in {n.spans} spans of {n.raw} raw tokens"}
 
     @property
+    def signals(self) -> frozenset[str]:
+        return frozenset({"mask_token"})  # a sentinel hides each span, whose tokens it is asked for
+
+    @property
     def perf_peer(self) -> str:
         return "ar"  # the same decoder-only model at the same packed length: what span corruption costs elsewhere
 

@@ -15,9 +15,11 @@ from bench.compare import main
 from bench.report.frontier import write_frontier_report
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--eval-points", "1", "--quiet",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--objectives", "mlm,ar"]
+        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--objectives", "mlm,ar",
+        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
+        "--finetune-lrs", "1e-3"]
 BUDGETS = (1e8, 4e8, 1.6e9)
-TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds", "revision")
 
 
 def truth(flops):
@@ -33,17 +35,23 @@ def probed(tmp_path_factory):
     return json.loads((out / "results.json").read_text())
 
 
+STATES = "synthetic:states,size=64"
+
+
 def with_known_scores(results: dict, budget: float, shift: dict[str, float]) -> dict:
-    """The comparison as if it had run at `budget`: each objective's replaced-word score is truth(shift · budget) of
-    its ceiling (± a little per seed), and its verdict finds that yardstick measuring pretraining."""
+    """The comparison as if it had run at `budget`: each objective's frozen score on the states task is
+    truth(shift · budget) (± a little per seed), and its verdict finds both beating their controls there."""
     found = copy.deepcopy(results)
-    ceilings = found["bayes"]["ceilings"]
+    # the fit's ceiling is the best reader's: the truth saturates toward it
+    ceiling = max(next(t for t in found["tasks"] if t["task"] == STATES)["ceilings"].values())
     for run in found["runs"]:
-        ceiling = ceilings[f"replaced_word_{run['probes']['sees']}"]
-        run["probes"]["replaced_word"] = ceiling * (truth(shift[run["objective"]] * budget)
-                                                    + 0.002 * (run["seed"] - 1))
+        run["downstream"][STATES]["frozen"] = {"score": float(ceiling * truth(shift[run["objective"]] * budget)
+                                                              + 0.002 * (run["seed"] - 1))}
     for item in found["verdict"]["yardsticks"]:
-        item["measures_pretraining"] = item["yardstick"] == "replaced_word_share"
+        item["measures_pretraining"] = item["yardstick"] == f"{STATES} (frozen)"
+        for gain in item["gains"]:
+            known = 0.1 if item["measures_pretraining"] else 0.0
+            gain.update(estimate=known, ci_low=known - 0.05, ci_high=known + 0.05, p_holm=0.001)
     found["budget_flops"] = budget
     return found
 
@@ -53,36 +61,35 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
     frontier = frontier_results(by_budget, "mlm", resamples=200)
     assert frontier["budgets"] == list(BUDGETS) and frontier["objectives"] == ["mlm", "ar"]
     items = {item["yardstick"]: item for item in frontier["yardsticks"]}
-    shares = items["replaced_word_share"]
-    assert shares["fit"] == POWER_LAW and shares["ceiling"] == 1.0 and shares["measures_pretraining"] == [True] * 3
-    assert shares["seeds"] == {"mlm": [0, 1, 2], "ar": [0, 1, 2]}
-    assert [m["mean"] for m in shares["means"]["ar"]] == pytest.approx(truth(2 * np.array(BUDGETS)), rel=1e-9)
+    states = items[f"{STATES} (frozen)"]
+    assert states["fit"] == POWER_LAW and states["measures_pretraining"] == [True] * 3 and states["lack_of_fit"]
+    assert states["seeds"] == {"mlm": [0, 1, 2], "ar": [0, 1, 2]}
+    ceiling = max(next(t for t in probed["tasks"] if t["task"] == STATES)["ceilings"].values())
+    assert [m["mean"] for m in states["means"]["ar"]] == pytest.approx(ceiling * truth(2 * np.array(BUDGETS)),
+                                                                       rel=1e-9)
     # ar reaches at B what mlm reaches at 2B: the multiplier is 2 at every budget, inside its interval
-    rows = shares["multipliers"]["ar"]
+    rows = states["multipliers"]["ar"]
     assert [row["multiplier"] for row in rows] == pytest.approx([2.0] * 3, rel=1e-6)
-    assert all(row["ci_low"] <= 2.0 <= row["ci_high"] for row in rows)
-    assert [row["extrapolated"] for row in rows] == [False, False, True]  # 2 × 1.6e9 lies beyond the sweep
-    assert [meet["where"] for meet in shares["crossovers"]] == ["never"]  # a pure shift: parallel fits
-    # the controls are set beside the curves; a yardstick that measures no pretraining gets no fit
-    assert set(shares["controls"]) == {"untrained, bidirectional", "untrained, causal"}
-    assert set(shares["beats_control"]) == {"mlm", "ar"} and all(len(b) == 3 for b in shares["beats_control"].values())
-    assert "fit" not in items["component"] and "no fit, multiplier or crossover" in items["component"]["sentence"]
-    # each objective's gain over its own control, and its trend: the known curve's slope, less a constant control
-    gains = shares["gains"]["ar"]
+    assert all(row["ci_low"] <= 2.0 <= row["ci_high"] for row in rows[:2])
+    assert [row["outside"] for row in rows] == [False, False, True]  # 2 × 1.6e9 lies beyond the sweep
+    assert [meet["where"] for meet in states["crossovers"]] == ["never"]  # a pure shift: parallel fits
+    # the controls are set beside the curves; a yardstick that measures no pretraining, or mirrors, gets no fit
+    assert set(states["controls"]) == {"untrained, bidirectional", "untrained, causal"}
+    assert all(len(b) == 3 for b in states["beats_control"].values())
+    assert "fit" not in items[f"{STATES} (finetuned)"] and "fit" not in items["hidden_state_share"]
+    assert items["hidden_state_share"]["mirrors"] == ["mlm", "ar"]
+    # each objective's gain over its own control, and its trend (the verdict's gains, as written above)
+    gains = states["gains"]["ar"]
     assert gains["control"] == "untrained, causal" and len(gains["per_budget"]) == 3
-    slope = np.polyfit(np.log10(BUDGETS), truth(2 * np.array(BUDGETS)), 1)[0]
-    assert gains["trend"]["per_decade"] == pytest.approx(slope, rel=1e-9)
-    assert set(items["component"]["gains"]) == {"mlm", "ar"}  # a yardstick without a fit still shows its gains
     # a seed that diverged at one budget leaves the curve, not a hole in it
     by_budget[4e8]["runs"] = [run for run in by_budget[4e8]["runs"] if (run["objective"], run["seed"]) != ("ar", 1)]
     dropped = {i["yardstick"]: i for i in frontier_results(by_budget, "mlm", resamples=50)["yardsticks"]}
-    assert dropped["replaced_word_share"]["seeds"]["ar"] == [0, 2]
+    assert dropped[f"{STATES} (frozen)"]["seeds"]["ar"] == [0, 2]
 
     report = write_frontier_report(tmp_path, frontier).read_text()
-    assert "| ar " in report and "2× (" in report and "extrapolated" in report and "*untrained, causal*" in report
-    assert "power law toward the ceiling" in report and "never meet" in report
-    assert "would clear its CI at" in report and "gain per decade" in report
-    for png in ("frontier.png", "multipliers.png", "gains.png"):
+    assert "| ar " in report and "2× (" in report and "outside the sweep" in report and "*untrained, causal*" in report
+    assert "power law toward the ceiling" in report and "never meet" in report and "gain per decade" in report
+    for png in ("frontier.png", "gains.png"):
         assert f"]({png})" in report
         with Image.open(tmp_path / png) as image:
             image.verify()

@@ -12,12 +12,14 @@ from PIL import Image
 from backbone import ConfigError
 from bench.cli import run
 from bench.compare import build_parser, main
-from bench.comparison import git_revision
 from bench.training.stopping import EXIT_STOPPED
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1"]
-TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
+        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1",
+        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
+        "--finetune-lrs", "1e-3"]
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds",
+           "revision")  # the revision moves with any edit of the tree while the tests run
 
 
 def numbers(results: dict) -> list[dict]:
@@ -37,10 +39,10 @@ def test_report_sections_and_plots(comparison):
                     "## 5. Plots"):
         assert heading in report
     assert "python -m bench.compare" in report and "torch" in report and "git revision" in report
-    assert "Welch" in report and "±" in report  # two seeds: intervals and tests
+    assert report.index("## Answer") < report.index("## Verdict") < report.index("## 1. Setup")
     assert "### Distance to the Bayes floor" in report and "### Probes" in report
     assert "*untrained, causal*" in report and "*untrained, bidirectional*" in report and "*input only*" in report
-    for png in ("loss_vs_flops.png", "excess_loss_vs_flops.png", "signal_density.png"):
+    for png in ("loss_vs_flops.png", "excess_loss_vs_flops.png", "signal_density.png", "gains_forest.png"):
         assert f"]({png})" in report
         with Image.open(comparison / png) as image:
             image.verify()
@@ -63,8 +65,11 @@ def test_results_json_fields(comparison):
     assert set(bayes["input_only"]) == {"smoothing", "filtering"}
     for result in runs + results["controls"]:
         probes = result["probes"]
-        assert {"hidden_state", "replaced_word", "replaced_word_finetuned", "component", "probe_flops"} <= set(probes)
-        assert all(0 <= probes[key] <= 1 for key in ("hidden_state", "replaced_word", "component"))
+        assert {"hidden_state", "replaced_word", "replaced_word_finetuned", "probe_flops"} <= set(probes)
+        assert all(0 <= probes[key]["score"] <= 1 for key in ("hidden_state", "replaced_word"))
+        assert result["revision"] == runs[0]["revision"]  # every run and control records the code that made it
+    assert results["schema"] == 2 and set(results["answer"]) >= {"sentence", "yardstick", "leader", "separated",
+                                                                  "scale"}
     # one control per seed and way of reading: mlm, electra and span read the whole window, ar the left context
     assert [(c["control"], c["seed"], c["flops"]) for c in results["controls"]] == [
         (name, seed, 0) for name in ("untrained, bidirectional", "untrained, causal") for seed in (0, 1)]
@@ -142,8 +147,8 @@ def test_json_files_hold_no_nan(comparison):
     for path in [comparison / "results.json", *comparison.glob("runs/*/*.json"), *comparison.glob("runs/*/*.jsonl")]:
         for line in ([path.read_text()] if path.suffix == ".json" else path.read_text().splitlines()):
             json.loads(line, parse_constant=reject)
-    baseline = json.loads((comparison / "results.json").read_text())["verdict"]["yardsticks"][0]["rows"]
-    assert next(r for r in baseline if r["objective"] == "mlm")["p_vs_baseline"] is None  # a missing number is null
+    controls = json.loads((comparison / "results.json").read_text())["verdict"]["yardsticks"][0]["controls"]
+    assert all(c["p"] is None for c in controls)  # a missing number (a mean has no test) is null
 
 
 def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, capsys):
@@ -254,30 +259,32 @@ def test_out_must_be_a_writable_folder(tmp_path, capsys):
 def test_verdict_and_multipliers_are_in_results_and_report(comparison):
     results = json.loads((comparison / "results.json").read_text())
     verdict = results["verdict"]
-    assert verdict["baseline"] == "mlm"
+    assert verdict["baseline"] == "mlm" and verdict["main"] == "neutral_average_frozen"
     names = [y["yardstick"] for y in verdict["yardsticks"]]
-    assert names == ["replaced_word_share", "hidden_state_share", "replaced_word_finetuned_share", "component"]
+    tasks = ["synthetic:states,size=64", "synthetic:component,size=16"]
+    assert names == ["neutral_average_frozen", *(f"{t} (frozen)" for t in tasks), "neutral_average_finetuned",
+                     *(f"{t} (finetuned)" for t in tasks), "hidden_state_share", "replaced_word_share",
+                     "replaced_word_finetuned_share"]
     for yardstick in verdict["yardsticks"]:
         assert sorted(row["objective"] for row in yardstick["rows"]) == ["ar", "electra", "mlm", "span"]
-        assert yardstick["sentence"].endswith(".")
         assert sorted((g["objective"], g["control"]) for g in yardstick["gains"]) == [
             ("ar", "untrained, causal"), ("electra", "untrained, bidirectional"), ("mlm", "untrained, bidirectional"),
             ("span", "untrained, bidirectional")]
-        assert isinstance(yardstick["measures_pretraining"], bool)
-    # the fine-tuning probe runs only at the budget: multipliers come from the curves of the frozen yardsticks that
-    # measure pretraining (at these tiny shapes, perhaps none)
-    measuring = [y["yardstick"] for y in verdict["yardsticks"] if y["measures_pretraining"]]
+        assert yardstick["gain_family"]["size"] == 4 and yardstick["n_test"]["examples"] > 0
+        # the probes copy the objectives' own training; the tasks copy nothing
+        assert bool(yardstick["mirrors"]) == yardstick["yardstick"].endswith("_share")
+    # multipliers come only from the neutral yardsticks read at every checkpoint, for every objective against mlm
     assert {(m["objective"], m["yardstick"]) for m in verdict["multipliers"]} == {
-        (spec, name) for spec in ("ar", "electra", "span") for name in measuring
-        if name != "replaced_word_finetuned_share"}
-    assert verdict["pretraining"]["paid"] == bool(measuring)
+        (spec, name) for spec in ("ar", "electra", "span") for name in names[:3]}
+    assert results["answer"]["yardstick"] == "neutral_average_frozen"
+    density = verdict["signal_density_ratio"]["ar"]
     positions = {row["objective"]: row["supervised_positions"] for row in results["positions"]}
-    assert verdict["signal_density_ratio"]["ar"] == pytest.approx(positions["ar"] / positions["mlm"])
+    assert density["per_sequence"] == pytest.approx(positions["ar"] / positions["mlm"])
+    compute = {o["objective"]: o["compute"] for o in results["objectives"]}
+    assert density["per_flop"] == pytest.approx(compute["ar"]["supervised_positions"] / compute["ar"]["flops"] /
+                                                (compute["mlm"]["supervised_positions"] / compute["mlm"]["flops"]))
     report = (comparison / "report.md").read_text()
-    assert report.index("## Verdict") < report.index("## 1. Setup")
-    assert ("Compute multiplier" in report) == bool(verdict["multipliers"])
-    assert verdict["pretraining"]["sentence"] in report
-    assert "yardsticks_vs_flops.png" in report
+    assert results["answer"]["sentence"] in report and "yardsticks_vs_flops.png" in report
 
 
 def test_unigram_loss_and_discriminator_baselines_are_reported(comparison):
@@ -304,8 +311,12 @@ def test_a_learning_rate_sweep_leaves_the_comparison_as_it_would_be(tmp_path):
     for spec in ("mlm", "ar"):
         losses = {rate: loss for rate, loss in sweep[spec]["losses"].items() if loss is not None}
         assert f"{sweep[spec]['chosen']:g}" == min(losses, key=losses.get)
-        assert 1.5e8 <= sweep[spec]["flops"] / 2 < 3e8  # two sweep runs of half the budget each
-    assert (swept / "sweep").is_dir() and len(list((swept / "sweep").iterdir())) == 4
+        runs = 2 + len(sweep[spec]["extended"])  # the grid's two rates, and any past an edge its choice lay at
+        assert 1.5e8 <= sweep[spec]["flops"] / runs < 3e8  # sweep runs of half the budget each
+        assert sweep[spec]["at_edge"] == (len(sweep[spec]["extended"]) == 3 and
+                                          float(sweep[spec]["chosen"]) in (min(map(float, losses)),
+                                                                           max(map(float, losses))))
+    assert len(list((swept / "sweep").iterdir())) == sum(2 + len(sweep[spec]["extended"]) for spec in sweep)
     chosen = ",".join(f"{spec}={sweep[spec]['chosen']:g}" for spec in ("mlm", "ar"))
     main([*TINY, "--objectives", "mlm,ar", "--seeds", "1", "--no-probes", "--lr", chosen, "--out", str(fixed)])
     again = json.loads((fixed / "results.json").read_text())
@@ -414,26 +425,6 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
     assert "different settings" in capsys.readouterr().err
 
 
-def test_the_git_revision_is_dirty_for_code_changes_but_not_for_regenerated_reports(tmp_path, monkeypatch):
-    import bench.comparison
-    repository = tmp_path / "repository"
-    (repository / "bench").mkdir(parents=True)
-    (repository / "reports").mkdir()
-    for path in ("bench/compare.py", "reports/report.md"):
-        (repository / path).write_text("first\n")
-    git = lambda *args: subprocess.run(["git", "-C", str(repository), *args], check=True, capture_output=True)  # noqa
-    git("init", "-q")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "empty")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "files")
-    monkeypatch.setattr(bench.comparison, "__file__", str(repository / "bench" / "compare.py"))
-    assert "uncommitted" not in git_revision()
-    (repository / "reports" / "report.md").write_text("regenerated\n")
-    assert "uncommitted" not in git_revision()
-    (repository / "bench" / "compare.py").write_text("changed\n")
-    assert git_revision().endswith("(with uncommitted changes)")
-
-
 def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_folders_tokenizer(tmp_path, capsys,
                                                                                                monkeypatch):
     import bench.comparison
@@ -500,7 +491,7 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
             return self.sent.pop(0)
 
     def train_run(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress):
-        loss = {1e-3: 2.0, 3e-3: 1.5}[config.lr]
+        loss = {1e-3: 2.0, 3e-3: 1.5, 9e-3: 1.8}[config.lr]  # 9e-3: the grid extended past its top edge
         curve = [{"metrics": {"loss": loss}}] if fabric.is_global_zero else \
             [{"metrics": {"loss": 3.0 - loss}}] if config.lr == 1e-3 else []
         return {"curve": curve, "flops": 10}
@@ -510,7 +501,8 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
     sent, config = [], TrainConfig(budget_flops=100)
     chosen = [bench.training.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
               for rank in (0, 1)]
-    assert chosen[0] == chosen[1] and chosen[1]["mlm"]["chosen"] == 3e-3 and chosen[1]["mlm"]["flops"] == 20
+    assert chosen[0] == chosen[1] and chosen[1]["mlm"]["chosen"] == 3e-3 and chosen[1]["mlm"]["flops"] == 30
+    assert chosen[0]["mlm"]["extended"] == [9e-3] and not chosen[0]["mlm"]["at_edge"]
 
 
 def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_resume_finishes_it(tmp_path,
@@ -566,5 +558,6 @@ def test_the_report_says_where_the_wall_time_went(comparison):
         spent, own = summary["compute"], runs[summary["objective"]]
         assert spent["train_seconds"] + spent["checkpoint_seconds"] == pytest.approx(
             sum(r["wall_seconds"] for r in own) / len(own))
-        assert spent["final_seconds"] == pytest.approx(sum(r["probe_seconds"] for r in own) / len(own))
+        assert spent["final_seconds"] == pytest.approx(sum(r["probe_seconds"] + r["downstream_seconds"]
+                                                           for r in own) / len(own))
     assert "The evaluations took " in (comparison / "report.md").read_text()

@@ -66,14 +66,15 @@ def test_compare_reports_probes_sweeps_and_tasks_the_new_objective(registered, t
     compare_main(["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "2e8", "--eval-points", "2",
                   "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--objectives", "mlm,half",
                   "--seeds", "2", "--lr-sweep", "1e-3,3e-3", "--sweep-fraction", "0.5",
-                  "--downstream", "synthetic:tagging,size=16",
+                  "--downstream", "synthetic:states,size=64,synthetic:component,size=16",
                   "--finetune-steps", "2", "--finetune-lrs", "1e-3", "--out", str(out)])
     results = json.loads((out / "results.json").read_text())
     half = next(o for o in results["objectives"] if o["objective"] == "half")
     assert half["compute"]["supervised_per_sequence"] == 16
     assert half["floors"] == {} and results["bayes"]["floors"]["half"] == {}
     assert half["probes"]["sees"] == "smoothing" and 0 <= half["probes"]["hidden_state"]["mean"] <= 1
-    assert set(results["lr_sweep"]["half"]["losses"]) == {"0.001", "0.003"}
+    sweep = results["lr_sweep"]["half"]  # the grid, and the rates past an edge its choice lay at
+    assert set(sweep["losses"]) == {"0.001", "0.003", *(f"{rate:g}" for rate in sweep["extended"])}
     tagging = {row["objective"]: row for row in results["downstream"]["tasks"][0]["rows"]}
     assert 0 <= tagging["half"]["finetuned"]["mean"] <= 1 and "mean over tokens" in tagging["half"]["pooling"]
     report = (out / "report.md").read_text()
@@ -85,7 +86,7 @@ def test_compare_reports_probes_sweeps_and_tasks_the_new_objective(registered, t
                      "--finetune-lrs", "1e-3", "--quiet"])
     rebuilt = json.loads((out / "results.json").read_text())
     tasks = {task["task"]: task for task in rebuilt["downstream"]["tasks"]}
-    assert set(tasks) == {"synthetic:tagging,size=16", "synthetic:component,size=16"}
+    assert set(tasks) == {"synthetic:states,size=64", "synthetic:component,size=16"}
     assert "half" in {row["objective"] for row in tasks["synthetic:component,size=16"]["rows"]}
 
 

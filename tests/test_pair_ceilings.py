@@ -167,16 +167,17 @@ def test_task_ceiling_is_the_mean_best_posterior_of_its_test_pairs_from_time_T(t
     assert task.bayes_ceiling == pytest.approx(binary_ceiling(posterior), abs=1e-12)
     # not the ceiling from time 0: the start is passed through
     assert binary_ceiling(posterior) != pytest.approx(binary_ceiling(posterior_of(tiny, content, cut, 0)), abs=1e-6)
-    assert task.describe()["bayes_ceiling"] == task.bayes_ceiling
+    assert task.describe()["ceilings"] == {"smoothing": task.bayes_ceiling, "filtering": task.bayes_ceiling}
 
 
-def test_component_task_has_its_ceiling_and_tagging_has_none(tiny):
+def test_component_task_has_its_ceiling_and_states_has_one_per_reader(tiny):
     context = _context(tiny, WINDOW)
     component = load_task("synthetic:component,size=8", context)
     words = component.test.tokens - context.vocab.first_ordinary
     assert component.bayes_ceiling == pytest.approx(component_posterior(tiny, words).amax(-1).mean().item(), abs=1e-12)
-    # tagging's ceiling depends on how a backbone reads (filtering for a causal one, smoothing otherwise)
-    assert load_task("synthetic:tagging,size=8", context).bayes_ceiling is None
+    # the states task's ceiling depends on how a backbone reads (filtering for a causal one, smoothing otherwise)
+    states = load_task("synthetic:states,size=8", context)
+    assert states.bayes_ceiling is None and states.ceilings["filtering"] <= states.ceilings["smoothing"]
 
 
 # A language where order tells a lot: sparse, distinct transitions and few words per state.
@@ -242,19 +243,18 @@ def test_long_sequences_give_finite_likelihoods_and_posteriors():
 
 
 # ----------------------------------------------------------------------------------------------- the report
-def test_downstream_table_shows_the_ceiling_beside_the_majority_class():
+def test_downstream_table_shows_the_ceilings_beside_the_majority_class():
     row = {"objective": "mlm", "frozen": {"mean": 0.51, "ci95": None}, "finetuned": {"mean": 0.52, "ci95": None},
            "metrics": {}, "rates": {"0.001": 1}, "rate_at_edge": False, "flops": {"frozen": 1.0, "finetune": 2.0}}
     described = {"level": "sequence", "classes": 2, "metric": "accuracy", "source": "sampled",
                  "majority_accuracy": 0.494}
-    results = {"setup": {"downstream": "recipe"}, "downstream": {"average": None, "tasks": [
-        {"task": "synthetic:order", **described, "bayes_ceiling": 0.9587, "rows": [row]},
-        {"task": "file.csv", **described, "bayes_ceiling": None, "rows": [row]},
-        {"task": "old.csv", **described, "rows": [row]},  # described before ceilings existed
+    results = {"setup": {"downstream": "recipe"}, "downstream": {"tasks": [
+        {"task": "synthetic:order", **described, "ceilings": {"smoothing": 0.9587, "filtering": 0.9587},
+         "input_only": 0.52, "copies": ["sentence_order"], "rows": [row]},
+        {"task": "file.csv", **described, "ceilings": {}, "rows": [row]},
     ]}}
-    intro, order, plain, old = downstream_table(results).split("\n**`")
+    intro, order, plain = downstream_table(results).split("\n**`")
     assert "Bayes ceiling" in intro  # what it means, said once
-    assert "majority-class accuracy 0.494; Bayes ceiling 0.959" in order
-    assert "majority-class accuracy 0.494" in plain and "Bayes ceiling" not in plain + old
-    assert "Bayes ceiling" not in downstream_table({**results, "downstream": {"average": None, "tasks": [
-        {"task": "file.csv", **described, "bayes_ceiling": None, "rows": [row]}]}})
+    assert "majority-class accuracy 0.494; Bayes ceiling whole window 0.959, left context 0.959" in order
+    assert "input only 0.520; copies sentence_order" in order
+    assert "majority-class accuracy 0.494" in plain and "Bayes ceiling" not in plain

@@ -35,11 +35,14 @@ from bench.training.runs import train_run
 from bench.training.schedule import parse_seq_len, predict_phases
 from bench.training.state import setup_run
 from bench.training.stopping import EXIT_STOPPED, RunStopped
+from bench.yardsticks.downstream import Downstream, FinetuneConfig
+from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
+from bench.yardsticks.tasks import load_task
 from objectives import IGNORE, Vocab
 
 SEQ_LEN, BATCH = 32, 4
-TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds")
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +53,13 @@ def corpus():
 @pytest.fixture(scope="module")
 def fabric():
     return make_fabric()
+
+
+def checkpoint_task(corpus) -> Downstream:
+    """A yardstick with a curve: the embedded states task, read frozen at every checkpoint."""
+    context = TaskContext(corpus.seq_len, corpus.vocab, language=corpus.language)
+    return Downstream([load_task("synthetic:states,size=64", context)],
+                      FinetuneConfig(steps=2, batch=2, lrs=(1e-3,), probe=ProbeConfig(iterations=3)))
 
 
 def config(budget: float = 4e8, **overrides) -> TrainConfig:
@@ -123,12 +133,10 @@ def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
 
 @pytest.mark.parametrize("spec", ["mlm", "electra"])
 def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
-    # probes at every checkpoint must not disturb training either
-    c, probe = config(probe_every_eval=True), [Probes(corpus, ProbeConfig(train_windows=12, test_windows=4,
-                                                                          iterations=5, finetune_steps=2,
-                                                                          finetune_batch=2))]
+    # a task read at every checkpoint must not disturb training either
+    c, probe = config(probe_every_eval=True), [checkpoint_task(corpus)]
     straight = train_run(fabric, spec, 1, corpus, c, tmp_path / "straight", probe, progress=False)
-    assert all("hidden_state" in row["probes"] for row in straight["curve"])
+    assert all("synthetic:states,size=64" in row["downstream"] for row in straight["curve"])
     stopped_at = straight["steps"] // 2 + 1  # after the first checkpoint, between two others
     assert train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False,
                      stop_after_steps=stopped_at) is None
@@ -383,7 +391,8 @@ def test_a_stop_signal_saves_at_the_end_of_the_step_and_the_rerun_is_exact(corpu
 def compare_command(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench.compare", "--model", "tiny", "--seq-len", "32", "--batch-size", "4",
             "--budget", "2e9", "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,states=4",
-            "--objectives", "mlm,electra", "--seeds", "1", "--no-probes", "--quiet", "--out", str(out), *extra]
+            "--objectives", "mlm,electra", "--seeds", "1", "--no-probes", "--downstream", "none", "--quiet", "--out",
+            str(out), *extra]
 
 
 def test_sigterm_to_the_command_then_resume_gives_the_uninterrupted_result(tmp_path):

@@ -1,22 +1,19 @@
 """The efficiency frontier: per objective, a yardstick's score fitted against log-FLOPs across a sweep of budgets, and
-from the fits the compute multiplier of each objective against the baseline at every budget and the budget at
-which two objectives' curves cross, each with a bootstrap over seeds.
+from the fits the compute multiplier of each objective against another at every budget of the sweep and where two
+objectives' fits cross, each with an interval that carries both the seeds' spread and the fit's lack of fit.
 
-Every fit is a line in log-FLOPs through a transform g of the score, so that fitting, inverting and crossing are all
-closed forms (and a bootstrap of thousands of resamples is a few array operations):
-- a saturating power law toward the ceiling, score = ceiling − exp(α + β·log C), g(s) = log(ceiling − s), where a
-  ceiling is known (a share of the Bayes ceiling is at most 1) and every seed's score lies below it: scores that
-  approach a limit cannot be a line in log-FLOPs for long, and a Kaplan-style power law in the remaining gap is the
-  usual form of such curves;
-- else a line in log-FLOPs, g(s) = s: monotone, and with three budgets (the sweep this suite runs on 2 cores) two
-  parameters are all the data can carry.
-The transform is chosen per yardstick, the same for every objective, so curves are crossed in one space; g is
-monotone, so where the fits meet in g they meet in score.
+Every fit is a line in log-FLOPs through a transform g of the score, so fitting, inverting and crossing are closed
+forms: a saturating power law toward the ceiling, g(s) = log(ceiling − s), where a ceiling is known and every seed
+lies below it; else a line in log-FLOPs, g(s) = s. The transform is chosen per yardstick, the same for every
+objective, so curves are crossed in one space.
 
-Units: every curve is against the run's total training FLOPs, the budget itself, never against tokens or steps (whose
-FLOPs differ between objectives: ELECTRA's generator, MLM's head on 15 % of the positions). The multiplier at budget
-B is the baseline's FLOPs to reach the other objective's fitted score at B, over B. Scores are higher-is-better
-(every yardstick of the suite is); a fit that does not rise gives no multiplier.
+Two sources of uncertainty, both kept: the seeds (a bootstrap of each budget's seeds, the interval estimate ± t ×
+its SD), and the fit's lack of fit (the means at the budgets scatter around the line by more than the seeds explain:
+with k budgets, the residuals' k − 2 degrees of freedom give each line a multivariate-t sampling distribution, drawn
+as many times as the bootstrap). A quantity's interval is the envelope of the two, so it is never narrower than the
+residual-based one; with two budgets the lack of fit cannot be measured, and no fitted quantity is stated as a result.
+Nothing outside the sweep is stated as a result either: a multiplier whose compute lies outside it, a crossover
+beyond it, and a crossover that the measured means contradict are flagged, not stated.
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ import numpy as np
 from scipy.stats import t as t_distribution
 
 POWER_LAW, LOG_LINEAR = "power law toward the ceiling", "line in log-FLOPs"
+RESAMPLES = 2000
 
 
 @dataclass(frozen=True)
@@ -61,24 +59,35 @@ def resampled_means(curves: Curves, resamples: int, rng: np.random.Generator) ->
     return np.concatenate([curves.scores.mean(0, keepdims=True), curves.scores[drawn].mean(1)])
 
 
+def residual_draws(log_budgets: np.ndarray, g: np.ndarray, resamples: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray] | None:
+    """(α, β) drawn from the fit's own sampling distribution, estimated from its residuals over the budgets (a
+    multivariate t with k − 2 degrees of freedom): the lack of fit. None with two budgets (no residual freedom)."""
+    k = len(log_budgets)
+    if k < 3:
+        return None
+    alpha, beta = fit_lines(log_budgets, g[None, :])
+    residuals = g - (alpha[0] + beta[0] * log_budgets)
+    variance = float(residuals @ residuals) / (k - 2)
+    design = np.stack([np.ones(k), log_budgets], axis=1)
+    covariance = variance * np.linalg.inv(design.T @ design)
+    normal = rng.multivariate_normal(np.zeros(2), covariance, size=resamples, method="eigh")
+    scale = np.sqrt((k - 2) / rng.chisquare(k - 2, size=resamples))[:, None]
+    drawn = normal * scale
+    return alpha[0] + drawn[:, 0], beta[0] + drawn[:, 1]
+
+
 @dataclass(frozen=True)
 class Frontier:
     kind: str
     ceiling: float | None
     budgets: np.ndarray
-    lines: dict[str, tuple[np.ndarray, np.ndarray]]  # objective -> (α, β), each (1 + resamples,): fit, then resamples
+    lines: dict[str, tuple[np.ndarray, np.ndarray]]  # objective -> (α, β), each (1 + resamples,): fit, then seeds'
+    residual: dict[str, tuple[np.ndarray, np.ndarray] | None]  # objective -> (α, β) drawn from the lack of fit
     seeds: dict[str, int]
 
-    def log_budget_reaching(self, spec: str, g: np.ndarray) -> np.ndarray:
-        """log C at which each of `spec`'s fits (the fit, then the resamples: rows) reaches g (rows × budgets); nan
-        where the fit does not rise (β points the wrong way)."""
-        alpha, beta = (part[:, None] for part in self.lines[spec])
-        rising = beta < 0 if self.kind == POWER_LAW else beta > 0
-        with np.errstate(divide="ignore", invalid="ignore"):
-            return np.where(rising, (g - alpha) / beta, np.nan)
-
-    def fitted_g(self, spec: str, log_budgets: np.ndarray) -> np.ndarray:
-        alpha, beta = self.lines[spec]
+    def fitted_g(self, spec: str, log_budgets: np.ndarray, lines: tuple[np.ndarray, np.ndarray] | None = None):
+        alpha, beta = self.lines[spec] if lines is None else lines
         return alpha[:, None] + beta[:, None] * log_budgets[None, :]
 
     def score(self, spec: str, budgets: np.ndarray) -> np.ndarray:
@@ -86,151 +95,149 @@ class Frontier:
         g = self.fitted_g(spec, np.log(budgets))[0]
         return self.ceiling - np.exp(g) if self.kind == POWER_LAW else g
 
+    def log_budget_reaching(self, lines: tuple[np.ndarray, np.ndarray], g: np.ndarray) -> np.ndarray:
+        """log C at which each line reaches g (rows × budgets); nan where the line does not rise."""
+        alpha, beta = (part[:, None] for part in lines)
+        rising = beta < 0 if self.kind == POWER_LAW else beta > 0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(rising, (g - alpha) / beta, np.nan)
 
-def fit_frontier(curves: dict[str, Curves], ceiling: float | None = None, resamples: int = 2000,
+
+def fit_frontier(curves: dict[str, Curves], ceiling: float | None = None, resamples: int = RESAMPLES,
                  seed: int = 0) -> Frontier:
     budgets = {c.budgets for c in curves.values()}
     if len(budgets) != 1 or len(next(iter(budgets))) < 2:
         raise ValueError("every objective needs scores at the same two or more budgets")
     budget_array = np.array(next(iter(budgets)), dtype=float)
-    kind, rng = fit_kind(curves, ceiling), np.random.default_rng(seed)
-    lines = {spec: fit_lines(np.log(budget_array), transform(resampled_means(c, resamples, rng), kind, ceiling))
-             for spec, c in curves.items()}
-    return Frontier(kind, ceiling, budget_array, lines, {spec: c.scores.shape[0] for spec, c in curves.items()})
+    kind, rng, log_b = fit_kind(curves, ceiling), np.random.default_rng(seed), np.log(budget_array)
+    lines, residual = {}, {}
+    for spec, c in curves.items():
+        g = transform(resampled_means(c, resamples, rng), kind, ceiling)
+        lines[spec] = fit_lines(log_b, g)
+        residual[spec] = residual_draws(log_b, g[0], resamples, rng)
+    return Frontier(kind, ceiling, budget_array, lines, residual, {spec: c.scores.shape[0]
+                                                                   for spec, c in curves.items()})
 
 
-def interval(estimate: float, resampled: np.ndarray, seeds: int) -> tuple[float | None, float | None]:
-    """95 % interval of a log-FLOPs quantity, as FLOPs (or a ratio of them): the estimate ± t(0.975, seeds − 1) ×
-    the bootstrap's standard deviation. The percentile interval of a bootstrap over 3 seeds covers a known multiplier
-    only 78 % of the time (the case tests/test_frontier.py checks); this one 98 % (96-97 % with 5-8 seeds):
-    wider than it need be, never narrower. None where more than 5 % of the resamples have no value (their fits do
-    not rise, or do not meet)."""
-    finite = resampled[np.isfinite(resampled)]
-    if not math.isfinite(estimate) or len(finite) < 0.95 * len(resampled) or seeds < 2:
+def envelope(estimate: float, seeds_drawn: np.ndarray, residual_drawn: np.ndarray | None,
+             seeds: int) -> tuple[float | None, float | None]:
+    """95 % interval of a log quantity: the envelope of estimate ± t(0.975, seeds − 1) × the seed bootstrap's SD and
+    the 2.5-97.5 percentiles of its lack-of-fit draws. None where more than 5 % of either's draws have no value
+    (lines that do not rise or meet), or with one seed."""
+    def usable(drawn: np.ndarray) -> np.ndarray | None:
+        finite = drawn[np.isfinite(drawn)]
+        return finite if len(finite) >= 0.95 * len(drawn) else None
+    finite = usable(seeds_drawn)
+    if not math.isfinite(estimate) or finite is None or seeds < 2:
         return None, None
     half = t_distribution.ppf(0.975, seeds - 1) * finite.std()
-    with np.errstate(over="ignore", under="ignore"):  # an interval past float range is 0 to inf: unbounded
-        return float(np.exp(estimate - half)), float(np.exp(estimate + half))
+    low, high = estimate - half, estimate + half
+    if residual_drawn is not None:
+        spread = usable(residual_drawn)
+        if spread is None:
+            return None, None
+        low, high = min(low, float(np.percentile(spread, 2.5))), max(high, float(np.percentile(spread, 97.5)))
+    return low, high
+
+
+def exp_interval(low: float | None, high: float | None) -> tuple[float | None, float | None]:
+    if low is None:
+        return None, None
+    with np.errstate(over="ignore", under="ignore"):  # past float range: 0 to inf, unbounded
+        return float(np.exp(low)), float(np.exp(high))
 
 
 def multipliers(frontier: Frontier, baseline: str, spec: str) -> list[dict]:
-    """At every budget B of the sweep: the baseline's FLOPs to reach `spec`'s fitted score at B, over B, with the
-    bootstrap's 95 % interval; `extrapolated` where that compute lies outside the sweep."""
+    """At every budget B of the sweep: the baseline's FLOPs to reach `spec`'s fitted score at B, over B, with its
+    interval (seeds and lack of fit); `outside` where that compute lies outside the sweep (then it is no result)."""
     log_b = np.log(frontier.budgets)
-    reached = frontier.log_budget_reaching(baseline, frontier.fitted_g(spec, log_b))  # (1 + resamples, budgets)
-    log_ratio = reached - log_b[None, :]
+
+    def log_ratio(base_lines, spec_lines) -> np.ndarray:
+        return frontier.log_budget_reaching(base_lines, frontier.fitted_g(spec, log_b, spec_lines)) - log_b
+
+    seeded = log_ratio(frontier.lines[baseline], frontier.lines[spec])  # (1 + resamples, budgets)
+    lacking = None
+    if frontier.residual[baseline] is not None and frontier.residual[spec] is not None:
+        lacking = log_ratio(frontier.residual[baseline], frontier.residual[spec])
     seeds = min(frontier.seeds[baseline], frontier.seeds[spec])
     rows = []
     for i, budget in enumerate(frontier.budgets):
-        value = float(np.exp(log_ratio[0, i]))
-        low, high = interval(float(log_ratio[0, i]), log_ratio[1:, i], seeds)
+        value = float(np.exp(seeded[0, i]))
+        low, high = exp_interval(*envelope(float(seeded[0, i]), seeded[1:, i],
+                                           None if lacking is None else lacking[:, i], seeds))
+        reached = seeded[0, i] + log_b[i]
         rows.append({"budget": float(budget), "multiplier": value if math.isfinite(value) else None,
-                     "ci_low": low, "ci_high": high,
-                     "extrapolated": bool(not math.isfinite(value) or
-                                          not log_b[0] <= reached[0, i] <= log_b[-1])})
+                     "ci_low": low, "ci_high": high, "lack_of_fit": lacking is not None,
+                     "outside": bool(not math.isfinite(value) or not log_b[0] <= reached <= log_b[-1])})
     return rows
 
 
-def crossover(frontier: Frontier, first: str, second: str) -> dict:
-    """Where two objectives' fits meet, log C = (α₂ − α₁) / (β₁ − β₂), said as within the sweep, below it or
-    beyond it (extrapolated), or never (parallel fits); with the bootstrap's 95 % interval and the share of
-    resamples whose fits meet within the sweep."""
-    (a1, b1), (a2, b2) = frontier.lines[first], frontier.lines[second]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        log_c = np.where(np.isclose(b1, b2, rtol=0, atol=1e-12), np.nan, (a2 - a1) / (b1 - b2))
-    low_b, high_b = np.log(frontier.budgets[0]), np.log(frontier.budgets[-1])
-    within = (log_c[1:] >= low_b) & (log_c[1:] <= high_b)
-    found = {"pair": [first, second], "share_within": float(within.mean())}
-    return {**found, **placed(log_c, np.log(frontier.budgets), min(frontier.seeds[first], frontier.seeds[second]))}
+def measured_order(means: dict[str, list[float]], first: str, second: str) -> list[int]:
+    """The sign of first − second's measured mean at each budget (higher is better)."""
+    return [int(np.sign(a - b)) for a, b in zip(means[first], means[second])]
 
 
-def placed(log_c: np.ndarray, log_b: np.ndarray, seeds: int) -> dict:
-    """A budget found by the fit (log_c[0]) and its resamples (log_c[1:]): the budget, its 95 % interval, and where
-    it lies: within the sweep, below or beyond it, or never (nan: the lines do not meet or rise); `far` beyond twice
-    the sweep's own width in log-FLOPs, where a meeting point of two nearly parallel lines says nothing about those
-    budgets."""
+def crossover(frontier: Frontier, first: str, second: str, means: dict[str, list[float]] | None = None) -> dict:
+    """Where two objectives' fits meet, log C = (α₂ − α₁) / (β₁ − β₂): within the sweep, below or beyond it, or never
+    (parallel fits); its interval (seeds and lack of fit); `contradicted` where the measured means at the budgets
+    around it do not change order as the fits do (then the crossover is not stated)."""
+    def meet(a, b) -> np.ndarray:
+        (a1, b1), (a2, b2) = a, b
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return np.where(np.isclose(b1, b2, rtol=0, atol=1e-12), np.nan, (a2 - a1) / (b1 - b2))
+    log_c = meet(frontier.lines[first], frontier.lines[second])
+    lacking = None
+    if frontier.residual[first] is not None and frontier.residual[second] is not None:
+        lacking = meet(frontier.residual[first], frontier.residual[second])
+    log_b = np.log(frontier.budgets)
+    found = {"pair": [first, second], **placed(log_c, log_b, min(frontier.seeds[first], frontier.seeds[second]),
+                                               lacking)}
+    found["contradicted"] = bool(found["where"] == "within" and means is not None and contradicts(
+        measured_order(means, first, second), log_b, float(log_c[0])))
+    return found
+
+
+def contradicts(order: list[int], log_b: np.ndarray, log_c: float) -> bool:
+    """Whether the measured order at the budgets on either side of a crossover fails to flip."""
+    below = [o for o, b in zip(order, log_b) if b <= log_c]
+    above = [o for o, b in zip(order, log_b) if b > log_c]
+    return not (below and above and below[-1] != 0 and above[0] != 0 and below[-1] != above[0])
+
+
+def placed(log_c: np.ndarray, log_b: np.ndarray, seeds: int, lacking: np.ndarray | None = None) -> dict:
+    """A budget found by the fit (log_c[0]), its interval (seed resamples log_c[1:], lack-of-fit draws `lacking`),
+    and where it lies: within the sweep, below or beyond it, or never (nan: the lines do not meet or rise)."""
     if not math.isfinite(log_c[0]):
-        return {"where": "never", "budget": None, "ci_low": None, "ci_high": None, "far": False}
-    low, high = interval(float(log_c[0]), log_c[1:], seeds)
+        return {"where": "never", "budget": None, "ci_low": None, "ci_high": None, "lack_of_fit": lacking is not None}
+    low, high = exp_interval(*envelope(float(log_c[0]), log_c[1:], lacking, seeds))
     where = ("within" if log_b[0] <= log_c[0] <= log_b[-1] else
              "below the sweep" if log_c[0] < log_b[0] else "beyond the sweep")
-    far = bool(max(log_b[0] - log_c[0], log_c[0] - log_b[-1]) > 2 * (log_b[-1] - log_b[0]))
-    with np.errstate(over="ignore"):  # far past float range: inf, which results.json stores as null
+    with np.errstate(over="ignore"):
         budget = float(np.exp(log_c[0]))
-    return {"where": where, "budget": budget, "ci_low": low, "ci_high": high, "far": far}
+    return {"where": where, "budget": budget, "ci_low": low, "ci_high": high, "lack_of_fit": lacking is not None}
 
 
-def crossover_sentence(found: dict, budgets: np.ndarray) -> str:
-    first, second = found["pair"]
-    sweep = f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
-    if found["where"] == "never":
-        return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
-    width = (budgets[-1] / budgets[0]) ** 2
-    ci = (" (no 95 % CI: too many resamples do not meet)" if found["ci_low"] is None else
-          f" ({interval_text(found, budgets)})")
-    if found["where"] == "within":
-        return (f"{first} and {second} cross at {found['budget']:.3g} FLOPs{ci}, within the sweep {sweep} "
-                f"({found['share_within']:.0%} of resamples cross within it).")
-    if found.get("far"):
-        return (f"{first} and {second}: no crossover within {sweep}; the nearly parallel fits would meet only "
-                f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range"
-                + (f" ({found['budget']:.3g} FLOPs)" if math.isfinite(found["budget"] or math.inf) else "")
-                + ", which is no result.")
-    return (f"{first} and {second}: no crossover within {sweep}; the fits meet at {found['budget']:.3g} FLOPs{ci}, "
-            f"extrapolated {found['where']}.")
+# --- the gain over the untrained control against compute ---------------------------------------------------------
 
-
-# --- where pretraining would pay: the gain over the untrained control against compute ---------------------------
-
-def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarray, clear: float | None,
-               resamples: int = 2000, seed: int = 0) -> dict:
-    """An objective's gain over its untrained control across a sweep, fitted as a line in log-FLOPs, with a bootstrap
-    over the seeds of both sides (scores: seeds × budgets, control: the controls' scores, both higher-is-better).
-
-    The gain per decade of compute, and the budgets at which the fitted gain reaches 0 (meets the control) and
-    `clear` (the gain whose 95 % CI, as wide as the one measured at the largest budget, would exclude 0): where no
-    budget of the sweep shows a gain, where one would, if the trend and the seeds' spread held. A line, not the
-    power law: a gain over a control has no known ceiling, and three budgets carry two parameters."""
+def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarray, resamples: int = RESAMPLES,
+               seed: int = 0) -> dict:
+    """An objective's gain over its untrained control across a sweep, fitted as a line in log-FLOPs: the gain per
+    decade of compute with its interval (a bootstrap over both sides' seeds, enveloped by the residual-based
+    interval over the budgets), and the budget where the fitted gain meets the control, stated only within the
+    sweep."""
     rng = np.random.default_rng(seed)
     log_b = np.log(np.asarray(budgets, dtype=float))
     runs = resampled_means(Curves(tuple(budgets), scores), resamples, rng)
     drawn = rng.integers(0, len(control), (resamples, len(control)))
     controls = np.concatenate([[control.mean()], control[drawn].mean(1)])
-    alpha, beta = fit_lines(log_b, runs - controls[:, None])
-    seeds = min(scores.shape[0], len(control))
-    per_decade = beta * math.log(10)
-    half = t_distribution.ppf(0.975, seeds - 1) * per_decade[1:].std() if seeds > 1 else math.nan
-    found = {"per_decade": float(per_decade[0]),
-             "per_decade_ci": None if not math.isfinite(half) else [float(per_decade[0] - half),
-                                                                     float(per_decade[0] + half)],
-             "line": [float(alpha[0]), float(beta[0])],  # gain = α + β·ln C, the fit itself
-             "clear": clear, "meets": reach(alpha, beta, 0.0, log_b, seeds)}
-    found["clears"] = None if clear is None else reach(alpha, beta, clear, log_b, seeds)
-    return found
-
-
-def reach(alpha: np.ndarray, beta: np.ndarray, target: float, log_b: np.ndarray, seeds: int) -> dict:
-    """Where the fitted gain α + β·log C reaches `target` (placed as `placed` says); never where it does not rise."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return placed(np.where(beta > 0, (target - alpha) / beta, np.nan), log_b, seeds)
-
-
-def reach_text(found: dict, budgets: np.ndarray) -> str:
-    """`found` (from reach) in words: a budget with its CI, said as a bound where it lies far outside the sweep."""
-    if found["where"] == "never":
-        return "never (the fitted gain does not rise)"
-    if found["far"]:
-        width = (budgets[-1] / budgets[0]) ** 2
-        return f"{found['where'].replace('the sweep', 'it')} by more than {width:.3g}× the sweep's range (no result)"
-    ci = "no CI" if found["ci_low"] is None else interval_text(found, budgets)
-    where = "" if found["where"] == "within" else f", extrapolated {found['where']}"
-    return f"{found['budget']:.3g} FLOPs ({ci}{where})"
-
-
-def interval_text(found: dict, budgets: np.ndarray) -> str:
-    """A budget's 95 % interval; an end further out than twice the sweep's width (in log-FLOPs) is said as a bound,
-    not as a number."""
-    width = (budgets[-1] / budgets[0]) ** 2
-    floor, ceiling = budgets[0] / width, budgets[-1] * width
-    return ("95 % CI " + (f"below {floor:.3g}" if found["ci_low"] < floor else f"{found['ci_low']:.3g}") + " to "
-            + (f"above {ceiling:.3g}" if found["ci_high"] > ceiling else f"{found['ci_high']:.3g}"))
+    gains = runs - controls[:, None]
+    alpha, beta = fit_lines(log_b, gains)
+    residual = residual_draws(log_b, gains[0], resamples, rng)
+    seeds, decade = min(scores.shape[0], len(control)), math.log(10)
+    low, high = envelope(float(beta[0]), beta[1:], None if residual is None else residual[1], seeds)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a line that does not rise never meets: nan
+        meets = placed(np.where(beta > 0, -alpha / beta, np.nan), log_b, seeds,
+                       None if residual is None else np.where(residual[1] > 0, -residual[0] / residual[1], np.nan))
+    return {"per_decade": float(beta[0]) * decade,
+            "per_decade_ci": None if low is None else [low * decade, high * decade],
+            "lack_of_fit": residual is not None, "line": [float(alpha[0]), float(beta[0])], "meets": meets}

@@ -1,6 +1,12 @@
-"""The yardsticks as the analysis reads them from run records: each a name, a label, its value at the budget and at
-a curve point, its ceiling, its input-only control and its direction (the probes' questions, then every downstream
-task frozen and fine-tuned, and their average)."""
+"""The yardsticks as the analysis reads them from run records: each a name, a label, its reading at the budget and at a
+curve point (a value, and the hits per test example that let a CI include the test set's sampling), its ceiling, what
+the input alone gives, its direction, and the training signals it copies.
+
+A yardstick that copies an objective's training input or task (objectives.SIGNALS) mirrors that objective: it shows
+how well the objective did its own homework, and no answer, win or multiplier is drawn from it. The neutral ones
+decide; the main one is their average over tasks, read frozen at every FLOP checkpoint (the curves multipliers come
+from).
+"""
 
 from __future__ import annotations
 
@@ -8,114 +14,166 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
-QUESTIONS = ("hidden_state", "replaced_word", "component")
+import numpy as np
+
+from bench.analysis.uncertainty import Group, Part
+from bench.files import unpack_counts
+
+# the probes' questions (bench.yardsticks.probes): (key in results.json, the probe result it reads, label, copies)
+PROBE_YARDSTICKS = (
+    ("hidden_state_share", "hidden_state", "hidden state from context (share of its ceiling)",
+     ("mask_token", "next_token")),
+    ("replaced_word_share", "replaced_word", "replaced-word detection (share of its ceiling)", ("replaced_token",)),
+    ("replaced_word_finetuned_share", "replaced_word_finetuned",
+     "fine-tuned replaced-word detection (share of its ceiling)", ("replaced_token",)))
+PROBE_CLUSTERS = "probe windows"  # every probe question asks about the same test windows
+MAIN = "neutral_average_frozen"
+MODES = {"frozen": "frozen probe", "finetuned": "fine-tuned"}
 
 
-def ceiling_key(question: str, sees: str) -> str:
-    """The key of a probe question's Bayes ceiling (bench.yardsticks.probes.probe_ceilings) for a reader that sees
-    `sees`."""
-    return question if question == "component" else f"{question}_{sees}"
+@dataclass(frozen=True)
+class Reading:
+    """A backbone's score on a yardstick, and its parts: (test set, hits per example, units per example, weight),
+    Σ weight · Σ hits / Σ units being the score; None where the score is not a mean over scored units."""
 
-
-# The cross-objective yardsticks on the embedded language: (key in results.json, the probe result it reads, divided
-# by the ceiling that applies to the reader?, its label in sentences), the main one first: the replaced word is what
-# every objective's features are pushed towards (which word fits here?). Raw losses of different objectives are
-# never one.
-PROBE_YARDSTICKS = (("replaced_word_share", "replaced_word", True, "replaced-word detection (share of its ceiling)"),
-                    ("hidden_state_share", "hidden_state", True, "hidden state from context (share of its ceiling)"),
-                    ("replaced_word_finetuned_share", "replaced_word_finetuned", True,
-                     "fine-tuned replaced-word detection (share of its ceiling)"),
-                    ("component", "component", False, "component classification (frozen)"))
+    value: float
+    parts: tuple[tuple[str, np.ndarray, np.ndarray, float], ...] | None = None
 
 
 @dataclass(frozen=True)
 class Yardstick:
-    """A cross-objective measure: its value at the budget for a run (or an untrained control), and at a curve point
-    (the FLOP checkpoints the compute multipliers are read from) when it has a curve; its best possible value where
-    one is known (1 for a share of the Bayes ceiling); and its direction (a task's, from its metrics)."""
-
     name: str
     label: str
-    final: Callable[[dict], float | None]  # run -> value
-    point: Callable[[dict], float | None] | None = None  # curve row -> value
+    final: Callable[[dict], Reading | None]  # run -> reading at the budget
+    point: Callable[[dict], Reading | None] | None = None  # curve row -> reading at that checkpoint
     ceiling: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the best value
-    input_only: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the input-only control
+    input_only: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> what the input gives
     higher_is_better: bool = True
+    copies: tuple[str, ...] = ()  # training signals (objectives.SIGNALS) its question or inputs copy
+
+    def mirrors(self, signals: dict[str, list[str]]) -> list[str]:
+        """The objectives (spec -> its signals) whose training input or task this yardstick copies."""
+        return [spec for spec, own in signals.items() if set(own) & set(self.copies)]
 
 
-def yardstick_value(probes: dict, key: str, share: bool, ceilings: dict) -> float | None:
-    value = probes.get(key)
-    if value is None or not share:
-        return value
-    ceiling = ceilings.get(ceiling_key(key.removesuffix("_finetuned"), probes.get("sees", "smoothing")))
-    return None if not ceiling else value / ceiling
+def reading(record: dict | None, clusters: str, weight: float = 1.0) -> Reading | None:
+    """A stored score ({"score", "hits", "units"}, or a bare number) as a Reading scaled by `weight`."""
+    if record is None:
+        return None
+    if not isinstance(record, dict):
+        return Reading(weight * record)
+    if record.get("score") is None:
+        return None
+    parts = None if "hits" not in record else (
+        (clusters, unpack_counts(record["hits"]), unpack_counts(record["units"]), weight),)
+    return Reading(weight * record["score"], parts)
 
 
-def task_names(runs: list[dict]) -> list[str]:
-    return list(dict.fromkeys(name for run in runs for name in (run.get("downstream") or {})))
+def averaged(readings: list[Reading | None]) -> Reading | None:
+    """The mean of several tasks' readings (a GLUE-style average), each part weighted by 1 / tasks."""
+    if not readings or any(r is None for r in readings):
+        return None
+    share = 1 / len(readings)
+    parts = None if any(r.parts is None for r in readings) else tuple(
+        (clusters, hits, units, share * weight) for r in readings for clusters, hits, units, weight in r.parts)
+    return Reading(sum(r.value for r in readings) * share, parts)
 
 
-def downstream_value(run: dict, task: str, mode: str) -> float | None:
-    return ((run.get("downstream") or {}).get(task) or {}).get(mode, {}).get("score")
+def probe_yardsticks(ceilings: dict, input_only: dict | None) -> list[Yardstick]:
+    """The probes' questions as shares of the ceiling that applies to the reader: diagnostics (they mirror)."""
+    def share(record: dict | None, key: str) -> Reading | None:
+        sees = (record or {}).get("sees", "smoothing")
+        ceiling = ceilings.get(f"{key.removesuffix('_finetuned')}_{sees}")
+        return reading((record or {}).get(key), PROBE_CLUSTERS, 1 / ceiling) if ceiling else None
 
-
-def frozen_point(row: dict, task: str) -> float | None:
-    """A task's frozen-probe score in a curve row (written at every FLOP checkpoint)."""
-    return (row.get("downstream") or {}).get(task)
-
-
-def average(values: list[float | None]) -> float | None:
-    return None if not values or any(v is None for v in values) else sum(values) / len(values)
-
-
-def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
-               tasks_described: list[dict] | None = None) -> list[Yardstick]:
-    """The probes' yardsticks, then per downstream task its frozen and fine-tuned score, and their GLUE-style average
-    over tasks when several ran."""
-    def probe_ceiling(key: str, share: bool) -> Callable[[str], float | None]:
-        return lambda sees: 1.0 if share else ceilings.get(ceiling_key(key, sees))
-
-    def probe_input_only(key: str, share: bool) -> Callable[[str], float | None]:
+    def control(key: str) -> Callable[[str], float | None]:
         def value(sees: str) -> float | None:
-            found = ((input_only or {}).get(sees) or {}).get(key)
-            if found is None or not share:
-                return found
-            ceiling = ceilings.get(ceiling_key(key, sees))
-            return found / ceiling if ceiling else None
+            found, ceiling = ((input_only or {}).get(sees) or {}).get(key), ceilings.get(f"{key}_{sees}")
+            return None if found is None or not ceiling else found / ceiling
         return value
 
-    found = [Yardstick(name, label, lambda run, k=key, s=share: yardstick_value(run.get("probes") or {}, k, s, ceilings),
-                       lambda point, k=key, s=share: yardstick_value(point.get("probes") or {}, k, s, ceilings),
-                       probe_ceiling(key, share), probe_input_only(key.removesuffix("_finetuned"), share))
-             for name, key, share, label in PROBE_YARDSTICKS]
-    bayes = {t["task"]: t.get("bayes_ceiling") for t in tasks_described or []}
-    higher = {t["task"]: t.get("higher_is_better", True) for t in tasks_described or []}
-    tasks = task_names(runs)
-    for mode, reading in (("finetuned", "fine-tuned"), ("frozen", "frozen probe")):
-        point = (lambda row, t=tasks: average([frozen_point(row, task) for task in t])) if mode == "frozen" else None
-        if len(tasks) > 1:
-            found.append(Yardstick(f"downstream_average_{mode}", f"downstream average over {len(tasks)} tasks "
-                                   f"({reading})", lambda run, m=mode: average([downstream_value(run, task, m)
-                                                                              for task in tasks]), point,
-                                   higher_is_better=all(higher.get(task, True) for task in tasks)))
-        for task in tasks:
-            found.append(Yardstick(f"{task} ({mode})", f"task {task} ({reading})",
-                                   lambda run, t=task, m=mode: downstream_value(run, t, m),
-                                   (lambda row, t=task: frozen_point(row, t)) if mode == "frozen" else None,
-                                   lambda sees, t=task: bayes.get(t), higher_is_better=higher.get(task, True)))
+    return [Yardstick(name, label, lambda run, k=key: share(run.get("probes"), k), None, lambda sees: 1.0,
+                      control(key.removesuffix("_finetuned")), copies=copies)
+            for name, key, label, copies in PROBE_YARDSTICKS]
+
+
+def task_yardsticks(runs: list[dict], tasks: list[dict] | None) -> list[Yardstick]:
+    """Per task its frozen and fine-tuned score, and the average of the neutral tasks (those that copy no training
+    signal) in each mode: the main yardstick is the frozen one, read at every FLOP checkpoint."""
+    described = {t["task"]: t for t in tasks or []}
+    names = list(dict.fromkeys(name for run in runs for name in (run.get("downstream") or {})))
+    neutral = [name for name in names if not described.get(name, {}).get("copies")]
+    found = []
+    for mode, reads in MODES.items():
+        if len(neutral) > 1:
+            found.append(Yardstick(f"neutral_average_{mode}", f"neutral tasks' average over {len(neutral)} "
+                                   f"({reads})", lambda run, m=mode: averaged([task_reading(run, t, m) for t in neutral]),
+                                   (lambda row: averaged([point_reading(row, t) for t in neutral])) if mode == "frozen"
+                                   else None, higher_is_better=all(described.get(t, {}).get("higher_is_better", True)
+                                                                   for t in neutral)))
+        for name in names:
+            about = described.get(name, {})
+            found.append(Yardstick(
+                f"{name} ({mode})", f"task {name} ({reads})", lambda run, t=name, m=mode: task_reading(run, t, m),
+                (lambda row, t=name: point_reading(row, t)) if mode == "frozen" else None,
+                lambda sees, c=about.get("ceilings") or {}: c.get(sees),
+                lambda sees, v=about.get("input_only"): v, about.get("higher_is_better", True),
+                tuple(about.get("copies", ()))))
     return found
 
 
-def mean_curve(runs: list[dict], point: Callable[[dict], float | None]) -> list[tuple[float, float]]:
-    """(checkpoint, mean over seeds) at the checkpoints every seed reached with a value."""
-    by_checkpoint: dict[float, list[float]] = defaultdict(list)
-    for run in runs:
+def main_yardstick(found: list[Yardstick], mirrors: dict[str, list[str]]) -> str | None:
+    """The yardstick the answer comes from: the neutral tasks' frozen average, or the one neutral task read frozen;
+    None where no neutral yardstick with a curve ran."""
+    neutral = [y.name for y in found if y.point is not None and not mirrors.get(y.name)]
+    return MAIN if MAIN in neutral else next(iter(neutral), None)
+
+
+def task_reading(run: dict, task: str, mode: str) -> Reading | None:
+    return reading(((run.get("downstream") or {}).get(task) or {}).get(mode), task)
+
+
+def point_reading(row: dict, task: str) -> Reading | None:
+    """A task's frozen-probe reading in a curve row (written at every FLOP checkpoint)."""
+    return reading((row.get("downstream") or {}).get(task), task)
+
+
+def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
+               tasks: list[dict] | None = None) -> list[Yardstick]:
+    """The tasks' yardsticks (the neutral average first), then the probes' questions."""
+    return [*task_yardsticks(runs, tasks), *(probe_yardsticks(ceilings, input_only)
+                                            if any(run.get("probes") for run in runs) else [])]
+
+
+def group(runs: list[dict], read: Callable[[dict], Reading | None]) -> Group | None:
+    """The seeds' readings as one Group (None unless every seed has one): the hits per example stacked over seeds,
+    or no parts where any seed has none or their test sets differ."""
+    readings = [read(run) for run in runs]
+    if not readings or any(r is None for r in readings):
+        return None
+    values = np.array([r.value for r in readings], dtype=float)
+    if any(r.parts is None for r in readings) or len({len(r.parts) for r in readings}) != 1:
+        return Group(values)
+    parts = []
+    for index, (clusters, _, units, weight) in enumerate(readings[0].parts):
+        if any(not np.array_equal(r.parts[index][2], units) for r in readings):
+            return Group(values)
+        parts.append(Part(clusters, np.stack([r.parts[index][1] for r in readings]), units, weight))
+    return Group(values, tuple(parts))
+
+
+def curve_groups(runs: list[dict], yardstick: Yardstick) -> tuple[list[float], list[Group]] | None:
+    """(checkpoints, a Group per checkpoint) over the checkpoints every seed reached with a reading."""
+    if yardstick.point is None:
+        return None
+    by_checkpoint: dict[float, dict[int, dict]] = defaultdict(dict)
+    for index, run in enumerate(runs):
         for row in run["curve"]:
-            value = point(row)
-            if value is not None:
-                by_checkpoint[row["checkpoint"]].append(value)
-    return [(flops, sum(v) / len(v)) for flops, v in sorted(by_checkpoint.items()) if len(v) == len(runs)]
-
-
-def final_values(runs: list[dict], yardstick: Yardstick) -> list[float]:
-    return [value for run in runs for value in [yardstick.final(run)] if value is not None]
+            by_checkpoint[row["checkpoint"]][index] = row
+    checkpoints, groups = [], []
+    for flops, rows in sorted(by_checkpoint.items()):
+        found = group([rows[i] for i in range(len(runs))], yardstick.point) if len(rows) == len(runs) else None
+        if found is not None:
+            checkpoints.append(flops)
+            groups.append(found)
+    return (checkpoints, groups) if groups else None

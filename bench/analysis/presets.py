@@ -1,9 +1,9 @@
 """The classic published ablations, each one command: `python -m bench.compare --preset NAME`.
 
 A preset fixes the objectives, data, model, budget and seeds of a comparison (any flag given explicitly still overrides
-it), and names the paper table it re-asks. After the runs, its judge reads the comparison's own yardsticks (probes and
-downstream tasks, bench.analysis.results) and states, for each of the paper's claims, whether this run reproduces its
-direction, with the suite's CIs and Welch's test (its p-value and the interval it inverts). The paper's numbers are
+it), and names the paper table it re-asks. After the runs, its judge (bench.analysis.judges) reads the comparison's
+neutral yardsticks and states, for each of the paper's claims, whether this run reproduces it under the one claim rule
+(both sides beat their untrained controls; Holm within the preset's named family of claims). The paper's numbers are
 quoted from ../shared/ANCHORS.md with their sources; "not reproduced" is a valid outcome, and the report then says what
 differs between the paper's setting and this run.
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from backbone import ConfigError
-from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge_clm,
-                                   judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
+from bench.analysis.claims import NOT_MEASURABLE
+from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge,
+                                   judge_clm, judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
                                    judge_table8, judge_units)
 from bench.analysis.results import stat
 
@@ -49,11 +50,11 @@ class Preset:
     flags: dict  # bench.compare's flag defaults (argparse names): what the preset fixes
     paper: PaperTable
     rows: tuple[tuple[str, str], ...]  # (paper row, our spec or variant/spec) put side by side
-    yardsticks: tuple[str, ...]  # the yardsticks our columns show
     judge: Callable[["Evidence"], list[dict]]
     variants: tuple[Variant, ...] = ()
     # with --budgets: the pairs whose crossover on the frontier the paper section states
     frontier_pairs: tuple[tuple[str, str], ...] = ()
+    columns: tuple[str, ...] = ()  # yardsticks our table shows beside the neutral tasks' (frozen and fine-tuned)
 
 
 BERT_SETTING = "BERT-base (110M parameters), 1M steps of 256 × 512 tokens, BooksCorpus + English Wikipedia"
@@ -61,7 +62,7 @@ BERT_SETTING = "BERT-base (110M parameters), 1M steps of 256 × 512 tokens, Book
 PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
     Preset(
         "bert-table8", "BERT's masking-strategy ablation: the six MASK/SAME/RND splits of the chosen 15 %",
-        {"objectives": ",".join(spec for _, spec in TABLE8_SPECS), "seeds": 3},
+        {"objectives": ",".join(spec for _, spec in TABLE8_SPECS), "seeds": 5},
         PaperTable("Devlin et al. 2019 (BERT), Appendix C.2, Table 8 (dev sets)",
                    "Fine-tuning is insensitive to the masking strategy (MNLI spread < 1 point), while the "
                    "feature-based use, whose frozen features never adapt to inputs without [MASK], is where MASK-only "
@@ -71,12 +72,12 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                     ("80/0/20", (84.1, 95.2, 94.6)), ("80/20/0", (84.4, 95.2, 94.7)),
                     ("0/20/80", (83.7, 94.8, 94.6)), ("0/0/100", (83.6, 94.9, 94.6))),
                    BERT_SETTING),
-        TABLE8_SPECS, ("replaced_word_finetuned_share", "replaced_word_share"), judge_table8),
+        TABLE8_SPECS, judge_table8),
     Preset(
         "corruption-rate", "How much to corrupt: T5 span corruption at 10-50 % and MLM masking at 15-80 %",
         # no probe curves: nine objectives fit in 15 minutes only without them, and no claim here needs a multiplier
         {"objectives": "span:density=0.15,span:density=0.1,span:density=0.25,span:density=0.5,"
-                       "mlm,mlm:rate=0.3,mlm:rate=0.4,mlm:rate=0.5,mlm:rate=0.8", "seeds": 3, "no_probe_curves": True},
+                       "mlm,mlm:rate=0.3,mlm:rate=0.4,mlm:rate=0.5,mlm:rate=0.8", "seeds": 5, "no_probe_curves": True},
         PaperTable("Raffel et al. 2020 (T5), Table 6 (GLUE average); Wettig et al. 2022 (claims, no table quoted)",
                    "Span corruption is flat from 10 % to 25 % and worse at 50 % (T5); masking 40 % can beat 15 % and "
                    "80 % keeps most of the quality (Wettig et al., large models).",
@@ -88,7 +89,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         (("span 10 %", "span:density=0.1"), ("span 15 %", "span:density=0.15"), ("span 25 %", "span:density=0.25"),
          ("span 50 %", "span:density=0.5"), ("mlm 15 %", "mlm"), ("mlm 30 %", "mlm:rate=0.3"),
          ("mlm 40 %", "mlm:rate=0.4"), ("mlm 50 %", "mlm:rate=0.5"), ("mlm 80 %", "mlm:rate=0.8")),
-        ("replaced_word_finetuned_share", "hidden_state_share"), judge_corruption),
+        judge_corruption),
     Preset(
         "static-vs-dynamic", "BERT's static masking (10 fixed copies) against dynamic masking, with the data repeated "
                              "for about 40 epochs",
@@ -101,13 +102,12 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                    ("SQuAD 2.0 F1", "MNLI-m", "SST-2"),
                    (("dynamic", (78.7, 84.0, 92.9)), ("static", (78.3, 84.3, 92.5))),
                    BERT_SETTING + " (static: 10 copies × 40 epochs)"),
-        (("dynamic", "mlm"), ("static", "mlm:static=10")), ("replaced_word_finetuned_share", "hidden_state_share"),
-        judge_static),
+        (("dynamic", "mlm"), ("static", "mlm:static=10")), judge_static),
     Preset(
         "masking-units", "What to mask: sub-word tokens, whole words or SpanBERT's spans of words, on text whose words "
                          "are split into pieces",
         {"objectives": "mlm,mlm:whole_word=true,mlm:span=geometric", "data": "synthetic:text",
-         "downstream": "synthetic:tagging,synthetic:component", "seeds": 3},
+         "downstream": "synthetic:states,synthetic:component", "seeds": 5},
         PaperTable("Joshi et al. 2020 (SpanBERT), Table 6 (masking schemes; ANCHORS.md holds none of its numbers) "
                    "and Section 3.1 (span lengths)",
                    "Masking random contiguous spans of whole words (lengths ~ Geometric(0.2) words, clipped at 10: "
@@ -116,12 +116,11 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                    (("token", (None,)), ("whole word", (None,)), ("span", (3.8,))),
                    "BERT-large-sized models on BooksCorpus + English Wikipedia"),
         (("token", "mlm"), ("whole word", "mlm:whole_word=true"), ("span", "mlm:span=geometric")),
-        ("synthetic:tagging (finetuned)", "synthetic:tagging (frozen)", "synthetic:component (finetuned)"),
         judge_units),
     Preset(
         "nsp-sop", "Sentence-level auxiliaries: MLM alone, MLM + next-sentence prediction, MLM + sentence order",
-        {"objectives": "mlm,mlm:pair=nsp,mlm:pair=sop", "downstream": "synthetic:same-source,synthetic:order",
-         "seeds": 3},
+        {"objectives": "mlm,mlm:pair=nsp,mlm:pair=sop",
+         "downstream": "synthetic:states,synthetic:component,synthetic:same-source,synthetic:order", "seeds": 5},
         PaperTable("Lan et al. 2020 (ALBERT), Table 5 (intrinsic accuracy)",
                    "A model trained with NSP solves NSP but not SOP (chance): NSP is mostly topic prediction; one "
                    "trained with SOP solves SOP and most of NSP.",
@@ -129,12 +128,11 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                    (("none", (54.9, 52.4, 53.3)), ("NSP", (54.5, 90.5, 52.0)), ("SOP", (54.0, 78.9, 86.5))),
                    "ALBERT-base (12M parameters), 125k steps of 4096 × 512 tokens, BooksCorpus + English Wikipedia"),
         (("none", "mlm"), ("NSP", "mlm:pair=nsp"), ("SOP", "mlm:pair=sop")),
-        ("synthetic:same-source (finetuned)", "synthetic:order (finetuned)", "synthetic:same-source (frozen)",
-         "synthetic:order (frozen)"), judge_pairs),
+        judge_pairs, columns=("synthetic:same-source (finetuned)", "synthetic:order (finetuned)")),
     Preset(
         "electra-efficiency", "ELECTRA's compute efficiency: mlm (15 % and 40 %), electra and ar at ¼×, 1× and 4× the "
                               "default budget",
-        {"objectives": ",".join(ELECTRA_PEERS), "seeds": 2},
+        {"objectives": ",".join(ELECTRA_PEERS), "seeds": 5},
         PaperTable("Clark et al. 2020 (ELECTRA), Tables 1 and 2 (GLUE dev)",
                    "At equal compute ELECTRA beats BERT (Small: 79.9 vs 75.1 at 1.4e18 FLOPs), and matches RoBERTa "
                    "with less than ¼ of its compute (89.0 at 7.1e20 vs 88.9 at 3.2e21); the discriminator learns from "
@@ -144,13 +142,13 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                     ("RoBERTa-500K", (88.9, 3.2e21)), ("ELECTRA-400K", (89.0, 7.1e20))),
                    "ELECTRA-Small (14M) to -Large (335M), up to 1.4e18-3.1e21 FLOPs, Wikipedia + books (+ web text)"),
         tuple((f"{name}: {spec}", f"{name}/{spec}") for name, _ in BUDGETS for spec in ELECTRA_PEERS),
-        ("replaced_word_finetuned_share", "hidden_state_share"), judge_electra,
+        judge_electra,
         variants=tuple(Variant(name, {"budget": budget}) for name, budget in BUDGETS)),
     Preset(
         "mlm-vs-clm", "MLM (40 % and 15 %) against CLM and CLM → MLM schedules (switching at 25 / 50 / 75 % of the "
                       "FLOPs) across a budget sweep, with the efficiency frontier",
         # no probe curves: the frontier reads each budget's finished runs, and 18 runs per budget fit only without
-        {"objectives": ",".join(CLM_PEERS), "budgets": ",".join(f"{b:g}" for b in CLM_BUDGETS), "seeds": 3,
+        {"objectives": ",".join(CLM_PEERS), "budgets": ",".join(f"{b:g}" for b in CLM_BUDGETS), "seeds": 5,
          "no_probe_curves": True},
         PaperTable("Gisserot-Boukhlef et al. 2025, \"Should We Still Pretrain Encoders with Masked Language "
                    "Modeling?\" (arXiv 2507.00994): the abstract, and the results section as transcribed in ANCHORS.md "
@@ -166,12 +164,11 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                    "210M-1B parameters, FineWeb-Edu, fixed steps and compute; 12 tasks in 4 groups (SC sequence "
                    "classification, TC token classification, QA, IR retrieval), 6 learning rates × 5 seeds"),
         tuple((f"{budget:.2g}: {spec}", f"budget-{budget:g}/{spec}") for budget in CLM_BUDGETS for spec in CLM_PEERS),
-        ("hidden_state_share", "replaced_word_finetuned_share"), judge_clm, frontier_pairs=(("mlm:rate=0.4", "ar"),
-                                                                                           ("mlm", "ar"))),
+        judge_clm, frontier_pairs=(("mlm:rate=0.4", "ar"), ("mlm", "ar"))),
     Preset(
         "seq-len-schedule", "BERT's sequence-length schedule (90 % of the steps at T/4, then T) against T "
                             "throughout, at equal FLOPs",
-        {"objectives": "mlm", "seeds": 3},
+        {"objectives": "mlm", "seeds": 5},
         PaperTable("Devlin et al. 2019 (BERT), Section A.2; the positions are this suite's arithmetic",
                    "Training 90 % of the steps at length 128 and the rest at 512 saves compute (attention is quadratic "
                    "in T): 4.26e10 token positions flow instead of 1.31e11 for 10^6 steps of 256 at 512.",
@@ -179,7 +176,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                    (("T = 512 throughout", (1.31e11,)), ("90 % at 128, then 512", (4.26e10,))),
                    BERT_SETTING),
         (("90 % at 128, then 512", "schedule/mlm"), ("T = 512 throughout", "fixed/mlm")),
-        ("replaced_word_finetuned_share", "hidden_state_share"), judge_seq_len,
+        judge_seq_len,
         # 90 % of the steps at 32 is 64 % of the FLOPs for mlm on mini (a sequence of 128 costs 5.0 of one of 32), as
         # BERT's 90 % of the steps at 128 is 67 % of BERT-base's FLOPs
         variants=(Variant("schedule", {"seq_len": "32:0.64,128:0.36"}), Variant("fixed", {"seq_len": "128"}))),
@@ -212,35 +209,37 @@ def describe_presets() -> str:
     return "\n".join(lines)
 
 
-def frontier_findings(preset: Preset, frontier: dict | None, names: list[str]) -> list[dict]:
-    """A budget sweep's crossovers of the preset's pairs, on each of the yardsticks `names` the frontier fitted; a
-    yardstick that measured no pretraining in the sweep says so instead."""
+def frontier_findings(preset: Preset, frontier: dict | None, name: str) -> list[dict]:
+    """A budget sweep's crossovers of the preset's pairs on the main yardstick (no test: where the fits cross, stated
+    only inside the sweep, where both beat their controls around it and the measured means agree)."""
     found = []
     for item in (frontier or {}).get("yardsticks", []):
-        if item["yardstick"] not in names:
+        if item["yardstick"] != name:
             continue
         for pair in preset.frontier_pairs:
-            claim = f"where {pair[0]} and {pair[1]} cross ({item['yardstick']})"
-            if "fit" not in item:
-                found.append({"claim": claim, "outcome": "not measurable at this scale", "evidence": item["sentence"]})
-                continue
-            meet = next((m for m in item["crossovers"] if set(m["pair"]) == set(pair)), None)
-            if meet is not None:
-                found.append({"claim": claim, "outcome": "measured", "evidence": meet["sentence"]})
+            claim = f"where {pair[0]} and {pair[1]} cross ({name})"
+            meet = next((m for m in item.get("crossovers", []) if set(m["pair"]) == set(pair)), None)
+            outcome = (NOT_MEASURABLE if meet is None or meet.get("outcome") == NOT_MEASURABLE else
+                       "no crossover within the sweep" if meet["where"] != "within" else
+                       "not stated (the measured means disagree)" if meet["contradicted"] else "measured")
+            found.append({"claim": claim, "kind": "crossover", "outcome": outcome, "crossover": meet,
+                          "objectives": list(pair), "yardstick": name})
     return found
 
 
 def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float | None,
                   frontier: dict | None = None) -> dict:
-    """The "Paper versus this run" data: the paper's rows beside ours, the judge's findings and what differs; with
-    a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
-    evidence = Evidence.collect(results)
-    names = evidence.read_on(preset.yardsticks) or list(preset.yardsticks)  # on text: the labelled tasks
+    """The "Paper versus this run" data: the paper's rows beside ours, the judged claims (one Holm family, named) and
+    what differs; with a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
+    evidence = Evidence(results)
+    names = [evidence.main(), evidence.main(finetuned=True), *preset.columns]
     ours = []
     for label, target in preset.rows:
         variant, _, spec = target.rpartition("/")
         ours.append({"row": label, "spec": spec, "variant": variant,
-                     **{name: stat(evidence.get(spec, name, variant)) for name in names}})
+                     **{name: stat([] if g is None else g.values.tolist()) for name in names
+                        for g in [evidence.group(variant, spec, name)]}})
+    findings, named = judge(preset.judge(evidence), f"{preset.name}: the paper's claims")
     first = next(iter(results.values()))
     setup = first.get("setup", {})
     runs = [run for result in results.values() for run in result["runs"]]
@@ -250,8 +249,8 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
     return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
             "paper_columns": list(preset.paper.columns),
             "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],
-            "yardsticks": names, "ours": ours,
-            "findings": preset.judge(evidence) + frontier_findings(preset, frontier, names),
+            "yardsticks": names, "ours": ours, "family": named,
+            "findings": findings + frontier_findings(preset, frontier, evidence.main()),
             "paper_setting": preset.paper.setting,
             "this_run": f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
                         + (" (per comparison: " + ", ".join(f"{name} {r['budget_flops']:.3g}" for name, r in

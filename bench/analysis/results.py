@@ -11,16 +11,13 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
-from bench.analysis.measures import (QUESTIONS, Yardstick, average, ceiling_key, downstream_value, final_values,
-                                     mean_curve, task_names, yardsticks)
 from bench.analysis.stats import summarize, welch_p_value
-from bench.analysis.verdict import (ALPHA, beats_control, compute_multiplier, format_multiplier, gain_over_control,
-                                    holm_gains, reversed_multiplier, rise_with_compute, signal_density_ratio,
-                                    two_way_ci, yardstick_verdict)
-from bench.training.curve import upgrade_result
+from bench.analysis.verdict import verdict
 from bench.training.schedule import parse_seq_len
 
-PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned", "component")
+SCHEMA = 2  # results.json's layout; a folder of another schema is refused rather than misread (bench.downstream)
+PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned")
+QUESTIONS = ("hidden_state", "replaced_word")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")
 
@@ -89,147 +86,24 @@ def probe_summary(runs: list[dict], ceilings: dict, input_only: dict | None) -> 
     probes = [r["probes"] for r in runs if r.get("probes")]
     if not probes:
         return None
-    values = lambda key, ps=probes: [p[key] for p in ps if p.get(key) is not None]  # noqa: E731
+    values = lambda key, ps=probes: [p[key]["score"] for p in ps if p.get(key) is not None]  # noqa: E731
     sees = probes[0].get("sees", "smoothing")
     summary = {key: stat(values(key)) for key in PROBE_SCORES if values(key)}
-    summary.update(sees=sees, ceilings={question: ceilings.get(ceiling_key(question, sees)) for question in QUESTIONS},
-                   input_only=(input_only or {}).get(sees), probe_flops=sum(values("probe_flops")) / len(probes))
+    summary.update(sees=sees, ceilings={question: ceilings.get(f"{question}_{sees}") for question in QUESTIONS},
+                   input_only=(input_only or {}).get(sees),
+                   probe_flops=sum(p["probe_flops"] for p in probes) / len(probes))
     return summary
-
-
-def gains_over_controls(grouped: dict[str, list[dict]], yardstick: Yardstick, values: dict[str, list[float]],
-                        control_values: dict[str, list[float]], control_of: dict[str, str],
-                        sees: dict[str, str]) -> list[dict]:
-    """Each objective's gain over its own untrained control on one yardstick, and how its mean curve rises from the
-    control (0 FLOPs) to the budget."""
-    gains = []
-    for spec in grouped:
-        control = control_values.get(control_of[spec]) or []
-        if not control:
-            continue
-        gain = {"objective": spec, "control": control_of[spec],
-                **gain_over_control(values[spec], control, yardstick.ceiling(sees[spec]), yardstick.higher_is_better)}
-        if yardstick.point is not None:
-            curve = mean_curve(grouped[spec], yardstick.point)
-            sign = 1 if yardstick.higher_is_better else -1  # "rises" means "improves"
-            gain["rise"] = rise_with_compute([0.0] + [f for f, _ in curve],
-                                             [sign * gain["control_mean"]] + [sign * v for _, v in curve])
-        gains.append(gain)
-    return gains
-
-
-def judge_measurement(item: dict) -> None:
-    """Whether the yardstick measures pretraining (some objective beats its control, after Holm), and the sentence
-    that says so; None where no control ran or too few seeds test a gain."""
-    gains = item["gains"]
-    item["measures_pretraining"] = True if any(beats_control(g) for g in gains) else \
-        False if gains and all(g["p"] is not None for g in gains) else None
-    if item["measures_pretraining"] is False:
-        best = max(gains, key=lambda g: g["gain"])
-        item["sentence"] = (f"No objective beats its untrained control on {item['label']} (the largest gain, "
-                            f"{best['objective']}'s, is {best['gain']:+.4g}, Holm p = "
-                            f"{_p(best['p_holm'])}): at this setup it does not measure pretraining, and no "
-                            "ranking or compute multiplier is drawn from it.")
-    elif item["measures_pretraining"] is None:
-        item["sentence"] += (" No untrained control was run" if not gains else " With one seed no gain over the "
-                             "untrained control can be tested") + ": whether this measures pretraining is unknown."
-
-
-def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, positions: list[dict],
-            budget: float, controls: dict[str, list[dict]] | None = None, input_only: dict | None = None,
-            tasks: list[dict] | None = None) -> dict:
-    """Per yardstick: each objective's gain over its own untrained control (Welch, Holm across the family) and
-    whether any objective has one (else the yardstick does not measure pretraining at this setup, and nothing is
-    ranked on it); the ranking with CIs and Holm-corrected tests against the baseline, and one sentence; per
-    objective against the baseline: the compute multiplier on each measuring yardstick with a curve over FLOPs (how
-    much compute the baseline needs to reach the objective's value at the budget), beside the signal-density ratio."""
-    controls = controls or {}
-    density = {row["objective"]: row["supervised_positions"] for row in positions}
-    control_of = {spec: runs[0].get("control") for spec, runs in grouped.items()}
-    sees = {spec: (runs[0].get("probes") or {}).get("sees", "smoothing") for spec, runs in grouped.items()}
-    found, family, measured = [], [], []
-    for yardstick in yardsticks([r for runs in grouped.values() for r in runs], ceilings, input_only, tasks):
-        values = {spec: final_values(runs, yardstick) for spec, runs in grouped.items()}
-        if not all(values.values()):
-            continue
-        control_values = {name: final_values(runs, yardstick) for name, runs in controls.items()}
-        gains = gains_over_controls(grouped, yardstick, values, control_values, control_of, sees)
-        family += gains
-        found.append({**yardstick_verdict(yardstick.name, values, baseline, yardstick.higher_is_better,
-                                          label=yardstick.label),
-                      "label": yardstick.label, "gains": gains,
-                      "controls": [{"control": name, **stat(v)} for name, v in control_values.items() if v],
-                      "input_only": {s: v for s in dict.fromkeys(sees.values())
-                                     for v in [yardstick.input_only(s)] if v is not None}})
-        measured.append((yardstick, values))
-    holm_gains(family)
-    multipliers = []
-    for item, (yardstick, values) in zip(found, measured):
-        judge_measurement(item)
-        if item["measures_pretraining"] is False or yardstick.point is None:
-            continue  # nothing is drawn from it; or no curve over FLOPs (fine-tuning runs only at the budget)
-        curves = {spec: [[(p["checkpoint"], v) for p in r["curve"] for v in [yardstick.point(p)] if v is not None]
-                         for r in runs] for spec, runs in grouped.items()}
-        if not all(curve for curve in curves[baseline]):
-            continue
-        for spec in (spec for spec in grouped if spec != baseline):
-            multiplier = compute_multiplier(curves[baseline], values[spec], budget, yardstick.higher_is_better)
-            if all(curves[spec]):
-                if multiplier["kind"] == ">":
-                    # the baseline never got there: how early each reached the baseline's final value
-                    multiplier["reversed"] = reversed_multiplier(curves[baseline], curves[spec], values[baseline],
-                                                                 budget, yardstick.higher_is_better)
-                reading = multiplier.get("reversed", multiplier)
-                if reading["kind"] == "=" and reading["resamples"]:
-                    # a resample whose reading is only a bound takes the other reading's number, so no end of the
-                    # CI is left open that the run measured
-                    reading.update(two_way_ci(curves[baseline], curves[spec], values[baseline], values[spec],
-                                              budget, yardstick.higher_is_better,
-                                              "direct" if reading is multiplier else "reversed"))
-                    reading["text"] = format_multiplier(reading, reversed_reading=reading is not multiplier)
-                multiplier["text"] = format_multiplier(multiplier)
-            multipliers.append({"objective": spec, "yardstick": yardstick.name, **multiplier})
-    density_ratios = {spec: signal_density_ratio(density[spec], density[baseline]) for spec in grouped
-                      if spec in density and baseline in density}
-    return {"baseline": baseline, "pretraining": pretraining_summary(found, list(grouped)), "yardsticks": found,
-            "multipliers": multipliers, "signal_density_ratio": density_ratios}
-
-
-def _p(p: float | None) -> str:
-    return "n/a" if p is None else f"{p:.2g}"
-
-
-def pretraining_summary(found: list[dict], specs: list[str]) -> dict:
-    """Whether pretraining paid at all: per objective, on how many yardsticks it beats its untrained control."""
-    tested = [item for item in found if item["gains"] and item["measures_pretraining"] is not None]
-    wins = {spec: [item["yardstick"] for item in tested for g in item["gains"]
-                   if g["objective"] == spec and beats_control(g)] for spec in specs}
-    if not tested:
-        reason = ("With one seed nothing can be tested against the untrained controls" if any(
-            item["gains"] for item in found) else "No untrained control was run")
-        sentence = (f"{reason}, so nothing here says whether pretraining paid: the rankings below may measure only "
-                    "how far each objective moved its features from a random initialisation.")
-    elif not any(wins.values()):
-        sentence = (f"Pretraining did not pay at this setup: no objective beats its untrained control on any of the "
-                    f"{len(tested)} yardsticks (Welch, Holm p < {ALPHA}), so no ranking here says what pretraining "
-                    "taught.")
-    else:
-        sentence = ("Pretraining paid: " + "; ".join(f"{spec} beats its untrained control on {len(wins[spec])} of "
-                                                      f"{len(tested)} yardsticks" for spec in specs)
-                    + f" (Welch, Holm p < {ALPHA} across all of them).")
-    return {"paid": bool(any(wins.values())) if tested else None, "wins": wins, "yardsticks": len(tested),
-            "sentence": sentence}
 
 
 def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None) -> dict | None:
     """Per task: what it is and, per objective, the frozen and fine-tuned test scores over seeds, the rates the dev
-    split chose and the FLOPs spent; and the average over tasks when several ran."""
+    split chose and the FLOPs spent (the averages over tasks are the verdict's yardsticks)."""
     runs = [r for rs in grouped.values() for r in rs]
-    names = task_names(runs)
+    names = list(dict.fromkeys(name for run in runs for name in (run.get("downstream") or {})))
     if not names:
         return None
     described = {t["task"]: t for t in tasks or []}
-    summary = {"tasks": [], "average": None}
+    summary = {"tasks": []}
     for name in names:
         rows = []
         for spec, spec_runs in grouped.items():
@@ -242,18 +116,13 @@ def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None)
                          "frozen": stat([r["frozen"]["score"] for r in results]),
                          "finetuned": stat([r["finetuned"]["score"] for r in results]),
                          "metrics": {key: stat([r["finetuned"][key] for r in results])
-                                     for key in results[0]["finetuned"] if key not in ("score", "lr", "dev")},
+                                     for key in results[0]["finetuned"]
+                                     if key not in ("score", "lr", "dev", "hits", "units")},
                          "rates": {f"{rate:g}": rates.count(rate) for rate in sorted(set(rates))},
                          "rate_at_edge": len(grid) > 1 and any(rate in (min(grid), max(grid)) for rate in rates),
                          "flops": {key: sum(r["flops"][key] for r in results) / len(results)
                                    for key in ("frozen", "finetune")}})
         summary["tasks"].append({**described.get(name, {"task": name}), "rows": rows})
-    if len(names) > 1:
-        summary["average"] = [{"objective": spec,
-                               **{mode: stat([v for r in spec_runs
-                                              for v in [average([downstream_value(r, t, mode) for t in names])]
-                                              if v is not None]) for mode in ("frozen", "finetuned")}}
-                              for spec, spec_runs in grouped.items()]
     return summary
 
 
@@ -307,15 +176,11 @@ class Measured:
 
     @classmethod
     def from_results(cls, results: dict) -> "Measured":
-        """Read back from results.json. Folders written before "tasks" and "seq_len_accounting" were stored kept
-        them inside the summaries: the tasks' descriptions beside their rows, the accounting beside "measured"."""
-        older = {"tasks": [{k: v for k, v in t.items() if k != "rows"}
-                           for t in (results.get("downstream") or {}).get("tasks", []) if "source" in t] or None,
-                 "seq_len_accounting": {k: v for k, v in results["seq_len_schedule"].items() if k != "measured"}
-                 if results.get("seq_len_schedule") else None}
-        found = {f.name: results[f.name] if f.name in results else older.get(f.name, f.default) for f in fields(cls)}
-        return cls(**{**found, "runs": [upgrade_result(run) for run in found["runs"]],
-                      "controls": found["controls"] or []})
+        """Read back from results.json (bench.downstream --run); a folder of another schema is refused."""
+        if results.get("schema") != SCHEMA:
+            raise ValueError(f"results.json of schema {results.get('schema', 1)}, not {SCHEMA}: rerun the comparison")
+        found = {f.name: results.get(f.name, f.default) for f in fields(cls)}
+        return cls(**{**found, "controls": found["controls"] or []})
 
 
 def build_results(measured: Measured) -> dict:
@@ -337,10 +202,11 @@ def build_results(measured: Measured) -> dict:
     untrained = [{"control": name, "seeds": len(group), "read_as": group[0]["read_as"],
                   "probes": probe_summary(group, ceilings, input_only)} for name, group in control_groups.items()]
     has_probes = any(r.get("probes") or r.get("downstream") for r in runs)
-    return {"budget_flops": budget_flops, "seq_len": measured.seq_len, "baseline": baseline,
+    found = verdict(grouped, baseline, ceilings, positions, objectives, budget_flops, control_groups, input_only,
+                    tasks) if has_probes and baseline in grouped else None
+    return {"schema": SCHEMA, "budget_flops": budget_flops, "seq_len": measured.seq_len, "baseline": baseline,
             "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": measured.setup,
-            "verdict": verdict(grouped, baseline, ceilings, positions, budget_flops, control_groups, input_only, tasks)
-            if has_probes and baseline in grouped else None,
+            "answer": found.pop("answer") if found else None, "verdict": found,
             "lr_sweep": measured.lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
             "untrained": untrained,
             "downstream": downstream_summary({**grouped, **control_groups}, tasks),

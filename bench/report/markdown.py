@@ -8,7 +8,8 @@ from pathlib import Path
 
 from bench.files import write_atomic, write_json
 from bench.report.plots import write_plots
-from bench.report.sections import (compute_section, density_section, diverged_section, downstream_table, floor_table,
+from bench.report.wording import answer_sentence
+from bench.report.sections import (answer_section, compute_section, density_section, diverged_section, downstream_table, floor_table,
                                    loss_table, objective_schedule_section, paper_text, probe_table, schedule_section,
                                    setup_section, sweep_section, verdict_section)
 
@@ -18,6 +19,7 @@ def render(results: dict, plots: list[str]) -> str:
     sections = [
         f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
         "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
+        answer_section(results),
         *([paper_text(results["paper"])] if results.get("paper") else []),
         verdict_section(results),
         setup_section(results["setup"]) + schedule_section(results) + objective_schedule_section(results),
@@ -30,7 +32,10 @@ def render(results: dict, plots: list[str]) -> str:
 
 
 def write_report(out: Path, results: dict) -> Path:
-    """Write results.json, the PNG plots and report.md into `out`; return report.md's path."""
+    """Write results.json (the answer's sentence in it), the PNG plots and report.md into `out`; return report.md's
+    path."""
+    if results.get("answer") is not None:
+        results["answer"]["sentence"] = answer_sentence(results["answer"])
     write_json(out / "results.json", results)
     plots = write_plots(results, out)
     report = out / "report.md"

@@ -53,12 +53,14 @@ def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
 
 
 def plot_yardsticks(results: dict, path: Path) -> bool:
-    """One panel per cross-objective yardstick with a curve over FLOPs: what the compute multipliers are read from."""
+    """One panel per yardstick with a curve over FLOPs (the neutral tasks, read frozen at every checkpoint): what the
+    compute multipliers are read from."""
     ceilings = (results["bayes"] or {}).get("ceilings") or {}
     rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": yardstick.label,
-             "value": value}
-            for yardstick in yardsticks(results["runs"], ceilings) if yardstick.point is not None
-            for r in results["runs"] for point in r["curve"] for value in [yardstick.point(point)] if value is not None]
+             "value": found.value}
+            for yardstick in yardsticks(results["runs"], ceilings, None, results.get("tasks"))
+            if yardstick.point is not None
+            for r in results["runs"] for point in r["curve"] for found in [yardstick.point(point)] if found is not None]
     if not rows:
         return False
     frame = pd.DataFrame(rows).dropna()
@@ -73,16 +75,40 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
                      errorbar=("ci", 95), ax=ax)
         for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
-            ax.axhline(control["mean"], color="grey", linestyle=style, label=control["control"])
-            if control["ci95"] is not None:
-                ax.axhspan(control["mean"] - control["ci95"], control["mean"] + control["ci95"], color="grey",
-                           alpha=0.15)
+            ax.axhline(control["estimate"], color="grey", linestyle=style, label=control["control"])
+            if control["ci_low"] is not None:
+                ax.axhspan(control["ci_low"], control["ci_high"], color="grey", alpha=0.15)
         if controls.get(label):
             ax.legend(fontsize="small")
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
     figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds; grey: the untrained controls)")
     save_figure(figure, path)
     return True
+
+
+def plot_gains(results: dict, path: Path) -> bool:
+    """A forest plot: every objective's gain over its own untrained control, per yardstick, with its 95 % interval
+    (seeds and test examples); the mirroring yardsticks marked as diagnostics."""
+    v = results.get("verdict") or {}
+    rows = [(f"{y['label']}" + (" [diagnostic]" if y["mirrors"] else "") + (" [main]" if y["yardstick"] == v["main"]
+                                                                             else ""), g)
+            for y in v.get("yardsticks", []) for g in y["gains"]]
+    if not rows:
+        return False
+    labels = list(dict.fromkeys(label for label, _ in rows))
+    specs = list(dict.fromkeys(g["objective"] for _, g in rows))
+    figure, axes = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
+    palette = sns.color_palette(n_colors=len(specs))
+    for position, (label, gain) in enumerate(reversed(rows)):
+        color = palette[specs.index(gain["objective"])]
+        if gain["ci_low"] is not None:
+            axes.plot([gain["ci_low"], gain["ci_high"]], [position, position], color=color)
+        axes.plot(gain["estimate"], position, "o", color=color)
+    axes.axvline(0, color="grey", linestyle="--")
+    axes.set_yticks(range(len(rows)), [f"{label}: {g['objective']}" for label, g in reversed(rows)], fontsize=7)
+    axes.set(xlabel="gain over the untrained control (95 % CI)", title="What pretraining bought, per yardstick")
+    save_figure(figure, path)
+    return bool(labels)
 
 
 def plot_density(results: dict, path: Path) -> None:
@@ -115,6 +141,7 @@ def write_plots(results: dict, out: Path) -> list[str]:
     plot_loss(runs, out / "loss_vs_flops.png")
     plot_density(results, out / "signal_density.png")
     plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
+    plot_gains(results, out / "gains_forest.png")  # linked from the answer, at the top
     if plot_excess(runs, (results["bayes"] or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
         plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
     if plot_yardsticks(results, out / "yardsticks_vs_flops.png"):

@@ -7,6 +7,8 @@ from tabulate import tabulate
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
 from bench.analysis.results import by_objective
+from bench.report.wording import (answer_sentence, estimate_text, family_text, listing, measurement_text,
+                                  mirrors_text, multiplier_text, p_text)
 from objectives import REGISTRY, Objective
 
 
@@ -23,65 +25,96 @@ def fmt(summary: dict | None, digits: int = 3) -> str:
     return f"{summary['mean']:.{digits}f} ± {summary['ci95']:.{digits}f}"
 
 
-def fmt_p(value: float | None) -> str:
-    return "" if value is None else f"{value:.3g}"
+def answer_section(results: dict) -> str:
+    """The answer first: which objective buys the most per FLOP on the main yardstick, how sure, and at what scale."""
+    plot = "\n\n![gains over the untrained controls](gains_forest.png)" if results.get("verdict") else ""
+    return f"## Answer\n\n{answer_sentence(results.get('answer'))}{plot}"
 
 
 def verdict_section(results: dict) -> str:
-    """The answer first: per yardstick who leads, by how much, how sure; then how much compute each objective is
-    worth in the baseline's terms, beside its signal density."""
+    """Per yardstick, the main one first: who beats its own untrained control, how the objectives compare under the
+    one claim rule, and the multipliers on the neutral yardsticks."""
     v = results["verdict"]
     if v is None:
         return ("## Verdict\n\nNo verdict: no cross-objective yardstick ran (probes need the embedded language and "
                 "are off with `--no-probes`; on any text, name labelled tasks with `--downstream`), or the baseline "
                 f"`{results['baseline']}` has no finished run; own losses of different objectives cannot be compared.")
-    text = ["## Verdict\n"]
-    if v.get("pretraining"):
-        text.append(f"**{v['pretraining']['sentence']}**\n")
+    text = ["## Verdict\n", VERDICT_GUIDE]
     if results["seeds"] < 2:
-        text.append("One seed per objective: the rankings below are point estimates and no claim can be made; run "
-                    "with `--seeds 3` or more.\n")
-    if any(y.get("gains") for y in v["yardsticks"]):
-        text.append("Each objective is set beside its own untrained control: the backbones its runs start from, read "
-                    "the same way, through the same yardstick. *Gain* is the difference of means with Welch's 95 % "
-                    "CI, *Holm p* its test corrected across every objective and yardstick, *share of gain* the part "
-                    "of the way from the control to the ceiling that pretraining closed, *ρ* Spearman's rank "
-                    "correlation of the mean curve with compute (the control at 0 FLOPs first). A yardstick on which "
-                    "no objective beats its control ranks nothing.\n")
-    for y in v["yardsticks"]:
-        gains = {g["objective"]: g for g in y.get("gains", [])}
-        rows = [[row["rank"], row["objective"], fmt({"mean": row["mean"], "ci95": row["ci95"]}),
-                 fmt_p(row["p_vs_baseline"]), fmt_p(row["p_holm"]), *gain_cells(gains.get(row["objective"]))]
-                for row in y["rows"]]
-        rows += [["", f"*{c['control']}*", fmt(c), "", "", "", "", "", ""] for c in y.get("controls", [])]
-        rows += [["", f"*input only ({READERS.get(sees, sees)})*", f"{value:.3f}", "", "", "", "", "", ""]
-                 for sees, value in y.get("input_only", {}).items()]
-        measures = {True: "", None: "", False: " **Does not measure pretraining at this setup.**"}[
-            y.get("measures_pretraining")]
-        text.append(f"**{y['label'][:1].upper() + y['label'][1:]}** (`{y['yardstick']}`).{measures} {y['sentence']}"
-                    "\n\n" + table(rows, ["rank", "objective", "mean ± 95 % CI", "Welch p", "Holm p",
-                                           "gain over control (95 % CI)", "Holm p of gain", "share of gain", "ρ"])
-                    + "\n")
+        text.append("One seed per objective: nothing below can be tested; run with `--seeds 5`.\n")
+    order = sorted(v["yardsticks"], key=lambda y: (y["yardstick"] != v["main"], bool(y["mirrors"])))
+    for y in order:
+        text.append(yardstick_block(y, y["yardstick"] == v["main"]))
     if v["multipliers"]:
-        names = [y["yardstick"] for y in v["yardsticks"] if any(m["yardstick"] == y["yardstick"]
-                                                                 for m in v["multipliers"])]
-        labels = [y["label"] for y in v["yardsticks"] if y["yardstick"] in names]
-        rows = [[spec] + [next((m["text"] for m in v["multipliers"] if m["objective"] == spec
-                                and m["yardstick"] == name), "") for name in names]
-                + [f"{v['signal_density_ratio'].get(spec, float('nan')):.2f}×"]
-                for spec in dict.fromkeys(m["objective"] for m in v["multipliers"])]
-        text.append(f"**Compute multiplier against `{v['baseline']}`**: the factor of compute `{v['baseline']}` needs "
-                    "to reach each objective's value at the budget, read off its curve over the FLOP checkpoints "
-                    "(linear in log-FLOPs), with a bootstrap 95 % CI over seeds; \"> 1×\" means it did not get there "
-                    "within the run, and then the curves are read the other way, at the baseline's final value: the "
-                    "FLOPs the baseline first needed to reach it over those the objective first needed (the ELECTRA "
-                    "paper's reading, equal to the direct one where the curves differ by a shift in compute). A "
-                    "resample of seeds that gives its reading only a bound takes the other reading's number, so an "
-                    "end of the CI is open only where neither reading reached it within the run. Beside "
-                    "it, the ratio of supervised positions per sequence: what the multiplier "
-                    "would be if every supervised position were worth the same.\n\n"
-                    + table(rows, ["objective", *labels, "signal density ratio"]))
+        text.append(multiplier_table(v))
     return "\n".join(text)
+
+
+VERDICT_GUIDE = (
+    "Every objective is set beside its own untrained control, the backbones its runs start from, read the same way "
+    "through the same yardstick. Intervals are 95 % and include the test set's sampling where the score is a mean "
+    "over test examples (a bootstrap over seeds and test examples; *n test* says on how many); *gain* is the "
+    "difference from the control, tested with Holm's correction within the family named under each table. Two "
+    "objectives are compared only where both beat their controls (otherwise *not measurable*), again with Holm "
+    "within a named family. A yardstick whose question copies an objective's training input or task (*mirrors*) "
+    "diagnoses that objective's own homework and ranks nobody; the answer comes from the main yardstick, the "
+    "neutral tasks read frozen at every FLOP checkpoint. *ρ* is Spearman's correlation of the mean curve with "
+    "compute, the control at 0 FLOPs first.\n")
+
+
+def yardstick_block(y: dict, main: bool) -> str:
+    gains = {g["objective"]: g for g in y["gains"]}
+    ceilings = ", ".join(f"{READERS.get(s, s)} {c:.3f}" for s, c in y.get("ceilings", {}).items())
+    rows = [[row["objective"], estimate_text(row), *gain_cells(gains.get(row["objective"]))] for row in y["rows"]]
+    rows += [[f"*{c['control']}*", estimate_text(c), "", "", "", ""] for c in y["controls"]]
+    rows += [[f"*input only ({READERS.get(s, s)})*", f"{value:.3f}", "", "", "", ""]
+             for s, value in y.get("input_only", {}).items()]
+    n_test = y.get("n_test")
+    about = [f"n test: {n_test['examples']:,} examples, {n_test['units']:,} scored positions" if n_test else
+             "n test: not resampled (the metric is not a mean over examples)"]
+    if ceilings:
+        about.append(f"Bayes ceiling: {ceilings}")
+    head = f"**{'Main yardstick: ' if main else ''}{y['label'][:1].upper() + y['label'][1:]}** (`{y['yardstick']}`)."
+    judged = [p for p in y["comparisons"] if p["outcome"] != "not measurable"]
+    unjudged = [" vs ".join(p["objectives"]) for p in y["comparisons"] if p["outcome"] == "not measurable"]
+    pairs = [[" vs ".join(p["objectives"]), p["outcome"], estimate_text(p, signed=True), p_text(p.get("p_holm"))]
+             for p in judged]
+    notes = [f"Gains: {family_text(y['gain_family'])}."]
+    if pairs:
+        notes.append(f"Comparisons: {family_text(y['comparison_family'])}.")
+    if unjudged:
+        notes.append(f"Not measurable (one of the two does not beat its control): {', '.join(unjudged)}.")
+    return "\n".join([
+        " ".join(part for part in (head, mirrors_text(y) if y["mirrors"] else "", measurement_text(y),
+                                   f"({'; '.join(about)})") if part) + "\n",
+        table(rows, ["objective", "mean (95 % CI)", "gain over control (95 % CI)", "Holm p of gain",
+                     "share of gain", "ρ"]),
+        *([("\n" + table(pairs, ["comparison", "outcome (first objective)", "difference (95 % CI)", "Holm p"]))]
+          if pairs else []),
+        "\n" + " ".join(notes), ""])
+
+
+def multiplier_table(v: dict) -> str:
+    names = list(dict.fromkeys(m["yardstick"] for m in v["multipliers"]))
+    labels = [next(y["label"] for y in v["yardsticks"] if y["yardstick"] == name) for name in names]
+    density = v["signal_density_ratio"]
+    rows = [[spec] + [multiplier_text(next((m for m in v["multipliers"] if m["objective"] == spec and
+                                            m["yardstick"] == name), None)) for name in names]
+            + [ratio_text(density.get(spec, {}).get("per_sequence")), ratio_text(density.get(spec, {}).get("per_flop"))]
+            for spec in dict.fromkeys(m["objective"] for m in v["multipliers"])]
+    return (f"**Compute multiplier against `{v['baseline']}`** on the neutral yardsticks with curves: the factor of "
+            f"compute `{v['baseline']}` needs to reach each objective's value at the budget, read off its mean curve "
+            "over the FLOP checkpoints (linear in log-FLOPs); where it never gets there, both curves are read at its "
+            "own final value (the ELECTRA paper's reading). Intervals: the log-multiplier ± t × the SD of a bootstrap "
+            "over seeds and test examples; an end is open where neither reading reached it within the run. Only "
+            "pairs where both beat their controls are read. Beside it, the signal-density ratio: supervised positions "
+            "per sequence, and per FLOP (measured over the runs, every FLOP an objective spends counted), over the "
+            "baseline's: what the multiplier would be if every supervised position were worth the same.\n\n"
+            + table(rows, ["objective", *labels, "density ratio per sequence", "density ratio per FLOP"]))
+
+
+def ratio_text(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}×"
 
 
 READERS = {"smoothing": "whole window", "filtering": "left context"}
@@ -90,10 +123,9 @@ READERS = {"smoothing": "whole window", "filtering": "left context"}
 def gain_cells(gain: dict | None) -> list[str]:
     if gain is None:
         return ["", "", "", ""]
-    interval = "" if gain["ci_low"] is None else f" ({gain['ci_low']:+.3f} to {gain['ci_high']:+.3f})"
     share = "" if gain["share_of_gain"] is None else f"{gain['share_of_gain']:.2f}"
     rise = "" if gain.get("rise") is None else f"{gain['rise']:.2f}"
-    return [f"{gain['gain']:+.3f}{interval}", fmt_p(gain["p_holm"]), share, rise]
+    return [estimate_text(gain, signed=True), p_text(gain["p_holm"]), share, rise]
 
 
 def setup_section(setup: dict) -> str:
@@ -199,15 +231,21 @@ def sweep_section(results: dict) -> str:
     sweep = results.get("lr_sweep")
     if not sweep:
         return ""
-    rates = list(next(iter(sweep.values()))["losses"])
-    rows = [[spec] + ["diverged" if item["losses"][r] is None else f"{item['losses'][r]:.4f}" for r in rates]
-            + [f"{item['chosen']:g}", f"{item['flops']:.3g}"] for spec, item in sweep.items()]
+    rates = sorted({rate for item in sweep.values() for rate in item["losses"]}, key=float)
+    cell = lambda loss: "diverged" if loss is None else f"{loss:.4f}"  # noqa: E731
+    rows = [[spec] + [cell(item["losses"][r]) if r in item["losses"] else "" for r in rates]
+            + [f"{item['chosen']:g}" + (" (at the grid's edge)" if item.get("at_edge") else ""), f"{item['flops']:.3g}"]
+            for spec, item in sweep.items()]
     first = next(iter(sweep.values()))
+    extended = [f"{spec} ({', '.join(f'{r:g}' for r in item['extended'])})" for spec, item in sweep.items()
+                if item.get("extended")]
     return ("\n\n### Learning-rate sweep\n\nEach objective trained with seed 0 at each peak rate for "
             f"{first['budget']:.3g} FLOPs ({first['budget'] / results['budget_flops']:.0%} of the budget, the schedule "
-            "compressed to it); own held-out loss at its end, and the rate chosen (the lowest loss). Sweep FLOPs "
-            "are spent on top of the comparison's budget, never taken from it.\n\n"
-            + table(rows, ["objective", *rates, "chosen", "sweep FLOPs"]))
+            "compressed to it); own held-out loss at its end, and the rate chosen (the lowest loss). A choice at an "
+            "edge of the grid extends it there, one step of its own ratio at a time"
+            + (f": extended for {', '.join(extended)}" if extended else "") + ". Sweep FLOPs are spent on top of the "
+            "comparison's budget, never taken from it.\n\n" + table(rows, ["objective", *rates, "chosen",
+                                                                                "sweep FLOPs"]))
 
 
 def diverged_section(results: dict) -> str:
@@ -264,6 +302,9 @@ def objective_notes(results: dict) -> str:
     return ("\n\n" + "\n\n".join(lines)) if lines else ""
 
 
+PROBE_COLUMNS = ("hidden_state", "replaced_word", "replaced_word_finetuned")
+
+
 def probe_table(results: dict) -> str:
     probed = [(o["objective"], o["probes"]) for o in results["objectives"] if o["probes"]]
     if not probed:
@@ -275,28 +316,25 @@ def probe_table(results: dict) -> str:
 
     def cells(values: dict, digits: int = 3) -> list[str]:
         return [fmt(values.get(key)) if isinstance(values.get(key), dict) else
-                "" if values.get(key) is None else f"{values[key]:.{digits}f}"
-                for key in ("hidden_state", "replaced_word", "replaced_word_finetuned", "component")]
+                "" if values.get(key) is None else f"{values[key]:.{digits}f}" for key in PROBE_COLUMNS]
 
     rows = [[name, READERS.get(p["sees"], p["sees"]), *cells(p), f"{p['probe_flops']:.3g}"] for name, p in probed]
     rows += [["*input only*", READERS.get(sees, sees), *cells(input_only.get(sees, {})), ""] for sees in readers]
     rows += [["Bayes ceiling", READERS.get(sees, sees),
               *cells({"hidden_state": ceilings.get(f"hidden_state_{sees}"),
                       "replaced_word": ceilings.get(f"replaced_word_{sees}"),
-                      "replaced_word_finetuned": ceilings.get(f"replaced_word_{sees}"),
-                      "component": ceilings.get("component")}), ""] for sees in readers]
-    return ("\n\n### Probes\n\nLinear probes on each backbone's final features, read in the objective's own "
-            "attention mode, asking what a position's context says (raw accuracies on the test windows; the verdict "
-            "divides the position questions by the ceiling that applies). *Hidden state*: the state of a position "
-            "whose word is hidden ([MASK] for a reader of the whole window; a causal reader is read at the position "
-            "before). *Replaced word*: is the word shown at a position its own, or a replacement drawn from the "
-            "language's word frequencies (half of the asked positions)? *Component*: the window's genre, from "
-            "mean-pooled features. The fine-tuned probe trains the backbone on the replaced-word question. Beside "
-            "them, the untrained controls (the same backbones before training), what the input alone gives (the most "
-            "frequent state; a probe on the shown word; a probe on the bag of words) and the Bayes ceiling (the "
-            "exact posterior's expected accuracy). Probe FLOPs are not charged to the budget.\n\n"
-            + table(rows, ["", "reads", "hidden state", "replaced word", "replaced word (fine-tuned)", "component",
-                           "probe FLOPs"]))
+                      "replaced_word_finetuned": ceilings.get(f"replaced_word_{sees}")}), ""] for sees in readers]
+    return ("\n\n### Probes (diagnostics)\n\nEach question copies one objective's training input or task, so it "
+            "shows how well that objective did its own homework and ranks nobody. Linear probes on each backbone's "
+            "final features, read in the objective's own attention mode (raw accuracies on the test windows, mean ± "
+            "95 % t-interval over seeds; the verdict divides them by the ceiling that applies). *Hidden state*: the "
+            "state of a position whose word is hidden ([MASK] for a reader of the whole window, masked LM's input; "
+            "a causal reader is read at the position before, next-state prediction). *Replaced word*: is the word "
+            "shown its own or a replacement drawn from the language's word frequencies (ELECTRA's task)? The "
+            "fine-tuned probe trains the backbone on the replaced-word question. Beside them, the untrained "
+            "controls, what the input alone gives (the most frequent state; a probe on the shown word) and the "
+            "Bayes ceiling. Probe FLOPs are not charged to the budget.\n\n"
+            + table(rows, ["", "reads", "hidden state", "replaced word", "replaced word (fine-tuned)", "probe FLOPs"]))
 
 
 def downstream_table(results: dict) -> str:
@@ -307,17 +345,22 @@ def downstream_table(results: dict) -> str:
             "frozen linear probe on its features, and fine-tuning of the backbone with a head that starts from that "
             "probe, at each rate of a small grid, the rate chosen on the dev split; only the chosen model is scored "
             "on the test split. A causal backbone reads left to right and represents a sequence by its last token; "
-            "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % CI over "
-            f"seeds; downstream FLOPs are not charged to the budget. Recipe: {results['setup'].get('downstream', '')}."]
-    if any(task.get("bayes_ceiling") is not None for task in summary["tasks"]):
-        text[0] += (" A task's Bayes ceiling is the accuracy expected of the exact posterior of the language that "
-                    "generated its test examples: no model can beat it in expectation, and where it is close to the "
-                    "majority class the task cannot tell objectives apart.")
+            "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % "
+            "t-interval over seeds (the verdict's intervals add the test set's sampling); downstream FLOPs are not "
+            f"charged to the budget. Recipe: {results['setup'].get('downstream', '')}. A task's Bayes ceiling is the "
+            "accuracy expected of the exact posterior of the language that generated its test examples, for a "
+            "reader of the whole window or of the left context; *input only* is what the input alone gives; "
+            "*copies* names the training signal a task's question copies (a pair objective's own task, a [MASK] "
+            "in its inputs): such a task diagnoses and does not rank."]
     for task in summary["tasks"]:
         about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}; "
                  f"majority-class accuracy {task['majority_accuracy']:.3f}" if "source" in task else "")
-        if task.get("bayes_ceiling") is not None:
-            about += f"; Bayes ceiling {task['bayes_ceiling']:.3f}"
+        if task.get("ceilings"):
+            about += "; Bayes ceiling " + ", ".join(f"{READERS.get(k, k)} {v:.3f}" for k, v in task["ceilings"].items())
+        if task.get("input_only") is not None:
+            about += f"; input only {task['input_only']:.3f}"
+        if task.get("copies"):
+            about += f"; copies {', '.join(task['copies'])}"
         edge = [row["objective"] for row in task["rows"] if row["rate_at_edge"]]
         if edge:
             about += (f". The rate chosen on dev lies at the edge of the grid for {', '.join(edge)}: a wider "
@@ -329,10 +372,6 @@ def downstream_table(results: dict) -> str:
         text.append(f"\n**`{task['task']}`** ({about})\n\n"
                     + table(rows, ["objective", "frozen probe", "fine-tuned", "fine-tuned, each metric",
                                    "rate chosen on dev (× seeds)", "FLOPs frozen / fine-tune"]))
-    if summary["average"]:
-        rows = [[row["objective"], fmt(row["frozen"]), fmt(row["finetuned"])] for row in summary["average"]]
-        text.append(f"\n**Average over the {len(summary['tasks'])} tasks** (GLUE-style: the mean of each task's "
-                    "score, per seed)\n\n" + table(rows, ["objective", "frozen probe", "fine-tuned"]))
     return "\n".join(text)
 
 
@@ -344,7 +383,7 @@ def paper_value(value: float | None) -> str:
 
 def paper_text(paper: dict) -> str:
     """"Paper versus this run": the paper's rows beside ours (matched by row), its claim, and per claim whether this
-    run reproduces its direction."""
+    run reproduces it, judged by the one claim rule."""
     ours = {row["row"]: row for row in paper["ours"]}
     labels = list(dict.fromkeys([row["row"] for row in paper["paper_rows"]] + list(ours)))
     published = {row["row"]: row["values"] for row in paper["paper_rows"]}
@@ -353,19 +392,48 @@ def paper_text(paper: dict) -> str:
              if label in ours else "",
              *[fmt(ours[label].get(name)) if label in ours else "" for name in paper["yardsticks"]]]
             for label in labels]
-    findings = [[f["claim"], f"**{f['outcome']}**", f["evidence"]] for f in paper["findings"]]
+    findings = [[f["claim"], f"**{f['outcome']}**", finding_text(f)] for f in paper["findings"]]
     text = [f"## Paper versus this run\n\n**{paper['citation']}.** {paper['claim']}\n",
             table(rows, ["setting", *[f"paper: {c}" for c in paper["paper_columns"]], "ours",
-                         *[f"ours: {name} (mean ± 95 % CI)" for name in paper["yardsticks"]]]),
-            "\nDoes this run reproduce the paper's direction? Each claim is checked on this comparison's own "
-            "yardsticks, with its CIs and Welch tests: \"A beats B\" is reproduced when Welch's p < 0.05 separates "
-            "them (\"direction only\": ahead, not separated); \"A is comparable to B\" when the 95 % CI of the "
-            "difference excludes a shortfall of more than the margin (\"inconclusive\": the seeds cannot tell).\n",
+                         *[f"ours: {name} (mean ± 95 % t-interval)" for name in paper["yardsticks"]]]),
+            "\nDoes this run reproduce each claim? One rule for every claim: two settings are compared only where "
+            "both beat their own untrained controls on that yardstick (otherwise *not measurable*); a difference's "
+            "interval and p include the test set's sampling; the p-values are Holm-corrected within "
+            f"{family_text(paper['family'])}. *A beats B*: reproduced when A is ahead, not reproduced when B is, "
+            "otherwise not separated. *A is comparable to B*: reproduced when a shortfall of more than the margin "
+            "(5 % of B) is ruled out, otherwise inconclusive. A claim about an objective's own task is marked as a "
+            "diagnostic.\n",
             table(findings, ["claim", "outcome", "evidence"]),
             f"\n**What differs.** The paper: {paper['paper_setting']}. This run: {paper['this_run']}. The yardsticks "
-            "are this suite's probes and tasks on the embedded language, not the paper's benchmarks: a direction can "
-            "carry over, the numbers cannot."
+            "are this suite's tasks on its own data, not the paper's benchmarks: a direction can carry over, the "
+            "numbers cannot."
             + (f" The runs took {paper['runs_seconds'] / 60:.1f} min (training with its evaluations, probes and "
                "downstream tasks, summed over runs; a --resume keeps finished runs)." if paper.get("runs_seconds")
                else "")]
     return "\n".join(text)
+
+
+def finding_text(found: dict) -> str:
+    """The numbers behind a preset's finding."""
+    if found["kind"] == "setting":
+        return found["evidence"]
+    if found["kind"] == "crossover":
+        meet = found.get("crossover")
+        return "" if not meet or meet.get("budget") is None else f"the fits meet at {meet['budget']:.3g} FLOPs"
+    if found["kind"] == "multiplier":
+        m = found.get("multiplier")
+        return "" if not m else (f"{found['objectives'][0]} against {found['objectives'][1]} on {found['yardstick']}:"
+                                 f" {multiplier_text(m)}; Holm p (≥ {found['factor']:g}×) = {p_text(found.get('p_holm'))}")
+    if "estimate" not in found:
+        return f"no finished runs on `{found['yardstick']}`"
+    first, second = found["objectives"]
+    text = (f"{first} {found['means'][0]:.3f} vs {second} {found['means'][1]:.3f} on `{found['yardstick']}`: "
+            f"difference {estimate_text(found, signed=True)}")
+    if found.get("margin") is not None:
+        text += f", margin −{found['margin']:.3f}"
+    text += "" if found.get("p_holm") is None else f", Holm p = {p_text(found['p_holm'])}"
+    if found["outcome"] == "not measurable":
+        text += "; one of the two does not beat its untrained control here"
+    if found.get("mirrors"):
+        text += f" (diagnostic: the task is {listing(found['mirrors'])}'s own)"
+    return text

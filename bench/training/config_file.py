@@ -89,6 +89,7 @@ NOT_RECORDED = {
     "preset": "a preset's settings are recorded as the flags it set",
     "config": "where a rerun's defaults come from",
     "resume": "whether this command continues the folder",
+    "allow_stale": "whether this --resume keeps runs other code trained (each run records its revision)",
     "accelerator": "the hardware: a comparison may resume on another (results.json's setup names it)",
     "devices": "the hardware, as --accelerator",
     "num_nodes": "the hardware, as --accelerator",

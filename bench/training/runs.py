@@ -13,6 +13,7 @@ import torch
 from lightning_fabric import Fabric
 
 from bench.data.corpus import Corpus
+from bench.environment import code_revision
 from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
 from bench.training.config import TrainConfig, configure_matmuls, run_name
@@ -32,7 +33,9 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
     measured = final if final["steps"] else {"steps": counters["step"], **counters}
     return {
         "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
-        "control": control_name(objective),
+        "control": control_name(objective), "signals": sorted(objective.signals), "sees": objective.tagging_ceiling,
+        # the code that trained it; a run resumed by other code (--allow-stale) names each in turn
+        "revision": " → ".join(counters["revisions"]),
         "steps": counters["step"],
         "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "phases": [dict(phase) for phase in counters["phases"]],
@@ -60,6 +63,9 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     with stop_on_signals() as request:  # the command's, when it installed one
         run = setup_run(fabric, spec, seed, corpus, config, run_dir)
         restore(fabric, run)
+        revisions = run.counters.setdefault("revisions", [])
+        if not revisions or revisions[-1] != code_revision():  # this session's code, saved with the next checkpoint
+            revisions.append(code_revision())
         if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
             return None
         result = run_result(fabric, run, corpus)
@@ -100,7 +106,8 @@ def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Tr
             fabric.seed_everything(seed, verbose=False)
             objective = build_run_objective(spec, config, corpus).to(fabric.device)
         result = {"control": control_name(objective), "read_as": spec, "seed": seed,
-                  "attention": objective.attention, "flops": 0}
+                  "attention": objective.attention, "flops": 0, "sees": objective.tagging_ceiling,
+                  "revision": code_revision()}
         with fabric.autocast():  # read as the runs are read
             for yardstick in yardsticks:
                 result[yardstick.result_key] = yardstick.at_end(objective, progress, run_dir.name)

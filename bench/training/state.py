@@ -82,7 +82,7 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
     schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
     counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
-                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None,
+                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None, "revisions": [],
                 "phases": [phase_counters(phase.seq_len, phase.share, piece_spec(objective, phase))
                            for phase in schedule.phases]}
     return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule)

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from backbone import Backbone, ConfigError
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task
-from bench.yardsticks.metrics import direction, scores
+from bench.yardsticks.metrics import direction, item_counts, scores
 from bench.yardsticks.probes import ProbeConfig
 from bench.yardsticks.readout import StandardizedLinear
 from objectives import IGNORE, Objective, Vocab
@@ -142,7 +142,7 @@ def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tu
         predicted = head(test_x).argmax(-1)
     seq_len = task.train.tokens.shape[1]
     flops = backbone.flops(len(task.train) + len(task.test), seq_len, 0).forward + probe_flops
-    return scores(task, predicted, task.test), flops, head
+    return {**scores(task, predicted, task.test), **item_counts(task, predicted, task.test)}, flops, head
 
 # --- fine-tuning ------------------------------------------------------------------------------------------------------
 
@@ -199,7 +199,9 @@ def finetune(objective: Objective, task: Task, head: StandardizedLinear, config:
         dev_scores[f"{lr:g}"] = scores(task, model.predict(task.dev), task.dev)["score"]
         if dev_scores[f"{lr:g}"] > best_score:
             best, best_score, chosen = model, dev_scores[f"{lr:g}"], lr
-    result = {**scores(task, best.predict(task.test), task.test), "lr": chosen, "dev": dev_scores}
+    predicted = best.predict(task.test)
+    result = {**scores(task, predicted, task.test), **item_counts(task, predicted, task.test), "lr": chosen,
+              "dev": dev_scores}
     seq_len = task.train.tokens.shape[1]
     head_rows = (lambda n: n * seq_len) if task.level == "token" else (lambda n: n)  # noqa: E731
     read_flops = lambda n: (backbone.flops(n, seq_len, 0).forward  # noqa: E731  (scoring n examples)
@@ -221,11 +223,12 @@ class Downstream:
     result_key = "downstream"
     seconds_key = "downstream_seconds"
 
-    def at_checkpoint(self, objective: Objective) -> dict[str, float]:
-        """Frozen-probe scores at a FLOP checkpoint: the curves the compute multipliers are read from."""
+    def at_checkpoint(self, objective: Objective) -> dict[str, dict]:
+        """Frozen-probe scores (and their hits per test example) at a FLOP checkpoint: the curves the compute
+        multipliers are read from."""
         with torch.random.fork_rng(devices=[]):
-            return {task.name: frozen_probe(objective, task, self.config)[0]["score"]
-                    for task in self.tasks}
+            return {task.name: {key: value for key, value in frozen_probe(objective, task, self.config)[0].items()
+                                if key in ("score", "hits", "units")} for task in self.tasks}
 
     def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
         """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent. The global RNG is left as

@@ -1,24 +1,36 @@
-"""The embedded language's own tasks, sampled afresh from the true distribution: hidden-state tagging, mixture
-component, and the pair tasks (order, same-source) made as the pair objectives make theirs, with Bayes ceilings.
+"""The embedded language's own labelled tasks, sampled afresh from the true distribution, each with the Bayes ceiling of
+each kind of reader and what the input alone gives:
+
+- states: the hidden state of each position whose word alone does not settle it, every word shown (no [MASK]);
+- component: the window's genre;
+- order: whether two halves of a window are in their order (made as mlm:pair=sop makes its pairs);
+- same-source: whether the second half continues the first (made as mlm:pair=nsp makes its pairs).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from backbone import ConfigError
 from bench.data import synthetic
 from bench.seeds import derive_seed
+from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task, TaskContext, TaskOptions, encode, encode_tagged
-from objectives import Vocab
+from objectives import IGNORE, Vocab
 from objectives.pairs import EMBEDDED_TASK_OF, Pairs, make_pairs, pair_layout
 
-SYNTHETIC_TASKS = ("tagging", "component", "order", "same-source")
+SYNTHETIC_TASKS = ("states", "component", "order", "same-source")
 PAIR_TASK_OF = {task: pair for pair, task in EMBEDDED_TASK_OF.items()}  # the pair mode each pair task asks about
 PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
+# the training signal each pair task copies (objectives.base.SIGNALS): the pair objective that trains on it
+PAIR_SIGNALS = {"order": "sentence_order", "same-source": "next_sentence"}
+# a position is asked about when its word names no state with more than this probability: a word that settles its
+# state (most do: sparse emissions) would measure the embedding table, which an untrained backbone has too
+SETTLED = 0.9
+READERS = ("smoothing", "filtering")  # Objective.tagging_ceiling: the whole window, or the words up to a position
 
-# --- the embedded language's tasks ------------------------------------------------------------------------------------
 
 def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskContext) -> Task:
     if name not in SYNTHETIC_TASKS:
@@ -27,65 +39,140 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         raise ConfigError(f"{spec}: the embedded language's tasks need --data synthetic or synthetic:text")
     if context.spell is not None and name in PAIR_TASK_OF:
         raise ConfigError(f"{spec}: the pair tasks need --data synthetic (their Bayes ceiling reads the words as "
-                          "tokens); on synthetic:text use synthetic:tagging or synthetic:component")
+                          "tokens); on synthetic:text use synthetic:states or synthetic:component")
     if options.size < 8:
         raise ConfigError(f"{spec}: size={options.size} is too small; use 8 or more")
-    language, window, first = context.language, context.seq_len, context.vocab.first_ordinary
-    K, S, _ = language.emission.shape
     sizes = {"train": options.size, "dev": max(2, options.size // 4), "test": max(2, options.size // 2)}
-    splits, ceiling = {}, None
+    build = {"states": _states, "component": _component}.get(name, _pairs)
+    splits, ceilings, input_only = {}, {}, None
     for number, (split, count) in enumerate(sizes.items()):
         # seeds of their own: never the corpus's samples (seeds 2·seed and 2·seed + 1 of the small integers)
         seed = derive_seed(1 + SYNTHETIC_TASKS.index(name), number)
-        # Pairs are cut from the middle of a sequence: a window that opens one starts with words that say so (the
-        # chain's first states), a cue a swapped pair breaks and any encoder reads next to [BOS]; with it the order
-        # task rewarded every model for the window's start rather than for the order of its segments.
-        start = window if name in PAIR_TASK_OF else 0
-        drawn = synthetic.sample(language, count, start + window, seed)
-        tokens, lengths = drawn.words[:, start:] + first, torch.full((count,), window, dtype=torch.long)
-        if context.spell is not None:
-            # The words spelled and tokenized as synthetic:text writes them, cut to the window. No ceiling: the cut
-            # falls at a word piece, and a truncated window's component evidence is not the sampled window's.
-            splits[split] = _spelled(name, drawn, context)
-        elif name == "tagging":
-            # No ceiling: a causal backbone's feature at a position has read only the words up to it (its ceiling is
-            # the filtering accuracy), the others the whole window (smoothing); one number would hold one of them to
-            # the wrong limit (synthetic.state_posteriors gives both).
-            splits[split] = Split(tokens, lengths, drawn.states)
-        elif name == "component":
-            splits[split] = Split(tokens, lengths, drawn.components)
-            if split == "test":  # every backbone's sequence feature has read the whole window
-                ceiling = synthetic.component_posterior(language, drawn.words).amax(-1).mean().item()
-        else:
-            splits[split], pairs = _synthetic_pairs(name, tokens, lengths, context.vocab,
-                                                    torch.Generator().manual_seed(seed))
-            if split == "test":  # from the pairs as shown: words in shown order and where the separator falls
-                posterior = PAIR_POSTERIORS[name](language, pairs.content - first, pairs.first_length, start)
-                ceiling = synthetic.binary_ceiling(posterior)
-    level, labels = ("token", [f"{k}.{s}" for k in range(K) for s in range(S)]) if name == "tagging" \
-        else ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"])
+        splits[split], found = build(name, count, seed, context, split == "test")
+        ceilings = found or ceilings
+    if context.spell is None:  # spelled windows are cut at a word piece: neither number is the sampled window's
+        input_only = INPUT_ONLY[name](name, splits["train"], splits["test"], context)
+    S, K = context.language.emission.shape[1], context.language.emission.shape[0]
+    level, labels = (("token", [str(s) for s in range(S)]) if name == "states" else
+                     ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"]))
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
     spelled = " and spelled as synthetic:text" if context.spell else ""
-    return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"],
-                splits["test"], f"sampled from the embedded language{spelled}; {sizes_text}",
-                pair=name in PAIR_TASK_OF, first_position=name in PAIR_TASK_OF, bayes_ceiling=ceiling)
+    return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"], splits["test"],
+                f"sampled from the embedded language{spelled}; {sizes_text}", pair=name in PAIR_TASK_OF,
+                first_position=name in PAIR_TASK_OF, ceilings=ceilings if context.spell is None else {},
+                input_only=input_only, copies=(PAIR_SIGNALS[name],) if name in PAIR_SIGNALS else ())
 
 
-def _spelled(name: str, drawn: synthetic.Sample, context: TaskContext) -> Split:
-    """A tagging or component task on the words of `drawn` as synthetic:text spells them: a tag on each word's first
-    piece (as CoNLL tasks are read), or the component of the whole text."""
-    words = [[context.spell(word) for word in row] for row in drawn.words.tolist()]
-    if name == "tagging":
-        return encode_tagged(context, words, drawn.states.tolist())
-    return encode(context, [" ".join(row) for row in words], None, drawn.components)
+# --- the tasks -------------------------------------------------------------------------------------------------------
+
+def word_evidence(language: synthetic.Language, window: int) -> Tensor:
+    """(S, V): p(state | the word alone), states weighted by how often they occur over a window."""
+    marginals = synthetic.state_marginals(language, window - 1)  # (window, K, S)
+    frequency = (language.prior[None, :, None] * marginals).sum((0, 1))
+    joint = frequency[:, None] * language.emission[0]  # every component shares one emission table
+    return joint / joint.sum(0, keepdim=True)
 
 
-def _synthetic_pairs(name: str, tokens: Tensor, lengths: Tensor, vocab: Vocab,
-                     generator: torch.Generator) -> tuple[Split, Pairs]:
-    """Each sampled window as "[BOS] a [EOS] b [EOS]", made exactly as mlm:pair=sop (order) or mlm:pair=nsp
-    (same-source) makes its pairs (objectives.pairs): the label says whether b follows a in the same sequence. order's
-    negatives swap a and b; same-source's take b from another window. Each label is a fair coin. The pairs before
-    the layout come back too: their content in shown order is what the Bayes ceiling is computed from."""
-    pairs = make_pairs(PAIR_TASK_OF[name], tokens, generator)
+def asked_positions(language: synthetic.Language, words: Tensor, window: int) -> Tensor:
+    """(N, T) bool: the positions whose word alone leaves its state open (SETTLED)."""
+    return word_evidence(language, window).amax(0)[words] < SETTLED
+
+
+def _states(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
+    """Every word shown; each asked position labelled with its state. A reader of the whole window is held to the
+    smoothing posterior, a causal one (its own word and the words before) to the filtering posterior."""
+    language, window = context.language, context.seq_len
+    drawn = synthetic.sample(language, count, window, seed)
+    S = language.emission.shape[1]
+    asked = asked_positions(language, drawn.words, window)
+    if not asked.any():
+        raise ConfigError(f"synthetic:states: no word of its {count} sampled windows leaves its state open in this "
+                          "language (each names its state); raise the task's size= or use a language whose states "
+                          "share words (more states or support, fewer words)")
+    if context.spell is not None:
+        labels = torch.where(asked, drawn.states % S, IGNORE).tolist()
+        return encode_tagged(context, [[context.spell(w) for w in row] for row in drawn.words.tolist()], labels), {}
+    split = Split(drawn.words + context.vocab.first_ordinary, torch.full((count,), window),
+                  torch.where(asked, drawn.states % S, IGNORE))
+    if not test:
+        return split, {}
+    smoothing, filtering = synthetic.state_posteriors(language, drawn.words)
+    per_state = lambda p: p.unflatten(-1, (-1, S)).sum(-2)  # noqa: E731  (the component summed out)
+    return split, {"smoothing": per_state(smoothing).amax(-1)[asked].mean().item(),
+                   "filtering": per_state(filtering).amax(-1)[asked].mean().item()}
+
+
+def _component(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
+    """The window's genre; every reader has read the whole window (a causal one at its last token)."""
+    drawn = synthetic.sample(context.language, count, context.seq_len, seed)
+    if context.spell is not None:
+        return encode(context, [" ".join(context.spell(w) for w in row) for row in drawn.words.tolist()], None,
+                      drawn.components), {}
+    split = Split(drawn.words + context.vocab.first_ordinary, torch.full((count,), context.seq_len), drawn.components)
+    if not test:
+        return split, {}
+    ceiling = synthetic.component_posterior(context.language, drawn.words).amax(-1).mean().item()
+    return split, dict.fromkeys(READERS, ceiling)
+
+
+def _pairs(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
+    """Each window "[BOS] a [EOS] b [EOS]", made exactly as mlm:pair=sop (order) or mlm:pair=nsp (same-source) makes
+    its pairs (objectives.pairs): the label says whether b follows a in the same sequence. The windows are cut from
+    the middle of a sequence (times T .. 2T − 1): a window that opens one starts with words that say so, a cue a
+    swapped pair breaks and any encoder reads next to [BOS]. Each label is a fair coin; every reader sees it all."""
+    window, vocab = context.seq_len, context.vocab
+    drawn = synthetic.sample(context.language, count, 2 * window, seed)
+    tokens = drawn.words[:, window:] + vocab.first_ordinary
+    pairs = make_pairs(PAIR_TASK_OF[name], tokens, torch.Generator().manual_seed(seed))
     laid_out, _, _ = pair_layout(pairs, vocab)
-    return Split(laid_out, lengths, pairs.is_next), pairs
+    split = Split(laid_out, torch.full((count,), window), pairs.is_next)
+    if not test:
+        return split, {}
+    # from the pairs as shown: words in shown order and where the separator falls
+    posterior = PAIR_POSTERIORS[name](context.language, pairs.content - vocab.first_ordinary, pairs.first_length,
+                                      window)
+    return split, dict.fromkeys(READERS, synthetic.binary_ceiling(posterior))
+
+
+# --- what the input alone gives (Hewitt & Liang's control) ------------------------------------------------------------
+
+def _states_input_only(name: str, train: Split, test: Split, context: TaskContext) -> float:
+    """The Bayes answer from the word alone (and nothing else), exact: its expected accuracy on the asked positions."""
+    words = test.tokens - context.vocab.first_ordinary
+    evidence = word_evidence(context.language, context.seq_len)
+    return evidence.amax(0)[words][test.labels != IGNORE].mean().item()
+
+
+def _bag(split: Split, context: TaskContext) -> Tensor:
+    """The bag of words of each example (special tokens left out)."""
+    ordinary = split.tokens - context.vocab.first_ordinary
+    inside = (ordinary >= 0) & (ordinary < context.language.emission.shape[-1])
+    counts = F.one_hot(ordinary.clamp_min(0), context.language.emission.shape[-1]).float() * inside[..., None]
+    return counts.sum(1) / inside.sum(1, keepdim=True).clamp_min(1)
+
+
+def _junction(split: Split, context: TaskContext) -> Tensor:
+    """A pair's bags of words on either side of the separator and the pair of words that meet there (a lookup table
+    of the one transition shown across the separator): what a reader that knows no other order of words has."""
+    V, first = context.language.emission.shape[-1], context.vocab.first_ordinary
+    separator = (split.tokens == Vocab.EOS).long().argmax(1)  # the first [EOS]: the one between the segments
+    rows = torch.arange(len(split))
+    before, after = split.tokens[rows, separator - 1] - first, split.tokens[rows, separator + 1] - first
+    side = torch.arange(split.tokens.shape[1])[None, :] > separator[:, None]
+    first_half = Split(torch.where(side, Vocab.PAD, split.tokens), split.lengths, split.labels)
+    second_half = Split(torch.where(side, split.tokens, Vocab.PAD), split.lengths, split.labels)
+    return torch.cat([_bag(first_half, context), _bag(second_half, context),
+                      F.one_hot(before * V + after, V * V).float()], dim=1)
+
+
+def _linear_input_only(features):
+    def control(name: str, train: Split, test: Split, context: TaskContext) -> float:
+        classes = int(max(train.labels.max(), test.labels.max())) + 1
+        accuracy, _, _ = readout.fit_linear_probe(features(train, context), train.labels, features(test, context),
+                                                  test.labels, classes, readout.DEFAULT_FIT)
+        return accuracy
+    return control
+
+
+INPUT_ONLY = {"states": _states_input_only, "component": _linear_input_only(_bag),
+              "order": _linear_input_only(_junction), "same-source": _linear_input_only(_junction)}

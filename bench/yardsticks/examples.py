@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -30,6 +30,9 @@ class TaskOptions:
     metric: str = ""  # accuracy, f1 (binary: class id 1 is positive), macro_f1, mcc, span_f1
     train: int = 0  # keep at most this many training examples (0: all)
     size: int = 1024  # synthetic tasks: training examples (dev a quarter of it, test half)
+    # the training signals (objectives.SIGNALS) the task's question copies, "+"-separated (replaced_token for a
+    # replaced-word task, say): such a task diagnoses the objectives that have them and ranks nobody
+    copies: str = ""
 
 
 @dataclass
@@ -57,9 +60,23 @@ class Task:
     source: str  # where the examples and splits came from, for the report
     pair: bool = False
     first_position: bool = False  # "[BOS] a [EOS] b [EOS]" pairs: bidirectional backbones read them at [BOS]
-    # the embedded language's tasks: the Bayes classifier's expected accuracy on the test split, by exact inference in
-    # the language that generated it (no model can beat it in expectation); None where the truth is unknown
-    bayes_ceiling: float | None = None
+    # the embedded language's tasks: per kind of reader (Objective.tagging_ceiling), the Bayes classifier's expected
+    # accuracy on the test split by exact inference in the language that generated it; empty where the truth is unknown
+    ceilings: dict[str, float] = field(default_factory=dict)
+    input_only: float | None = None  # the score of what the input alone gives (embedded tasks: exact or a probe)
+    copies: tuple[str, ...] = ()  # the training signals (objectives.SIGNALS) the task's question copies
+
+    @property
+    def bayes_ceiling(self) -> float | None:
+        """The ceiling where every kind of reader has the same one (a sequence's label); None otherwise."""
+        values = set(self.ceilings.values())
+        return values.pop() if len(values) == 1 else None
+
+    @property
+    def copied(self) -> tuple[str, ...]:
+        """The signals it copies, a [MASK] shown in its inputs among them: a cloze is masked-LM's own question."""
+        masked = any(bool((split.tokens == Vocab.MASK).any()) for split in (self.train, self.test))
+        return tuple(dict.fromkeys([*self.copies, *(["mask_token"] if masked else [])]))
 
     @property
     def classes(self) -> int:
@@ -78,7 +95,8 @@ class Task:
     def describe(self) -> dict:
         return {"task": self.name, "level": self.level, "metric": " & ".join(self.metrics), "classes": self.classes,
                 "train": len(self.train), "dev": len(self.dev), "test": len(self.test), "source": self.source,
-                "majority_accuracy": self.majority_accuracy(), "bayes_ceiling": self.bayes_ceiling}
+                "majority_accuracy": self.majority_accuracy(), "ceilings": self.ceilings, "input_only": self.input_only,
+                "copies": list(self.copied)}
 
 
 @dataclass

@@ -13,6 +13,9 @@ import numpy as np
 from seqeval.metrics import f1_score as span_f1_score
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
+import torch
+
+from bench.files import pack_counts
 from bench.yardsticks.examples import Split, Task
 from objectives import IGNORE
 
@@ -83,3 +86,18 @@ def scores(task: Task, predicted, split: Split) -> dict[str, float]:
     values = {name: METRICS[name].compute(truth, predicted, task, split) for name in task.metrics}
     values["score"] = sum(values.values()) / len(values)
     return values
+
+
+def item_counts(task: Task, predicted, split: Split) -> dict[str, str]:
+    """Per example of `split`, how many of its scored units the prediction got right ("hits") and how many it has
+    ("units"), packed (bench.files.pack_counts): what the analysis resamples so that a CI includes the test set's own
+    sampling. Only where the score is a mean over units (accuracy); {} elsewhere."""
+    if tuple(task.metrics) != ("accuracy",):
+        return {}
+    if task.level == "token":
+        scored = split.labels != IGNORE
+        correct = (predicted.cpu() == split.labels[scored]).long()
+        hits = torch.zeros(len(split), dtype=torch.long).index_add_(0, scored.nonzero()[:, 0], correct)
+        return {"hits": pack_counts(hits), "units": pack_counts(scored.sum(1))}
+    return {"hits": pack_counts((predicted.cpu() == split.labels).long()),
+            "units": pack_counts(torch.ones(len(split), dtype=torch.long))}

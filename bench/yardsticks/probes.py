@@ -1,20 +1,16 @@
-"""Probes: a yardstick that compares objectives whose losses cannot be compared.
+"""Probes of each objective's own homework: diagnostics, never the answer.
 
 A backbone is frozen and its final-layer features are read on held-out windows of the embedded language, in the
-objective's natural attention mode (ar: causal; mlm and electra: bidirectional; span: its bidirectional prefix
-stretched over the whole window). Each probe asks what a position's *context* says, never what its own word says
-(a state is readable from its word, so a probe of the word alone measures the embedding table, which an untrained
-backbone has too):
-- hidden state: the hidden state of a position whose word is hidden. A reader of the whole window sees [MASK] there;
-  a causal reader is read at the position before, which has seen the words up to it (the next state).
+objective's natural attention mode. Each question copies one objective's training input or task, so it shows how well
+an objective did its own homework and cannot rank objectives (bench.analysis.measures marks it as mirroring them):
+- hidden state: the state of a position whose word is hidden. A reader of the whole window sees [MASK] there (masked
+  LM's input); a causal reader is read at the position before (next-state prediction, causal LM's task).
 - replaced word: whether the word shown at a position is its own or a replacement drawn from the language's word
-  frequencies (so that how common a word is says nothing); a causal reader sees the words up to the position.
-- component: the window's mixture component ("genre"), from mean-pooled features.
-Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone itself on the
+  frequencies (ELECTRA's task, and the input of masked LM's random replacements).
+Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone on the
 replaced-word question: both through bench.yardsticks.readout, as the downstream tasks are. Every question has an exact
-Bayes ceiling (bench.data.synthetic), and a control of what the input alone gives (`input_only_controls`: the prior, a
-probe on the shown word, a bag of words), which the report sets beside the untrained backbone's scores. Probe compute is
-counted and reported, never charged to the budget.
+Bayes ceiling (bench.data.synthetic) and a control of what the input alone gives (`input_only_controls`). Probes read
+the final backbones only; probe compute is reported, never charged to the budget.
 """
 
 from __future__ import annotations
@@ -30,10 +26,13 @@ from backbone import Backbone
 from bench.data import synthetic
 from bench.data.corpus import Corpus
 from bench.yardsticks import readout
+from bench.files import pack_counts
 from bench.yardsticks.readout import StandardizedLinear, majority_accuracy
 from objectives import Objective
 
-QUESTIONS = ("hidden_state", "replaced_word", "component")
+QUESTIONS = ("hidden_state", "replaced_word")
+# the training signals (objectives.SIGNALS) each question copies
+COPIES = {"hidden_state": ("mask_token", "next_token"), "replaced_word": ("replaced_token",)}
 SEES = ("smoothing", "filtering")  # Objective.tagging_ceiling: the whole window, or the left context only
 
 
@@ -57,8 +56,7 @@ class ProbeData:
 
     tokens: Tensor  # (N, T) model ids of the clean windows
     words: Tensor  # (N, T) the language's word ids
-    states: Tensor  # (N, T) the hidden state alone (the component is asked on its own)
-    components: Tensor  # (N,)
+    states: Tensor  # (N, T) the hidden state alone (the component is summed out)
     chosen: Tensor  # (N, T) bool: the positions asked about
     shown: Tensor  # (N, T) model ids with the replaced words in
     replaced: Tensor  # (N, T) bool: chosen positions whose word was replaced
@@ -81,7 +79,7 @@ def probe_data(corpus: Corpus, config: ProbeConfig) -> ProbeData:
     replacement = synthetic.unigram(language, tokens.shape[1])
     drawn = torch.multinomial(replacement.float(), tokens.numel(), replacement=True, generator=generator)
     shown = torch.where(replaced, drawn.reshape(tokens.shape) + first, tokens)
-    return ProbeData(tokens, tokens - first, heldout["states"] % states, heldout["component"], chosen, shown,
+    return ProbeData(tokens, tokens - first, heldout["states"] % states, chosen, shown,
                      replaced, replacement, corpus.vocab.MASK, first, slice(0, config.train_windows),
                      slice(config.train_windows, None))
 
@@ -118,7 +116,6 @@ def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
         kept = synthetic.kept_word_posterior(language, data.shown[test] - data.first, chosen,
                                              data.replacement, sees == "filtering")
         found[f"replaced_word_{sees}"] = synthetic.binary_ceiling(kept[chosen])
-    found["component"] = synthetic.component_posterior(language, words).amax(-1).mean().item()
     return found
 
 
@@ -131,23 +128,20 @@ def features(backbone: Backbone, tokens: Tensor, attention: dict, batch_size: in
 
 def input_only_controls(corpus: Corpus, config: ProbeConfig) -> dict[str, dict[str, float]]:
     """What the input alone gives each question, per kind of reader (Hewitt & Liang's control): for the hidden state,
-    the prior (the most frequent state); for the replaced word, a linear probe on the shown word (one-hot); for the
-    component, a linear probe on the window's bag of words. The same recipe and windows as the backbones'."""
+    the prior (the most frequent state); for the replaced word, a linear probe on the shown word (one-hot). The same
+    recipe and windows as the backbones'."""
     data = probe_data(corpus, config)
     V, train, test = corpus.language.emission.shape[-1], data.train, data.test
-    # the shown word and the bag of words are the same input whatever the reader: one probe each
+    # the shown word is the same input whatever the reader: one probe
     shown = F.one_hot(data.shown - data.first, V).float()
     _, read, labels = question(data, "replaced_word", "smoothing")
     replaced, _, _ = readout.fit_linear_probe(shown[train][read[train]], labels[train][read[train]],
                                               shown[test][read[test]], labels[test][read[test]], 2, config)
-    bag = F.one_hot(data.words, V).float().mean(1)
-    component, _, _ = readout.fit_linear_probe(bag[train], data.components[train], bag[test], data.components[test],
-                                               int(corpus.language.emission.shape[0]), config)
     found = {}
     for sees in SEES:  # the hidden-state question differs: a causal reader is asked at the position before
         _, read, labels = question(data, "hidden_state", sees)
         found[sees] = {"hidden_state": majority_accuracy(labels[train][read[train]], labels[test][read[test]]),
-                       "replaced_word": replaced, "component": component}
+                       "replaced_word": replaced}
     return found
 
 
@@ -175,36 +169,42 @@ def finetune_positions(backbone: Backbone, head: StandardizedLinear, attention: 
     test_read = read[data.test]
     with torch.no_grad():
         predicted = head(hidden[test_read.to(hidden.device)]).argmax(-1).cpu()
-    accuracy = (predicted == labels[data.test][test_read]).float().mean().item()
+    correct = predicted == labels[data.test][test_read]
     seq_len, classes = inputs.shape[1], head.linear.out_features
     flops = (readout.finetune_flops(model, config.finetune_steps, config.finetune_batch, seq_len,
                                     config.finetune_batch * seq_len, classes)
              + model.flops(len(hidden), seq_len, 0).forward
              + readout.head_flops(int(test_read.sum()), backbone.config.d_model, classes))
-    return accuracy, flops
+    return window_counts(correct, test_read), flops
+
+
+def window_counts(correct: Tensor, read: Tensor) -> dict:
+    """A question's test accuracy, with its hits and asked positions per test window (packed, as the downstream
+    tasks store theirs): the analysis resamples windows so that a CI includes the test set's sampling."""
+    hits = torch.zeros(len(read), dtype=torch.long).index_add_(0, read.nonzero()[:, 0], correct.long().cpu())
+    return {"score": correct.float().mean().item(), "hits": pack_counts(hits), "units": pack_counts(read.sum(1))}
 
 
 @dataclass(frozen=True)
 class Probes:
-    """The embedded probes as a yardstick of bench.training: the frozen probes at each FLOP checkpoint, all of them
-    (the fine-tuned one too) on the final backbone and on the untrained controls."""
+    """The embedded probes as a yardstick of bench.training: on the final backbone and on the untrained controls."""
 
     corpus: Corpus
     config: ProbeConfig
     result_key = "probes"
     seconds_key = "probe_seconds"
 
-    def at_checkpoint(self, objective: Objective) -> dict[str, float]:
-        return run_probes(objective, self.corpus, self.config, finetune=False)
+    def at_checkpoint(self, objective: Objective) -> None:
+        return None  # diagnostics: nothing is read off their curves, so they are not drawn
 
     def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
         return run_probes(objective, self.corpus, self.config)
 
 
 def run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finetune: bool = True) -> dict:
-    """The frozen probes' test accuracies (and, when `finetune`, the fine-tuned replaced-word probe's), what the
-    backbone sees ("sees": the ceiling that applies), and the FLOPs the probes spent. The global RNG is left
-    untouched, so probing a run mid-way does not change its training."""
+    """Each question's test accuracy with its hits per test window (and, when `finetune`, the fine-tuned
+    replaced-word probe's), what the backbone sees ("sees": the ceiling that applies), and the FLOPs the probes spent.
+    The global RNG is left untouched."""
     with torch.random.fork_rng(devices=[]):
         return _run_probes(objective, corpus, config, finetune)
 
@@ -213,25 +213,21 @@ def _run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finet
     data = probe_data(corpus, config)
     train, test = data.train, data.test
     backbone, attention, sees = objective.backbone, objective.probe_attention(corpus.seq_len), objective.tagging_ceiling
-    clean, passes = features(backbone, data.tokens, attention), 1
     result, flops, heads = {"sees": sees}, 0, {}
     classes = {"hidden_state": corpus.language.emission.shape[1], "replaced_word": 2}
-    for name in ("hidden_state", "replaced_word"):
+    for name in QUESTIONS:
         inputs, where, labels = question(data, name, sees)
-        if inputs is data.tokens:  # a causal reader's hidden-state question reads the clean windows
-            hidden = clean
-        else:
-            hidden, passes = features(backbone, inputs, attention), passes + 1
+        hidden = features(backbone, inputs, attention)
         read = where.to(hidden.device)
-        result[name], probe_flops, heads[name] = readout.fit_linear_probe(
+        _, probe_flops, heads[name] = readout.fit_linear_probe(
             hidden[train][read[train]], labels[train][where[train]], hidden[test][read[test]],
             labels[test][where[test]], classes[name], config)
-        flops += probe_flops
-    pooled = clean.mean(1)
-    result["component"], probe_flops, _ = readout.fit_linear_probe(pooled[train], data.components[train],
-                                                                   pooled[test], data.components[test],
-                                                                   int(corpus.language.emission.shape[0]), config)
-    flops += probe_flops + passes * backbone.flops(len(data.tokens), corpus.seq_len, 0).forward
+        with torch.no_grad():
+            asked = hidden[test][read[test]]
+            predicted = heads[name](asked).argmax(-1).cpu()
+        result[name] = window_counts(predicted == labels[test][where[test]], where[test])
+        flops += (probe_flops + backbone.flops(len(data.tokens), corpus.seq_len, 0).forward
+                  + readout.head_flops(len(asked), asked.shape[1], classes[name]))
     if finetune:
         inputs, where, labels = question(data, "replaced_word", sees)
         result["replaced_word_finetuned"], finetune_flops = finetune_positions(

@@ -10,6 +10,7 @@ control (the untrained backbone) goes through, so a difference in scores is a di
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Iterable, Protocol
 
 import torch
@@ -50,6 +51,16 @@ class Fit(Protocol):
     iterations: int  # L-BFGS iterations
     l2: float  # ridge on the weights, so that a separable task still has a unique answer
     seed: int  # the start's generator
+
+
+@dataclass(frozen=True)
+class FitSettings:
+    iterations: int = 40
+    l2: float = 1e-4
+    seed: int = 0
+
+
+DEFAULT_FIT = FitSettings()  # the probes' own (bench.yardsticks.probes.ProbeConfig has the same defaults)
 
 
 def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, classes: int,

@@ -14,10 +14,13 @@ A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and n
 - conll:PATH: token tagging from CoNLL-style files (the token first and its tag last on each line, a blank line
   between sentences), scored by span F1 when the tags are BIO, else by accuracy. A token tagged "_" (CoNLL-U's
   "unspecified") is read as context and never scored: a task can ask about some positions of a passage only.
-- synthetic:tagging|component|order|same-source: the embedded language's tasks, sampled afresh from the true
-  distribution (they need --data synthetic): hidden-state tagging, mixture-component classification, whether two
-  halves are in their original order (SOP), whether two halves come from the same sequence (NSP); the pairs are made
-  as mlm:pair=sop and mlm:pair=nsp make theirs, from windows in the middle of a sequence (times T .. 2T − 1).
+- synthetic:states|component|order|same-source: the embedded language's tasks, sampled afresh from the true
+  distribution (they need --data synthetic): the hidden state of each position whose word alone leaves it open (every
+  word shown), mixture-component classification, whether two halves are in their original order (SOP), whether two
+  halves come from the same sequence (NSP); the pairs are made as mlm:pair=sop and mlm:pair=nsp make theirs, from
+  windows in the middle of a sequence (times T .. 2T − 1). states and component are the neutral default there.
+- copies=SIGNAL[+SIGNAL]: the training signals (objectives.SIGNALS) a task's question copies, so that it diagnoses
+  the objectives that have them and ranks nobody (a [MASK] in a task's inputs is found without it).
 
 Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
 is "a [EOS] b [EOS]". Examples are truncated to the window and padded with [PAD] after their last token. Every user
@@ -32,7 +35,7 @@ from bench.yardsticks.embedded_tasks import SYNTHETIC_TASKS, synthetic_task
 from bench.yardsticks.examples import Task, TaskContext, TaskOptions
 from bench.yardsticks.metrics import METRICS
 from bench.yardsticks.text_tasks import conll_task, file_task, hub_task
-from objectives import parse_options, split_specs
+from objectives import SIGNALS, parse_options, split_specs
 
 
 def parse_task_list(text: str) -> list[str]:
@@ -49,6 +52,17 @@ def load_task(spec: str, context: TaskContext) -> Task:
     options = parse_options(f"task {source}", option_text, TaskOptions)
     if options.metric and options.metric not in METRICS:
         raise ConfigError(f"{spec}: unknown metric {options.metric!r}; choose one of {', '.join(METRICS)}")
+    copies = tuple(filter(None, options.copies.split("+")))
+    unknown = [name for name in copies if name not in SIGNALS]
+    if unknown:
+        raise ConfigError(f"{spec}: copies={'+'.join(unknown)} names no training signal; choose from "
+                          f"{', '.join(SIGNALS)}")
+    task = build_task(spec, source, options, context)
+    task.copies = tuple(dict.fromkeys([*task.copies, *copies]))
+    return task
+
+
+def build_task(spec: str, source: str, options: TaskOptions, context: TaskContext) -> Task:
     scheme, _, rest = source.partition(":")
     if scheme == "synthetic":
         return synthetic_task(spec, rest, options, context)

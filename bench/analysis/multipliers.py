@@ -1,0 +1,111 @@
+"""The compute multiplier of one objective against another on a yardstick with a curve over FLOPs: how much compute
+the other would need to reach this one's value at the budget, read off the mean curves (linear in log-FLOPs between
+checkpoints), with a 95 % interval from the bootstrap over seeds and test examples (bench.analysis.uncertainty).
+
+Two readings: direct, the FLOPs the baseline first needs to reach the objective's final value over the budget; and,
+where the baseline never gets there within its run, reversed, at the baseline's own final value: the FLOPs the
+baseline first needed to reach it over those the objective first needed (the ELECTRA paper's reading; equal to the
+direct one where the curves differ by a shift in compute). A resample whose reading is only a bound takes the other
+reading's number where it has one, so an end of the interval is open only where neither reading reached it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+from bench.analysis.uncertainty import RESAMPLES, Group, draws, resampled
+
+# crossing kinds: "=" reached at that many FLOPs; ">" not within the run (the value is the last checkpoint, a lower
+# bound); "<" already past it at the first checkpoint (the value, that checkpoint, is an upper bound)
+KINDS = ("=", ">", "<")
+REVERSED = np.array([0, 2, 1])  # the objective's crossing read as the reversed multiplier's kind
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One objective on one yardstick: its checkpoints, a Group per checkpoint and at the budget (the same seeds)."""
+
+    flops: np.ndarray  # (checkpoints,)
+    points: tuple[Group, ...]
+    final: Group
+
+
+def crossings(curves: np.ndarray, log_flops: np.ndarray, targets: np.ndarray,
+              higher_is_better: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Vectorised first crossing of each curve (row) with its target: (kind index into KINDS, log-FLOPs)."""
+    reached = curves >= targets[:, None] if higher_is_better else curves <= targets[:, None]
+    first = reached.argmax(axis=1)  # the first crossing: a non-monotone curve is read where it first got there
+    rows, prev = np.arange(len(curves)), np.maximum(first - 1, 0)
+    v0, v1 = curves[rows, prev], curves[rows, first]
+    # first > 0 means the previous point had not reached the target, so v1 != v0; the guard is for first == 0 only
+    t = np.where(first > 0, (targets - v0) / np.where(v1 == v0, 1.0, v1 - v0), 0.0)
+    log_f = log_flops[prev] + t * (log_flops[first] - log_flops[prev])
+    strictly_before = (first == 0) & (curves[:, 0] != targets)  # exactly equal at the first point is an answer
+    kind = np.where(~reached.any(axis=1), 1, np.where(strictly_before, 2, 0))
+    return kind, np.where(kind == 1, log_flops[-1], np.where(kind == 2, log_flops[0], log_f))
+
+
+def readings(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.ndarray], base_flops: np.ndarray,
+             other_flops: np.ndarray, budget: float, higher: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per row (the means, or a resample): {"direct" | "reversed": (kind, log multiplier)} from (curves, finals)."""
+    (base_curves, base_final), (other_curves, other_final) = base, other
+    kind, log_f = crossings(base_curves, np.log(base_flops), other_final, higher)
+    found = {"direct": (kind, log_f - math.log(budget))}
+    base_kind, log_base = crossings(base_curves, np.log(base_flops), base_final, higher)
+    # the baseline's own final value is reached at the budget at the latest, whatever its checkpoints say
+    log_base = np.where(base_kind == 1, math.log(budget), np.minimum(log_base, math.log(budget)))
+    other_kind, log_other = crossings(other_curves, np.log(other_flops), base_final, higher)
+    found["reversed"] = (REVERSED[other_kind], log_base - log_other)
+    return found
+
+
+def means(curve: Curve) -> tuple[np.ndarray, np.ndarray]:
+    return (np.array([[g.values.mean() for g in curve.points]]), np.array([curve.final.values.mean()]))
+
+
+def resampled_curve(curve: Curve, weights: dict, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(resamples × checkpoints, resamples): a seed's curve and final value are one run's, resampled together."""
+    return (np.stack([resampled(g, weights, seeds) for g in curve.points], axis=1),
+            resampled(curve.final, weights, seeds))
+
+
+def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool = True,
+               resamples: int = RESAMPLES, seed: int = 0) -> dict:
+    """The compute multiplier of `other` against `base` (2: other is worth twice the compute), its reading, and its
+    95 % interval: log-multiplier ± t(0.975, fewest seeds − 1) × the bootstrap's SD; an end is open (None) where more
+    than 2.5 % of the resamples give only a bound on that side."""
+    estimate = readings(means(base), means(other), base.flops, other.flops, budget, higher_is_better)
+    reading = "reversed" if estimate["direct"][0][0] == 1 else "direct"
+    kind, log_m = (part[0] for part in estimate[reading])
+    found = {"multiplier": float(math.exp(log_m)), "kind": KINDS[int(kind)], "reading": reading,
+             "seeds": [base.final.seeds, other.final.seeds], "ci_low": None, "ci_high": None,
+             "ci_low_kind": None, "ci_high_kind": None, "resamples": 0,
+             "range": [float(base.flops[0] / budget), float(base.flops[-1] / budget)]}
+    if reading == "reversed":  # the bounds of an open reading: the baseline's FLOPs over the objective's last, first
+        at_base = math.exp(log_m) * float(np.exp(crossings(means(other)[0], np.log(other.flops),
+                                                           means(base)[1], higher_is_better)[1][0]))
+        found["range"] = [at_base / float(other.flops[-1]), at_base / float(other.flops[0])]
+    if min(found["seeds"]) < 2 or resamples < 1:
+        return found
+    groups = [*base.points, base.final, *other.points, other.final]
+    weights, _ = draws(groups, resamples, seed)
+    rng = np.random.default_rng(seed + 1)
+    drawn = readings(resampled_curve(base, weights, rng.integers(0, base.final.seeds, (resamples, base.final.seeds))),
+                     resampled_curve(other, weights, rng.integers(0, other.final.seeds,
+                                                                   (resamples, other.final.seeds))),
+                     base.flops, other.flops, budget, higher_is_better)
+    (kinds, values), (other_kinds, other_values) = drawn.pop(reading), *drawn.values()
+    swapped = (kinds != 0) & (other_kinds == 0)  # a bound where the other reading has a number
+    kinds, values = np.where(swapped, 0, kinds), np.where(swapped, other_values, values)
+    df = min(found["seeds"]) - 1
+    half = float(stats.t.ppf(0.975, df)) * float(values.std())
+    open_low, open_high = (kinds == 2).mean() > 0.025, (kinds == 1).mean() > 0.025
+    found.update(resamples=resamples, read_the_other_way=float(swapped.mean()), log_se=float(values.std()), df=df,
+                 test_sampling=all(g.parts is not None for g in groups),
+                 ci_low=None if open_low else float(math.exp(log_m - half)), ci_low_kind="<" if open_low else "=",
+                 ci_high=None if open_high else float(math.exp(log_m + half)), ci_high_kind=">" if open_high else "=")
+    return found

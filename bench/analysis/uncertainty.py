@@ -1,0 +1,139 @@
+"""How sure a score is: a bootstrap over seeds and, across all of them at once, over the test examples.
+
+Every backbone of a comparison is scored on the same test examples, so a test set that happened to be easy lifts all
+of them alike: the spread over seeds alone leaves that out (a probe scored on ~1,000 positions has a binomial SE near
+0.013, more than most seed-to-seed spreads here). Each resample draws the seeds of every group afresh and one set of
+test examples (clusters: a window or an example, with all its scored positions) shared by every group, and recomputes
+each score as hits over units on the drawn examples. A difference of two groups on the same test set is thereby paired
+in its examples, as it should be: their common luck cancels.
+
+Intervals are the estimate ± t(0.975, df) × the bootstrap's standard deviation, never percentiles: with five seeds a
+percentile interval under-covers (tests/analysis/test_uncertainty.py measures both). df is n − 1 for one group and
+Welch–Satterthwaite's from the seeds' own spread for a difference; p-values invert the same t.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+RESAMPLES = 2000
+
+
+@dataclass(frozen=True)
+class Part:
+    """One test set's share of a score: hits and units per test example (seeds × examples), weighted. A score is
+    Σ weight · Σ hits / Σ units over its parts (one part for a task; one per task for an average over tasks)."""
+
+    clusters: str  # the test set's name: resamples draw one set of its examples for every group
+    hits: np.ndarray  # (seeds, examples)
+    units: np.ndarray  # (examples,) the scored positions of each example
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class Group:
+    """The seeds of one objective (or one untrained control) on one yardstick: each seed's value, and, where the
+    score is a mean over scored positions, its hits per test example."""
+
+    values: np.ndarray  # (seeds,)
+    parts: tuple[Part, ...] | None = None  # None: the test set's sampling is unknown (a metric that is not a mean)
+
+    @property
+    def seeds(self) -> int:
+        return len(self.values)
+
+
+def draws(groups: list[Group], resamples: int = RESAMPLES, seed: int = 0) -> tuple[dict, list[np.ndarray]]:
+    """One resampling plan for `groups`: (examples' multiplicities per test set, each (resamples × examples); seed
+    indices per group, each (resamples × seeds)). Shared by every score and difference read from these groups."""
+    rng = np.random.default_rng(seed)
+    sizes = {part.clusters: part.units.shape[0] for group in groups for part in group.parts or ()}
+    weights = {name: rng.multinomial(size, np.full(size, 1 / size), size=resamples) for name, size in sizes.items()}
+    return weights, [rng.integers(0, group.seeds, (resamples, group.seeds)) for group in groups]
+
+
+def resampled(group: Group, weights: dict, seeds: np.ndarray) -> np.ndarray:
+    """(resamples,) the group's mean score in each resample."""
+    if group.parts is None:
+        return group.values[seeds].mean(1)
+    total = np.zeros(len(seeds))
+    for part in group.parts:
+        drawn = weights[part.clusters]  # (resamples, examples)
+        per_seed = (part.hits @ drawn.T) / np.maximum(part.units @ drawn.T, 1)  # (seeds, resamples)
+        total += part.weight * np.take_along_axis(per_seed.T, seeds, axis=1).mean(1)
+    return total
+
+
+def seed_variance(group: Group) -> float:
+    """s²/n: the variance of the seeds' mean when the test set is held fixed (nan with one seed)."""
+    return float(group.values.var(ddof=1)) / group.seeds if group.seeds > 1 else float("nan")
+
+
+def t_interval(estimate: float, spread: float, df: float) -> tuple[float | None, float | None, float | None]:
+    """(low, high, two-sided p against 0) of estimate ± t(0.975, df) · spread; Nones where df < 1 (one seed)."""
+    if not df >= 1 or not math.isfinite(spread):
+        return None, None, None
+    half = float(stats.t.ppf(0.975, df)) * spread
+    p = (1.0 if estimate == 0 else 0.0) if spread == 0 else float(2 * stats.t.sf(abs(estimate) / spread, df))
+    return estimate - half, estimate + half, p
+
+
+@dataclass(frozen=True)
+class Estimate:
+    estimate: float
+    ci_low: float | None
+    ci_high: float | None
+    p: float | None  # two-sided, against 0 (a difference's test); None for a single group's mean
+    se: float
+    df: float | None
+    test_sampling: bool  # whether the test examples were resampled too
+
+    def record(self) -> dict:
+        return {"estimate": self.estimate, "ci_low": self.ci_low, "ci_high": self.ci_high, "p": self.p,
+                "se": self.se, "df": self.df if self.df is None or math.isfinite(self.df) else None,
+                "test_sampling": self.test_sampling}
+
+
+def item_variance(groups: list[Group], signs: list[float], resamples: int, seed: int) -> tuple[float, int]:
+    """The variance of Σ sign · mean(group) over resampled test examples, every seed kept (the test set's own
+    sampling, shared by every group), and the fewest examples of a test set (its degrees of freedom + 1)."""
+    weights, _ = draws(groups, resamples, seed)
+    kept = [np.broadcast_to(np.arange(group.seeds), (resamples, group.seeds)) for group in groups]
+    total = sum(sign * resampled(group, weights, seeds) for group, sign, seeds in zip(groups, signs, kept))
+    return float(np.var(total)), min(w.shape[1] for w in weights.values())
+
+
+def combined(seed_parts: list[tuple[float, int]], groups: list[Group], signs: list[float], resamples: int,
+             seed: int) -> tuple[float, float]:
+    """(standard error, df): the seeds' variances (each with n − 1 df) plus, where every group has its hits per test
+    example, the test set's (its examples − 1 df), joined by Welch–Satterthwaite."""
+    variance = sum(v for v, _ in seed_parts)
+    denominator = sum(v ** 2 / (n - 1) for v, n in seed_parts if n > 1 and v > 0)
+    if all(group.parts is not None for group in groups):
+        items, examples = item_variance(groups, signs, resamples, seed)
+        variance += items
+        denominator += items ** 2 / max(examples - 1, 1)
+    if any(n < 2 for _, n in seed_parts):
+        return float("nan"), float("nan")
+    df = variance ** 2 / denominator if denominator > 0 else float(min(n for _, n in seed_parts) - 1)
+    return math.sqrt(variance), df
+
+
+def mean(group: Group, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
+    """The group's mean score with its 95 % interval."""
+    spread, df = combined([(seed_variance(group), group.seeds)], [group], [1.0], resamples, seed)
+    low, high, _ = t_interval(float(group.values.mean()), spread, df)
+    return Estimate(float(group.values.mean()), low, high, None, spread, df, group.parts is not None)
+
+
+def difference(a: Group, b: Group, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
+    """mean(a) − mean(b) with its 95 % interval and two-sided p, the test examples paired (drawn once for both)."""
+    spread, df = combined([(seed_variance(a), a.seeds), (seed_variance(b), b.seeds)], [a, b], [1.0, -1.0],
+                          resamples, seed)
+    estimate = float(a.values.mean() - b.values.mean())
+    low, high, p = t_interval(estimate, spread, df)
+    return Estimate(estimate, low, high, p, spread, df, a.parts is not None and b.parts is not None)

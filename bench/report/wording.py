@@ -1,0 +1,121 @@
+"""Every sentence and number format of the reports, in one place: the analysis returns findings, this module words
+them (p-values, intervals, multipliers, the answer, each yardstick's outcome)."""
+
+from __future__ import annotations
+
+from bench.analysis.claims import ALPHA, NOT_MEASURABLE
+
+# the scale of the smallest published comparison of these objectives (ANCHORS.md: ELECTRA-Small's 1.4e18 FLOPs and
+# 6.25 % of it, 8.9e16): below it nothing published says which objective wins
+PUBLISHED_FLOPS = 1e17
+
+
+def p_text(p: float | None) -> str:
+    """A p-value as the reports print it."""
+    return "n/a" if p is None else "< 0.0001" if p < 1e-4 else f"{p:.2g}"
+
+
+def interval_text(low: float | None, high: float | None, signed: bool = False) -> str:
+    """"(+0.012 to +0.034)" or "" without an interval (one seed)."""
+    if low is None or high is None:
+        return ""
+    form = "+.3f" if signed else ".3f"
+    return f"({low:{form}} to {high:{form}})"
+
+
+def estimate_text(record: dict | None, signed: bool = False, digits: int = 3) -> str:
+    """"0.812 (0.790 to 0.834)" from an estimate record (bench.analysis.uncertainty.Estimate.record)."""
+    if not record:
+        return ""
+    form = f"+.{digits}f" if signed else f".{digits}f"
+    interval = interval_text(record.get("ci_low"), record.get("ci_high"), signed)
+    return f"{record['estimate']:{form}}" + (f" {interval}" if interval else "")
+
+
+def times(m: float) -> str:
+    """A multiplier to read: two significant figures, no exponent notation for the sizes that occur."""
+    return f"{m:.0f}" if m >= 100 else f"{m:.1f}" if m >= 10 else f"{m:.2g}"
+
+
+def multiplier_text(m: dict | None) -> str:
+    """"2.3× (1.8–3.1)", "> 1× (not reached within the run)", "not measurable", ..."""
+    if not m:
+        return ""
+    if m.get("outcome") == NOT_MEASURABLE:
+        return "not measurable (one of the two does not beat its control)"
+    value, kind, reversed_reading = m["multiplier"], m["kind"], m.get("reading") == "reversed"
+    if kind == ">":
+        return f"> {times(value)}× (" + ("reached at its first checkpoint)" if reversed_reading else
+                                          "not reached within the run)")
+    if kind == "<":
+        return f"< {times(value)}× (" + ("it never reached the other's value)" if reversed_reading else
+                                          "already reached at the other's first checkpoint)")
+    if m.get("ci_low_kind") is None:
+        return f"{times(value)}× (one seed: no CI)"
+    low_bound, high_bound = m["range"]
+    low = times(m["ci_low"]) if m["ci_low"] is not None else f"< {times(low_bound)}"
+    high = times(m["ci_high"]) if m["ci_high"] is not None else f"> {times(high_bound)}"
+    separator = "–" if m["ci_low"] is not None and m["ci_high"] is not None else " to "
+    return f"{times(value)}× ({low}{separator}{high})" + (", read at the other's final value" if reversed_reading
+                                                          else "")
+
+
+def listing(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def answer_sentence(answer: dict | None) -> str:
+    """The report's first lines: who leads on the main yardstick, by what multiplier, who is not separated, who did
+    not beat its control, and the scale this speaks for."""
+    if not answer or answer.get("yardstick") is None:
+        return ("No neutral yardstick ran (a labelled task that copies no objective's training input or task), so "
+                "this comparison gives no answer: its yardsticks only diagnose each objective's own homework.")
+    scale = answer["scale"]
+    where = f"On the main yardstick, {answer['label']}"
+    if answer["leader"] is None:
+        text = (f"{where}, no objective beats its untrained control (Holm p < {ALPHA}): at this scale pretraining has "
+                "not paid on it, so it names no leader")
+    elif not answer["runner_up"]:
+        text = (f"{where}, only {answer['leader']} beats its untrained control; no other objective's gain can be "
+                "compared with it")
+    else:
+        text = f"{where}, **{answer['leader']} leads**"
+        if answer.get("multiplier"):
+            text += (f": {answer['runner_up']} would need {multiplier_text(answer['multiplier'])} of its compute to "
+                     "match it")
+        if answer["separated"]:
+            text += f", separated from {listing(answer['beat_control'][1:])} (Holm, {family_text(answer['family'])})"
+        else:
+            text += (f", but it is not separated from {listing(answer['not_separated_from'])} (Holm, "
+                     f"{family_text(answer['family'])})")
+    late = answer.get("did_not_beat_control") or []
+    if late and answer["leader"] is not None:
+        text += f"; {listing(late)} did not beat {'its' if len(late) == 1 else 'their'} untrained control"
+    size = (f"{scale['parameters']:,}-parameter backbones trained on {scale['tokens']:,.0f} tokens "
+            f"({scale['flops']:.2g} FLOPs) each" if scale.get("parameters") else f"runs of {scale['flops']:.2g} FLOPs")
+    return (f"{text}. This speaks for {size}; the published comparisons of these objectives sit at "
+            f"{PUBLISHED_FLOPS:.0e} FLOPs and beyond, which a run of this size cannot tell.")
+
+
+def family_text(named: dict) -> str:
+    return f"family \"{named['family']}\", {named['size']} test{'s' if named['size'] != 1 else ''}"
+
+
+def mirrors_text(item: dict) -> str:
+    """Why a yardstick ranks nobody: the objectives whose training input or task it copies."""
+    return (f"Diagnostic: its question copies the training input or task of {listing(item['mirrors'])}, so no answer, "
+            "win or multiplier is drawn from it.")
+
+
+def measurement_text(item: dict) -> str:
+    """Whether a yardstick measured pretraining at this setup."""
+    if item["measures_pretraining"] is None:
+        return "With one seed (or no untrained control) no gain over a control can be tested."
+    if item["measures_pretraining"]:
+        beat = [g["objective"] for g in item["gains"] if g.get("p_holm") is not None and g["p_holm"] < ALPHA
+                and g["estimate"] > 0]
+        return f"Beats its untrained control: {listing(beat)} ({family_text(item['gain_family'])})."
+    best = max(item["gains"], key=lambda g: g["estimate"])
+    return (f"No objective beats its untrained control (the largest gain, {best['objective']}'s, is "
+            f"{best['estimate']:+.3g}, Holm p = {p_text(best['p_holm'])}): at this setup it does not measure "
+            "pretraining, and nothing is ranked on it.")

@@ -1,0 +1,86 @@
+"""bench.analysis.multipliers: the compute multiplier read off mean curves, both readings, and its interval, against
+curves whose multiplier is known by construction."""
+
+import math
+
+import numpy as np
+import pytest
+
+from bench.analysis.multipliers import Curve, crossings, multiplier
+from bench.analysis.uncertainty import Group
+
+BUDGET = 1e12
+CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1 % of the budget to the budget, log-spaced like the runs'
+
+
+def line(offset: float = 0.0, higher: bool = True):
+    """Exactly linear in log-FLOPs, so linear-in-log interpolation is exact."""
+    slope = 0.05 if higher else -0.3
+    return lambda flops: 1.0 + offset + slope * np.log(flops / CHECKPOINTS[0])
+
+
+def curve(values: list, checkpoints=CHECKPOINTS) -> Curve:
+    """Seeds' curves (each a function of FLOPs): a Group per checkpoint and at the budget, the last checkpoint's."""
+    points = tuple(Group(np.array([value(f) for value in values], dtype=float)) for f in checkpoints)
+    return Curve(np.asarray(checkpoints, dtype=float), points, points[-1])
+
+
+@pytest.mark.parametrize("higher", [True, False])
+@pytest.mark.parametrize("k", [0.3, 0.5, 0.037])
+def test_a_known_compute_shift_is_read_exactly(higher, k):
+    # the objective at the budget scores what the baseline scores at k × the budget: worth k of its compute
+    offsets = (-0.02, 0.0, 0.02)
+    base = curve([line(e, higher) for e in offsets])
+    other = curve([lambda f, e=e: line(e, higher)(k * BUDGET) + 0 * f for e in offsets])
+    found = multiplier(base, other, BUDGET, higher, resamples=300)
+    assert found["reading"] == "direct" and found["kind"] == "="
+    assert found["multiplier"] == pytest.approx(k, rel=1e-9)
+    assert found["ci_low"] < k < found["ci_high"]
+
+
+def test_a_multiplier_the_baseline_never_reaches_is_read_at_its_final_value():
+    """The objective is the baseline's curve shifted by 4× in compute: past anything the baseline reached, so the
+    direct reading is a bound; its own curve reached the baseline's final value at a quarter of the budget."""
+    offsets = (-0.01, 0.0, 0.01)
+    base = curve([line(e) for e in offsets])
+    other = curve([lambda f, e=e: line(e)(4 * f) for e in offsets])
+    found = multiplier(base, other, BUDGET, resamples=300)
+    assert found["reading"] == "reversed" and found["kind"] == "="
+    assert found["multiplier"] == pytest.approx(4.0, rel=1e-9)
+    assert found["ci_low"] < 4.0 < found["ci_high"] and found["range"] == pytest.approx([1.0, 100.0])
+
+
+def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing():
+    """MLM peaked at 0.833 and ended at 0.798, which the other reached near 5e11: measured from the budget it would
+    look 6× as efficient, though MLM got there as early."""
+    flops = np.array([1.6e11, 2.9e11, 5.3e11, 9.7e11, 1.8e12, 3.2e12])
+    peaked = [0.661, 0.770, 0.833, 0.823, 0.785, 0.798]
+    rising = [0.551, 0.689, 0.804, 0.839, 0.859, 0.874]
+    as_curve = lambda values: Curve(flops, tuple(Group(np.array([v, v])) for v in values),  # noqa: E731
+                                    Group(np.array([values[-1]] * 2)))
+    found = multiplier(as_curve(peaked), as_curve(rising), 3.2e12, resamples=20)
+    mlm_at = np.exp(np.interp(0.798, [0.770, 0.833], np.log([2.9e11, 5.3e11])))
+    other_at = np.exp(np.interp(0.798, [0.689, 0.804], np.log([2.9e11, 5.3e11])))
+    assert found["reading"] == "reversed" and found["multiplier"] == pytest.approx(mlm_at / other_at, rel=1e-9)
+
+
+def test_one_seed_gives_no_interval_and_bounds_are_bounds():
+    base = curve([line()])
+    found = multiplier(base, curve([lambda f: line()(0.5 * BUDGET) + 0 * f]), BUDGET)
+    assert found["multiplier"] == pytest.approx(0.5) and found["ci_low_kind"] is None
+    kind, at = crossings(np.array([[0.1, 0.5, 0.3, 0.7]]), np.log([1e9, 1e10, 1e11, 1e12]), np.array([0.4]), True)
+    assert kind[0] == 0 and math.log10(math.exp(at[0])) == pytest.approx(9.75)  # the first crossing
+    before = multiplier(base, curve([lambda f: line()(1e-3 * BUDGET) + 0 * f]), BUDGET)
+    assert before["kind"] == "<" and before["multiplier"] == pytest.approx(0.01)
+
+
+def test_the_interval_covers_a_known_multiplier():
+    """Seeds scatter around a known mean curve and a known target: the interval holds the true multiplier 95 % of
+    the time or more (t × SD on the log scale, not percentiles)."""
+    rng, true_k, covered, trials = np.random.default_rng(0), 0.3, 0, 150
+    for trial in range(trials):
+        base = curve([line(e) for e in rng.normal(0, 0.01, 5)])
+        other = curve([lambda f, e=e: line()(true_k * BUDGET) + e + 0 * f for e in rng.normal(0, 0.01, 5)])
+        found = multiplier(base, other, BUDGET, resamples=200, seed=trial)
+        covered += found["ci_low"] <= true_k <= found["ci_high"]
+    assert covered / trials >= 0.93
