@@ -1,7 +1,7 @@
 """Speed against the tools researchers would otherwise use, measured in one run.
 
     python -m bench.perf [--model small] [--seq-len 128] [--batch-size 32] [--precision 32-true|bf16-mixed]
-                         [--accelerator cpu|cuda] [--json]
+                         [--accelerator cpu|cuda] [--comparison-steps N] [--json]
 
 Per objective, one training step (corruption, forward, backward, AdamW) of the suite against its Hugging Face peer at
 the same width, depth, heads, vocabulary, length and batch, dropout off on both: mlm vs BertForMaskedLM fed by
@@ -10,6 +10,9 @@ ELECTRA's recipe; span vs the AR peer at the same packed length (what span corru
 FLOP/s (the suite's own count for ours, FlopCounterMode's for the peers) over the matrix-multiply peak of the dtype,
 measured in the same run. Also: MLM masking against the collator, one process's share of a batch (its own rows) against
 corrupting the whole batch, and KV-cached generation against recomputing the prefix for every new token. With
+`--comparison-steps N`, N training steps of mlm at the default comparison's shape, through the training code: one run,
+one run on one thread, two runs at once (two processes of one thread) and 5 seeds stacked in one model, each set
+beside the first as its peer (comparison_rows). With
 `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training), every
 timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the device's
 dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured
@@ -268,6 +271,32 @@ def rope_rates(model: str, vocab: Vocab, batch_size: int, seq_len: int, dtype, r
             "peer_tokens_per_s": batch_size * seq_len / peer_seconds}
 
 
+def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
+                    batch_size: int = 32, data: str = "synthetic") -> list[dict]:
+    """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
+    steps of `spec` through the training code (bench.training.throughput): one run on every thread, one run on one
+    thread, two runs at once (two processes of one thread each, as one job per core runs them) and `seeds` seeds
+    stacked in one model (bench.training.stacked). Beside each, as its peer, the one run on every thread."""
+    from bench.data.corpus import load_corpus
+    from bench.training import throughput
+
+    corpus = load_corpus(data, seq_len)
+    config = throughput.steps_config(spec, corpus, steps, model, batch_size)
+    every = torch.get_num_threads()
+    shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
+    measured = [(f"{shape}: one run, {every} threads", throughput.alone(spec, corpus, config, every)),
+                (f"{shape}: one run, 1 thread", throughput.alone(spec, corpus, config, 1)),
+                (f"{shape}: two runs at once, 2 processes of 1 thread",
+                 throughput.at_once(spec, corpus, config, 2)),
+                (f"{shape}: {seeds} seeds stacked, {every} threads",
+                 throughput.stacked(spec, corpus, config, seeds, every))]
+    rows = [{"name": name, "ours_tokens_per_s": m["tokens"] / m["seconds"], "ours_flops_per_s": m["flops"] /
+             m["seconds"], "flops_per_step": m["flops"] / (m["runs"] * steps), **m} for name, m in measured]
+    for row in rows[1:]:
+        row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
+    return rows
+
+
 def perf_device(accelerator: str, precision: str) -> torch.device:
     """The device to time on, checked: a one-line ConfigError where it is missing or lacks the precision."""
     if accelerator == "cpu":
@@ -284,7 +313,7 @@ def perf_device(accelerator: str, precision: str) -> torch.device:
 
 def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, precision: str = "32-true",
             vocab_size: int = 8192, repeats: int = 5, new_tokens: int = 256,
-            accelerator: str = "cpu") -> tuple[list[dict], str | None]:
+            accelerator: str = "cpu", comparison_steps: int = 0) -> tuple[list[dict], str | None]:
     """The rows of the table, and a note when the peers could not be measured."""
     if precision not in AUTOCAST_DTYPES:
         raise ConfigError(f"--precision must be one of {', '.join(AUTOCAST_DTYPES)}, got {precision!r}")
@@ -321,6 +350,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
     rows.append(rope_rates(model, vocab, batch_size, seq_len, dtype, repeats, device))
     for generation_batch in (1, 8):
         rows.append(generation_rates(model, vocab, new_tokens, max(1, repeats // 2), generation_batch, device))
+    rows.extend(comparison_rows(comparison_steps) if comparison_steps and device.type == "cpu" else [])
     # measured: the device's best, before and after
     peak = listed[0] if listed else max(first_peak, matmul_peak(dtype or torch.float32, device=device))
     for row in rows:
@@ -356,13 +386,17 @@ def main(argv: list[str] | None = None) -> None:
                                                                    "(default 256)")
     parser.add_argument("--accelerator", default="cpu", choices=["cpu", "cuda"],
                         help="where the models run; corruption and the collator stay on the host (default cpu)")
+    parser.add_argument("--comparison-steps", type=int, default=0,
+                        help="also time STEPS training steps of mlm at the default comparison's shape (mini, T = 64, "
+                             "batch 32, on the CPU): one run, one run on one thread, two runs at once, 5 seeds "
+                             "stacked; 60 takes about a minute (default 0: left out)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     args = parser.parse_args(argv)
-    for name in ("seq_len", "batch_size", "repeats", "new_tokens"):
-        if getattr(args, name) < (2 if name == "seq_len" else 1):
+    for name in ("seq_len", "batch_size", "repeats", "new_tokens", "comparison_steps"):
+        if getattr(args, name) < {"seq_len": 2, "comparison_steps": 0}.get(name, 1):
             raise ConfigError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
     rows, note = measure(args.model, args.seq_len, args.batch_size, args.precision, args.vocab_size, args.repeats,
-                         args.new_tokens, args.accelerator)
+                         args.new_tokens, args.accelerator, args.comparison_steps)
     if args.json:
         print(dumps(rows, indent=2))
         return

@@ -82,13 +82,19 @@ def configure_matmuls(device: torch.device, tf32: bool) -> None:
 
 def make_optimizer(module: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW; on CUDA its fused kernel (one launch for all parameters, and no host reads of the step counts). On
-    CPU the default implementation, whose numbers every CPU result so far was made with."""
+    CPU the foreach implementation, whose numbers are the default one's to the last bit (every CPU result so far was
+    made with that one; CPU's fused kernel rounds differently)."""
     return torch.optim.AdamW(optimizer_groups(module, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6,
-                             fused=fused_on(device))
+                             fused=fused_on(device), foreach=foreach_on(device))
 
 
 def fused_on(device: torch.device) -> bool | None:
     return True if device.type == "cuda" else None
+
+
+def foreach_on(device: torch.device) -> bool | None:
+    # the default's per-parameter loop wraps each scalar in a tensor: 1.3 ms a default step against 0.8 ms
+    return None if fused_on(device) else True
 
 
 def match_optimizer_to_device(optimizer: torch.optim.Optimizer, device: torch.device) -> None:
@@ -97,7 +103,7 @@ def match_optimizer_to_device(optimizer: torch.optim.Optimizer, device: torch.de
     step counts where that implementation keeps them (on the device when fused, on the host otherwise)."""
     fused = fused_on(device)
     for group in optimizer.param_groups:
-        group["fused"] = fused
+        group["fused"], group["foreach"] = fused, foreach_on(device)
         for parameter in group["params"]:
             state = optimizer.state.get(parameter, {})
             if "step" in state:

@@ -1,0 +1,95 @@
+"""Training throughput at one shape, measured on the training code itself: a run of a few steps alone (train_run),
+several runs at once in processes of their own (the spawn context, one thread each: what running one job per core
+does), or seeds stacked in one model (train_seeds). Each is timed as its results time it: train_seconds, the
+training steps with their batches built, evaluation left out. bench.perf prints them side by side.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from bench.data.corpus import Corpus
+from bench.training.batches import build_run_objective, training_batch
+from bench.training.config import TrainConfig
+from bench.training.distributed import make_fabric
+from bench.training.runs import train_run
+from bench.training.stacked import train_seeds
+
+
+def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> TrainConfig:
+    """A run of `spec` that stops after `steps` steps (exactly, for objectives whose steps all cost the same), with
+    one evaluation (at the end, outside the timed steps) and no live metrics."""
+    objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=model, batch_size=batch_size), corpus)
+    per_step = objective.flops(training_batch(objective, corpus.windows("train"), 0, 0, batch_size))
+    return TrainConfig(budget_flops=steps * per_step, model=model, batch_size=batch_size, eval_points=1,
+                       eval_windows=batch_size, log_every=0)
+
+
+@contextmanager
+def threads(count: int) -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def totals(results: list[dict], seconds: float) -> dict:
+    """What the runs trained together: tokens, FLOPs, and the seconds they took (runs at once: the longest)."""
+    return {"runs": len(results), "tokens": sum(r["tokens"] for r in results),
+            "flops": sum(r["flops"] for r in results), "seconds": seconds}
+
+
+def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, seed: int = 0) -> dict:
+    """One run on `thread_count` threads."""
+    with threads(thread_count), tempfile.TemporaryDirectory() as folder:
+        result = train_run(make_fabric(), spec, seed, corpus, config, Path(folder), progress=False)
+    return totals([result], result["train_seconds"])
+
+
+def stacked(spec: str, corpus: Corpus, config: TrainConfig, seeds: int, thread_count: int) -> dict:
+    """`seeds` seeds as one stacked model on `thread_count` threads: each result's train_seconds is its share of
+    the group's steps, so they add up to the group's."""
+    with threads(thread_count), tempfile.TemporaryDirectory() as folder:
+        results = train_seeds(make_fabric(), spec, list(range(seeds)), corpus, config,
+                              [Path(folder) / str(seed) for seed in range(seeds)], progress=False)
+    return totals(results, sum(r["train_seconds"] for r in results))
+
+
+def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> dict:
+    """`processes` runs (seeds 0, 1, ...) at the same time, each in a process of its own on one thread, started
+    together once every process is ready: the aggregate over the longest run's seconds."""
+    context = multiprocessing.get_context("spawn")
+    ready, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_worker, args=(spec, corpus, config, seed, ready, results))
+               for seed in range(processes)]
+    for worker in workers:
+        worker.start()
+    try:
+        done = [results.get(timeout=3600) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+    failed = [message for message in done if isinstance(message, str)]
+    if failed:
+        raise RuntimeError(f"a run of the throughput measurement failed: {failed[0]}")
+    return totals(done, max(r["train_seconds"] for r in done))
+
+
+def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, results) -> None:
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            fabric = make_fabric()
+            ready.wait(timeout=600)
+            result = train_run(fabric, spec, seed, corpus, config, Path(folder), progress=False)
+        results.put({key: result[key] for key in ("tokens", "flops", "train_seconds")})
+    except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
+        results.put(f"{type(error).__name__}: {error}")
