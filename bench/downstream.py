@@ -21,6 +21,7 @@ from bench.cli import Parser, run
 from bench.data.corpus import data_source, speller, synthetic_language
 from bench.data.text import vocab_for_tokenizer
 from bench.files import read_json, write_json
+from bench.planning import read_settings
 from bench.report.markdown import write_report
 from bench.training.config import run_name
 from bench.training.schedule import parse_seq_len
@@ -35,7 +36,9 @@ def context_for_run(out: Path, settings: dict) -> TaskContext:
     """The window, vocabulary and tokenizer (or embedded language) the comparison in `out` trained with, without
     reading its corpus again: bench.compare saved the tokenizer beside config.json."""
     # the model's max_seq_len: the longest length of a sequence-length schedule
-    (source, rest), seq_len = data_source(settings["data"]), parse_seq_len(settings["seq_len"]).longest
+    recorded = settings["config"]
+    (source, rest) = data_source(recorded["data"]["data"])
+    seq_len = parse_seq_len(recorded["model"]["seq_len"]).longest
     if source == "synthetic":
         options, _, language = synthetic_language(rest)
         return TaskContext(seq_len, Vocab.for_words(options.words), language=language)
@@ -53,7 +56,8 @@ def context_for_run(out: Path, settings: dict) -> TaskContext:
 def run_objective(spec: str, settings: dict, context: TaskContext) -> Objective:
     """A run's objective as built before its first step (bench.training.batches.build_run_objective, from what
     config.json recorded): its weights are whatever the generator's state makes them."""
-    backbone = Backbone(resolve_model(settings["model"], context.vocab.size, max_seq_len=context.seq_len))
+    backbone = Backbone(resolve_model(settings["config"]["model"]["model"], context.vocab.size,
+                                      max_seq_len=context.seq_len))
     return build_objective(spec, backbone, context.vocab)
 
 
@@ -95,8 +99,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("config.json", "results.json"):
         if not (out / name).is_file():
             raise ConfigError(f"{out} holds no finished comparison (no {name}); run bench.compare --out {out} first")
-    settings, measured = read_json(out / "config.json"), Measured.from_results(read_json(out / "results.json"))
-    saved = settings.get("downstream") or {}
+    settings, measured = read_settings(out), Measured.from_results(read_json(out / "results.json"))
+    saved = settings["derived"].get("downstream") or {}
     if args.tasks is None and not saved.get("tasks"):
         raise ConfigError(f"{out} was run without --downstream; name the tasks with --tasks")
     context = context_for_run(out, settings)

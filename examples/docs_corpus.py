@@ -1,5 +1,5 @@
 """Real English text that nobody here wrote, from this machine's own documentation, as a pretraining corpus and a
-labelled task (README: Downstream tasks).
+labelled task (README: Your corpus and downstream tasks).
 
     python examples/docs_corpus.py --out docs-data
     python -m bench.compare --data text:docs-data/corpus.jsonl --downstream docs-data/library.jsonl,\

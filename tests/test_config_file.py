@@ -1,70 +1,59 @@
-"""bench.training.config_file: the one schema of config.json, checked without training anything."""
+"""bench.config: the one typed configuration, built from the flags, serialised as config.json and diffed by --resume;
+checked without training anything."""
 
 import pytest
 
-from bench.compare import build_parser
-from bench.training import config_file
-from bench.training.config import TrainConfig
-
-# what plan() writes for a CPU comparison without downstream tasks: every setting and fixed entry
-RECORDED = {"data": "synthetic", "seq_len": 64, "text_field": "text", "vocab_size": 8192, "tokenizer": None,
-            "precision": "32-true", "budget_flops": 8e11, "model": "mini", "batch_size": 32, "warmup": 0.05,
-            "min_lr_ratio": 0.1, "weight_decay": 0.01, "grad_clip": 1.0, "eval_points": 6, "first_eval": 0.05,
-            "eval_windows": 128, "probe_every_eval": True, "compile": False, "model_shape": {"n_layer": 2},
-            "learning_rates": {"mlm": 0.003, "ar": 0.006}, "lr_sweep": None, "sweep_fraction": 0.25, "probes": True,
-            "flops": "dense", "tf32": False, "downstream": None}
+from backbone import ConfigError
+from bench.compare import build_parser, parse_config
+from bench.config import COMMAND, EXECUTION, SETTING, Config, changed_settings, validate
 
 
-def test_every_flag_of_bench_compare_is_recorded_or_said_not_to_be():
-    flags = {action.dest for action in build_parser()._actions}
-    in_schema = {flag for entry in config_file.SCHEMA for flag in entry.flags}
-    assert flags == in_schema | set(config_file.NOT_RECORDED), (flags ^ (in_schema | set(config_file.NOT_RECORDED)))
-    assert not in_schema & set(config_file.NOT_RECORDED)
+def test_every_flag_of_bench_compare_is_one_field_of_the_configuration():
+    flags = {action.dest for action in build_parser()._actions} - {"help"}
+    fields = set(Config().flags())
+    # the fields no flag sets: what a --config rerun carries over (rates, the folder's tokenizer)
+    assert flags == fields - {"rates", "reused_tokenizer"}
 
 
-def test_record_keeps_the_schemas_order_and_leaves_out_optional_entries_at_their_absent_value():
-    written = config_file.record(dict(reversed(list(RECORDED.items()))))
-    assert list(written) == [key for key in RECORDED if key not in ("flops", "tf32", "downstream")]
-    assert config_file.record({**RECORDED, "flops": "executed"})["flops"] == "executed"
-    tasks = {"tasks": ["synthetic:tagging"], "finetune_steps": 150, "finetune_lrs": [0.001, 0.003]}
-    assert config_file.record({**RECORDED, "tf32": True, "downstream": tasks})["downstream"] == tasks
-    with pytest.raises(ValueError, match=r"unknown \['colour'\], missing \['model_shape'\]"):
-        config_file.record({**{k: v for k, v in RECORDED.items() if k != "model_shape"}, "colour": "red"})
+def test_the_flags_become_the_tree_and_the_tree_gives_them_back():
+    config = parse_config(["--objectives", "mlm,ar", "--budget", "1e9", "--micro-batch", "4", "--out", "x"])
+    assert config.training.objectives == "mlm,ar" and config.training.budget == 1e9
+    assert config.hardware.micro_batch == 4 and str(config.output.out) == "x"
+    assert config.command == ("--objectives", "mlm,ar", "--budget", "1e9", "--micro-batch", "4", "--out", "x")
+    assert Config.from_flags(config.flags(), config.command) == config
+    assert config.with_flags(budget=2e9).training.budget == 2e9 and config.training.budget == 1e9  # frozen
+    with pytest.raises(ValueError, match="colour"):
+        Config.from_flags({"colour": "red"})
 
 
-def test_flag_defaults_invert_the_record():
-    tasks = {"tasks": ["synthetic:tagging", "synthetic:order"], "finetune_steps": 20, "finetune_lrs": [0.001, 0.01]}
-    saved = {**config_file.record({**RECORDED, "downstream": tasks}),
-             "execution": {"micro_batch": 4, "activation_checkpointing": True, "checkpoint_every": None,
-                           "log_every": 10, "retired_flag": 1}}
-    defaults = config_file.flag_defaults(saved)
-    assert defaults == {"data": "synthetic", "seq_len": 64, "text_field": "text", "vocab_size": 8192,
-                        "tokenizer": None, "precision": "32-true", "budget": 8e11, "model": "mini", "batch_size": 32,
-                        "eval_points": 6, "no_probe_curves": False, "compile": False, "objectives": "mlm,ar",
-                        "lr_sweep": None, "sweep_fraction": 0.25, "no_probes": False,
-                        "downstream": "synthetic:tagging,synthetic:order", "finetune_steps": 20,
-                        "finetune_lrs": "0.001,0.01", "micro_batch": 4, "activation_checkpointing": True,
-                        "checkpoint_every": None, "log_every": 10, "flops": "dense"}
-    # an older folder: no execution, no downstream, no tf32 recorded; a required key missing is a KeyError
-    older = config_file.record(RECORDED)
-    assert "micro_batch" not in config_file.flag_defaults(older) and "downstream" not in config_file.flag_defaults(older)
-    with pytest.raises(KeyError, match="model"):
-        config_file.flag_defaults({k: v for k, v in older.items() if k != "model"})
+def test_config_json_records_settings_apart_from_how_the_steps_run_and_reruns_from_them():
+    config = parse_config(["--budget", "1e9", "--micro-batch", "4", "--seeds", "3", "--out", "x"])
+    settings, execution = config.recorded(SETTING), config.recorded(EXECUTION)
+    assert settings["training"]["budget"] == 1e9 and "micro_batch" not in settings.get("hardware", {})
+    assert execution["hardware"]["micro_batch"] == 4 and execution["training"]["seeds"] == 3
+    assert "out" not in str(config.recorded(SETTING, EXECUTION))  # where to write is this command's alone
+    assert config.recorded(COMMAND)["output"]["out"] == "x"
+    back = Config.from_recorded({**settings, **{k: {**settings.get(k, {}), **v} for k, v in execution.items()}})
+    assert Config.from_flags(back).recorded(SETTING, EXECUTION) == config.recorded(SETTING, EXECUTION)
 
 
-def test_resume_compares_settings_with_older_folders_missing_keys_read_as_their_absent_value():
-    now = {**config_file.record(RECORDED), "execution": {"micro_batch": None}, "versions": {"torch": "2.14"}}
-    older = {k: v for k, v in now.items() if k not in ("execution", "versions")}  # before those were recorded
-    assert config_file.changed(older, now) == []
-    assert config_file.changed({**older, "tf32": False}, now) == []  # absent means False
-    assert config_file.changed({**older, "tf32": True}, now) == ["tf32"]
-    assert config_file.changed(older, config_file.record({**RECORDED, "flops": "executed"})) == ["flops"]
-    assert config_file.changed({**older, "budget_flops": 1e9, "resumed_with": []}, now) == ["budget_flops"]
-    assert config_file.changed({k: v for k, v in older.items() if k != "model_shape"}, now) == ["model_shape"]
-    assert config_file.changed({**older, "colour": "red"}, now) == ["colour"]  # a key this version does not know
+def test_resume_names_each_setting_that_changed():
+    before, after = Config().recorded(SETTING), Config().with_flags(budget=1e9, micro_batch=2).recorded(SETTING)
+    assert changed_settings(before, before) == [] and changed_settings(before, after) == ["training.budget"]
+    assert changed_settings({**before, "extra": {"colour": 1}}, before) == ["extra.colour"]
 
 
-def test_fixed_entries_recorded_with_another_value_are_named():
-    saved = config_file.record({**RECORDED, "warmup": 0.1})
-    assert config_file.fixed_changes(saved, TrainConfig) == [f"warmup 0.1 (now {TrainConfig.warmup})"]
-    assert config_file.fixed_changes({k: v for k, v in saved.items() if k != "warmup"}, TrainConfig) == []
+@pytest.mark.parametrize("flags, message", [
+    (["--seeds", "0"], "--seeds must be >= 1"), (["--budget", "-1"], "--budget must be a positive"),
+    (["--sweep-fraction", "2"], "--sweep-fraction must be in"), (["--strategy", "fsdp"], "not supported"),
+    (["--accelerator", "cpu", "--precision", "16-mixed"], "needs a GPU")])
+def test_a_mistake_is_one_line_before_anything_runs(flags, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(flags)
+    with pytest.raises(ConfigError, match=message):  # the same check of a configuration built in code
+        validate(Config.from_flags({**Config().flags(), **parse_flags(flags)}))
+
+
+def parse_flags(flags: list[str]) -> dict:
+    args = vars(build_parser().parse_args(flags))
+    return {**args, "seq_len": str(args["seq_len"]), "budgets": tuple(args["budgets"] or ())}

@@ -9,7 +9,7 @@ import torch
 
 import bench.training.loop
 from backbone import Backbone, ConfigError, preset
-from bench.comparison import predicted_phases
+from bench.planning import predicted_phases
 from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective, eval_batches
 from bench.training.config import TrainConfig, learning_rate

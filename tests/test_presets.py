@@ -11,7 +11,7 @@ from bench.analysis import presets as presets_module
 from bench.analysis.judges import Evidence, claim, judge, multiplier_claim
 from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
 from bench.cli import run
-from bench.compare import main as compare_main, parse_args
+from bench.compare import main as compare_main, parse_config
 from bench.report.frontier import budget_folder
 from objectives import parse_objective_list
 from tests.analysis.records import results
@@ -22,17 +22,17 @@ ANCHORS = Path(__file__).resolve().parents[2] / "shared" / "ANCHORS.md"
 @pytest.mark.parametrize("name", list(PRESETS))
 def test_every_preset_parses_and_names_its_paper(name):
     preset = PRESETS[name]
-    args = parse_args(["--preset", name])
-    specs = parse_objective_list(args.objectives)  # every spec is valid
-    assert args.seeds == preset.flags["seeds"]
+    config = parse_config(["--preset", name])
+    specs = parse_objective_list(config.training.objectives)  # every spec is valid
+    assert config.training.seeds == preset.flags["seeds"] >= 5
     # where in the paper: a table, a section, or the abstract for claims quoted from it
     assert re.search(r"\d{4}", preset.paper.citation) and re.search(r"Table|Section|abstract", preset.paper.citation)
     assert preset.paper.claim.endswith(".") and preset.paper.setting
     for row, values in preset.paper.rows:
         assert len(values) == len(preset.paper.columns), row
     variants = {variant.name for variant in preset.variants}
-    if args.budgets:  # a budget sweep's comparisons are its variants, one folder per budget
-        variants = {budget_folder(budget) for budget in args.budgets}
+    if config.training.budgets:  # a budget sweep's comparisons are its variants, one folder per budget
+        variants = {budget_folder(budget) for budget in config.training.budgets}
     for label, target in preset.rows:
         variant, _, spec = target.rpartition("/")
         assert spec in specs and (variant in variants if variants else not variant), target
@@ -53,20 +53,21 @@ def test_every_quoted_paper_value_is_in_the_reference_facts(name):
 
 
 def test_explicit_flags_override_a_preset_and_its_variants_are_its_own():
-    args = parse_args(["--preset", "nsp-sop", "--seeds", "2", "--budget", "1e10"])
-    assert args.seeds == 2 and args.budget == 1e10 and args.objectives == "mlm,mlm:pair=nsp,mlm:pair=sop"
-    assert args.downstream == "synthetic:states,synthetic:component,synthetic:same-source,synthetic:order"
+    config = parse_config(["--preset", "nsp-sop", "--seeds", "2", "--budget", "1e10"])
+    assert config.training.seeds == 2 and config.training.budget == 1e10
+    assert config.training.objectives == "mlm,mlm:pair=nsp,mlm:pair=sop" and config.output.preset == "nsp-sop"
+    assert config.yardsticks.downstream == "synthetic:states,synthetic:component,synthetic:same-source,synthetic:order"
     with pytest.raises(ConfigError, match="runs one comparison per --budget"):
-        parse_args(["--preset", "electra-efficiency", "--budget", "1e10"])
+        parse_config(["--preset", "electra-efficiency", "--budget", "1e10"])
     with pytest.raises(ConfigError, match="unknown --preset 'bert'"):
-        parse_args(["--preset", "bert"])
+        parse_config(["--preset", "bert"])
     with pytest.raises(ConfigError, match="give one of them"):
-        parse_args(["--preset", "nsp-sop", "--config", "x.json"])
+        parse_config(["--preset", "nsp-sop", "--config", "x.json"])
 
 
 def test_preset_list_names_every_preset(capsys):
     with pytest.raises(SystemExit) as exit_:
-        parse_args(["--preset", "list"])
+        parse_config(["--preset", "list"])
     assert exit_.value.code == 0
     printed = capsys.readouterr().out
     for name, preset in PRESETS.items():

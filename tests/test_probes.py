@@ -98,7 +98,7 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
     assert controls["electra"]["probes"] == controls["mlm"]["probes"] != controls["ar"]["probes"]
     assert json.loads((tmp_path / "ar" / "result.json").read_text()) == controls["ar"]
     # bench.downstream --run rebuilds a control from its seed alone: the same weights
-    settings = {"model": config.model}
+    settings = {"config": {"model": {"model": config.model}}}
     rebuilt = control_objective(controls["ar"], settings, TaskContext(corpus.seq_len, corpus.vocab))
     started = setup_run(fabric, "ar", 1, corpus, config, tmp_path / "ar-run").objective
     assert all(torch.equal(a, b) for a, b in zip(rebuilt.backbone.state_dict().values(),

@@ -119,17 +119,15 @@ def test_a_worker_restarted_by_torchrun_resumes_on_its_own(uninterrupted, tmp_pa
 
 
 def test_restarts_need_a_folder_and_unforwarded_signals_are_named(tmp_path):
-    from argparse import Namespace
+    from bench.config import Config
     with pytest.raises(Exception, match="torchrun --max-restarts needs --out"):
-        resume_after_restart(Namespace(out=None, resume=False), {"TORCHELASTIC_MAX_RESTARTS": "1"})
-    args = Namespace(out=tmp_path, resume=False)
-    resume_after_restart(args, {"TORCHELASTIC_RESTART_COUNT": "1"})
-    assert not args.resume  # nothing there to resume: a fresh start
+        resume_after_restart(Config(), {"TORCHELASTIC_MAX_RESTARTS": "1"})
+    config = Config().with_flags(out=tmp_path)
+    assert not resume_after_restart(config, {"TORCHELASTIC_RESTART_COUNT": "1"}).output.resume  # nothing there yet
     (tmp_path / "config.json").write_text("{}")
-    resume_after_restart(args, {"TORCHELASTIC_RESTART_COUNT": "0"})
-    assert not args.resume  # the first attempt: a folder it holds is refused later, as without torchrun
-    resume_after_restart(args, {"TORCHELASTIC_RESTART_COUNT": "1"})
-    assert args.resume
+    # the first attempt: a folder it holds is refused later, as without torchrun
+    assert not resume_after_restart(config, {"TORCHELASTIC_RESTART_COUNT": "0"}).output.resume
+    assert resume_after_restart(config, {"TORCHELASTIC_RESTART_COUNT": "1"}).output.resume
     assert unforwarded_stop_signals({}) == []  # not under torchrun
     assert unforwarded_stop_signals({"TORCHELASTIC_RUN_ID": "x"}) == ["SIGUSR1"]  # an older torchrun
     assert unforwarded_stop_signals({"TORCHELASTIC_RUN_ID": "x",

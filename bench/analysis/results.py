@@ -130,7 +130,7 @@ PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
 
 
 def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) -> dict | None:
-    """A sequence-length schedule's accounting (bench.comparison.schedule_accounting: per objective the predicted
+    """A sequence-length schedule's accounting (bench.planning.schedule_accounting: per objective the predicted
     phases and the final length throughout at the same FLOPs) with, beside it, the counts per phase measured in the
     runs, as means over seeds."""
     if accounting is None:
@@ -167,11 +167,11 @@ class Measured:
     budget_flops: float
     seq_len: int  # the length the models are evaluated at (a schedule's last)
     baseline: str | None = None  # the first objective given
-    bayes: dict | None = None  # floors, ceilings, unigram losses and input-only controls (bench.comparison)
+    bayes: dict | None = None  # floors, ceilings, unigram losses and input-only controls (bench.pipeline)
     diverged: list[dict] = field(default_factory=list)
     lr_sweep: dict | None = None
     tasks: list[dict] | None = None  # the downstream tasks as described (Downstream.describe)
-    seq_len_accounting: dict | None = None  # a schedule's predicted phases (bench.comparison.schedule_accounting)
+    seq_len_accounting: dict | None = None  # a schedule's predicted phases (bench.planning.schedule_accounting)
     controls: list[dict] = field(default_factory=list)  # the untrained controls (bench.training.runs.control_run)
 
     @classmethod

@@ -10,6 +10,7 @@ from pathlib import Path
 from backbone import ConfigError
 from bench.downstream import context_for_run, load_run_objective
 from bench.files import read_json
+from bench.planning import read_settings
 from bench.yardsticks.examples import TaskContext
 from objectives import Objective
 
@@ -64,7 +65,7 @@ def is_control(folder: Path) -> bool:
 
 def load_objective(run: FinishedRun) -> tuple[Objective, TaskContext]:
     """The run's objective with its final weights, and the window, vocabulary and tokenizer it trained with."""
-    settings = read_json(run.comparison / "config.json")
+    settings = read_settings(run.comparison)
     context = context_for_run(run.comparison, settings)
     try:
         objective = load_run_objective(run.folder, run.spec, settings, context)

@@ -2,7 +2,7 @@
 config (TrainConfig, optimizer, schedule by FLOPs), distributed (Fabric, launchers, the one all-reduce, the shared
 folder), memory (will a step fit), batches (rows, seeds, prefetch, held-out batches), state (build, restore, save a
 run), stopping (signals), loop (`fit` and the checkpoint evaluations), runs (a run or control from start to
-result.json), live (throughput, MFU), schedule (--seq-len), sweep (--lr-sweep), config_file (config.json).
+result.json), live (throughput, MFU), schedule (--seq-len), sweep (--lr-sweep).
 
 Everything that makes runs comparable lives here:
 - every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);

@@ -136,7 +136,7 @@ def provenance(lr: str, default_lr: str, lr_sweep: str | None, setting: dict, sp
     return {"kind": "borrowed", "from": DEFAULT_SWEEP, "differs": differs, "never_swept": never}
 
 
-# The sweep that chose the built-in default rates (bench.comparison.DEFAULT_LR): redo it, and update both, when the
+# The sweep that chose the built-in default rates (bench.config.TrainingConfig.lr): redo it, and update both, when the
 # default setting changes.
 DEFAULT_SWEEP = {"command": "python -m bench.compare --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 --seeds 1",
                  "setting": {"budget": 8e11, "seq_len": "64", "model": "mini", "batch_size": 32, "data": "synthetic"},

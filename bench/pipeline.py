@@ -1,0 +1,258 @@
+"""A comparison from its typed configuration to its report, top to bottom: plan → learning-rate sweep → runs →
+untrained controls → results → report. A preset's variants and a budget sweep expand into a list of comparisons
+(jobs), each a folder and a configuration, run by one loop; their summary (the paper section, the frontier) is
+written on top.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+import torch
+from lightning_fabric import Fabric
+
+from backbone import ConfigError
+from bench.analysis.budgets import frontier_results
+from bench.analysis.density import position_row
+from bench.analysis.presets import Preset, get_preset, paper_section
+from bench.analysis.results import Measured, build_results
+from bench.config import Config
+from bench.environment import code_revision, package_versions
+from bench.files import write_atomic, write_json
+from bench.planning import Plan, output_folder, plan
+from bench.report.frontier import budget_folder, write_frontier_report
+from bench.report.markdown import write_preset_report, write_report
+from bench.report.setup import setup_table
+from bench.training.batches import eval_batches
+from bench.training.config import run_name
+from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
+from bench.training.runs import control_run, finished_result, trained_or_reused
+from bench.training.stopping import current_stop_request, stop_agreed, stop_message
+from bench.training.sweep import provenance, sweep, sweep_rates
+from bench.yardsticks.bayes import loss_floors, unigram_losses
+from bench.yardsticks.downstream import describe_recipe
+from bench.yardsticks.probes import input_only_controls, probe_ceilings
+
+SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host (warn_small_steps)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One comparison of a command: its name among its siblings ("" alone) and its configuration."""
+
+    name: str
+    config: Config
+
+
+@dataclass
+class Measurement:
+    """What one comparison measured, on rank 0 (results None elsewhere)."""
+
+    results: dict | None
+    diverged: list[dict]
+    plan: Plan
+
+
+def run(config: Config) -> list[dict]:
+    """Every comparison the configuration asks for and their reports; returns the diverged runs."""
+    preset = get_preset(config.output.preset) if config.output.preset else None
+    jobs, started = expand(config, preset), time.perf_counter()
+    measured = {}
+    for job in jobs:
+        if len(jobs) > 1:
+            print(f"comparison {job.name} in {job.config.output.out}", file=sys.stderr)
+        measured[job.name] = measure(job.config)
+        if len(jobs) > 1 and measured[job.name].results is not None:
+            print(f"report: {write_report(measured[job.name].plan.out, measured[job.name].results)}")
+    diverged = [record for found in measured.values() for record in found.diverged]
+    if any(found.results is None for found in measured.values()):  # not rank 0
+        return diverged
+    summarise(config, preset, measured, time.perf_counter() - started)
+    return diverged
+
+
+def expand(config: Config, preset: Preset | None) -> list[Job]:
+    """The comparisons a configuration asks for: one; one per budget of a sweep (--out/budget-B); one per variant of
+    a preset (--out/VARIANT)."""
+    if config.training.budgets:
+        out = output_folder(config.output.out)
+        return [Job(budget_folder(budget), config.with_flags(budget=budget, budgets=(), out=out / budget_folder(budget)))
+                for budget in config.training.budgets]
+    if preset is not None and preset.variants:
+        out = output_folder(config.output.out)
+        return [Job(variant.name, config.with_flags(**variant.flags, out=out / variant.name))
+                for variant in preset.variants]
+    return [Job("", config)]
+
+
+def summarise(config: Config, preset: Preset | None, measured: dict[str, Measurement], seconds: float) -> None:
+    """A single comparison's report (with its preset's paper section); a sweep's frontier; a preset's own report
+    over its variants."""
+    found = {name: measurement.results for name, measurement in measured.items()}
+    if list(found) == [""]:
+        results = found[""]
+        if preset is not None:
+            results["paper"] = paper_section(preset, {"": results}, seconds)
+        print(f"report: {write_report(measured[''].plan.out, results)}")
+        return
+    out = output_folder(config.output.out)
+    if config.training.budgets:
+        by_budget = {results["budget_flops"]: results for results in found.values()}
+        frontier = frontier_results(by_budget, next(iter(found.values()))["baseline"],
+                                    sweep_setup(config, by_budget, seconds))
+        if preset is not None:  # a preset's judge reads every budget's comparison, and the frontier
+            frontier["paper"] = paper_section(preset, found, seconds, frontier)
+        print(f"report: {write_frontier_report(out, frontier)}")
+    elif preset is not None:
+        print(f"report: {write_preset_report(out, paper_section(preset, found, seconds))}")
+
+
+def sweep_setup(config: Config, by_budget: dict[float, dict], seconds: float) -> dict:
+    largest = by_budget[max(by_budget)]
+    setup = {key: value for key, value in largest["setup"].items() if key not in ("budget (FLOPs)", "written")}
+    minutes = sum(run.get(key) or 0 for results in by_budget.values() for run in results["runs"]
+                  for key in ("wall_seconds", "probe_seconds", "downstream_seconds")) / 60
+    return {"command": largest["setup"]["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in sorted(by_budget)),
+            **{k: v for k, v in setup.items() if k != "command"},
+            "sweep time": f"{minutes:.1f} min in its runs (training, evaluations, probes and tasks, summed over runs "
+                          f"and sessions); {seconds:.0f} s of wall time in this session"}
+
+
+def measure(config: Config) -> Measurement:
+    """One comparison: plan, runs, controls and results (its report is the caller's)."""
+    hardware, quiet = config.hardware, config.output.quiet
+    fabric = make_fabric(hardware.accelerator, hardware.devices, hardware.num_nodes, hardware.strategy,
+                         hardware.precision, launch=False)
+    plan_ = plan(config, fabric)
+    warn_small_steps(fabric, plan_.train.batch_size, min(plan_.schedule.lengths))
+    # rows are named by the spec as the user wrote it, like the runs; at the length the models are evaluated at
+    positions = [{**position_row(objective, plan_.schedule.final), "objective": spec}
+                 for spec, objective in zip(plan_.specs, plan_.objectives)]
+    bayes = bayes_references(plan_)
+    launch_processes(fabric)
+    plan_ = replace(plan_, out=agree_on_folder(fabric, plan_.out))
+    write_settings(fabric, plan_)
+    lr_sweep = None
+    if config.training.lr_sweep is not None:
+        lr_sweep = sweep(fabric, plan_.specs, sweep_rates(config.training.lr_sweep), plan_.corpus, plan_.train,
+                         config.training.sweep_fraction, plan_.out, progress=not quiet)
+        plan_ = replace(plan_, learning_rates={spec: item["chosen"] for spec, item in lr_sweep.items()})
+    runs, diverged = run_all(fabric, plan_)
+    controls = run_controls(fabric, plan_)
+    if not fabric.is_global_zero:
+        return Measurement(None, diverged, plan_)
+    measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), positions, runs,
+                        config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged, lr_sweep,
+                        plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
+    return Measurement(build_results(measured), diverged, plan_)
+
+
+def write_settings(fabric: Fabric, plan_: Plan) -> None:
+    if not fabric.is_global_zero:
+        return
+    try:
+        write_json(plan_.out / "config.json", plan_.settings)
+        if plan_.corpus.text_tokenizer is not None:  # bench.downstream --run tokenizes new tasks with it
+            write_atomic(plan_.out / "tokenizer.json", plan_.corpus.text_tokenizer.to_str())
+    except OSError as error:
+        raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
+
+
+def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[dict], list[dict]]:
+    """Train every objective and seed, keeping finished runs on --resume. A diverged run is recorded (its folder
+    holds diverged.json) and the others go on. Returns (finished runs, diverged runs)."""
+    runs, diverged, request = [], [], current_stop_request()
+    for spec in plan_.specs:
+        for seed in range(plan_.config.training.seeds):
+            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
+                raise stop_message(fabric, f"before {run_name(spec, seed)} (the finished runs are saved)",
+                                   request.signal_name)
+            result, record = trained_or_reused(fabric, spec, seed, plan_.corpus,
+                                               replace(plan_.train, lr=plan_.learning_rates[spec]),
+                                               plan_.out / "runs" / run_name(spec, seed), plan_.config.output.resume,
+                                               plan_.yardsticks, not plan_.config.output.quiet)
+            if record is not None:
+                diverged.append(record)
+            else:
+                runs.append(result)
+    return runs, diverged
+
+
+def run_controls(fabric: Fabric, plan_: Plan) -> list[dict]:
+    """Every seed's untrained controls through the yardsticks (bench.training.runs.control_run), kept on --resume;
+    nothing to do when no yardstick runs."""
+    if not plan_.yardsticks:
+        return []
+    controls, request = [], current_stop_request()
+    for name, spec in plan_.control_specs().items():
+        for seed in range(plan_.config.training.seeds):
+            run_dir = plan_.out / "runs" / run_name(name, seed)
+            if stop_agreed(fabric, request):
+                raise stop_message(fabric, f"before {run_dir.name} (the finished runs are saved)", request.signal_name)
+            result = fabric.broadcast(finished_result(run_dir) if plan_.config.output.resume else None, src=0)
+            if result is None:
+                result = control_run(fabric, spec, seed, plan_.corpus, plan_.train, run_dir, plan_.yardsticks,
+                                     not plan_.config.output.quiet)
+            controls.append(result)
+    return controls
+
+
+def bayes_references(plan_: Plan) -> dict | None:
+    """On the embedded language the true distribution is known: the Bayes floor of every objective's held-out
+    metrics on exactly its evaluation batches, and the probes' ceilings on their test windows."""
+    corpus, probe = plan_.corpus, plan_.probe
+    if corpus.language is None:
+        return None
+    pairs = list(zip(plan_.specs, plan_.objectives))
+    batches = {spec: eval_batches(objective, corpus, plan_.train) for spec, objective in pairs}
+    return {"floors": {spec: loss_floors(objective, batches[spec], corpus) for spec, objective in pairs},
+            "unigram": {spec: unigram_losses(objective, batches[spec], corpus) for spec, objective in pairs},
+            "ceilings": probe_ceilings(corpus, probe) if probe else None,
+            "input_only": input_only_controls(corpus, probe) if probe else None}
+
+
+def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | None) -> dict:
+    """What the report's setup table says (bench.report.setup), as facts."""
+    config, corpus, train = plan_.config, plan_.corpus, plan_.train
+    summary, vocab = corpus.summary(), corpus.vocab
+    return {
+        "command": list(config.command), "objectives": plan_.specs, "seeds": config.training.seeds,
+        "budget": config.training.budget, "model": config.model.model, "shape": plan_.settings["derived"]["model_shape"],
+        "runs": {"tokens": sum(r["tokens"] for r in runs) / len(runs),
+                 "backbone_parameters": runs[0]["backbone_parameters"]} if runs else None,
+        "sequence_length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
+        "batch_size": config.training.batch_size, "flops": train.flops, "rates": plan_.learning_rates,
+        "rate_source": provenance(config.training.lr, Config().training.lr, config.training.lr_sweep, {
+            "budget": config.training.budget, "seq_len": config.model.seq_len, "model": config.model.model,
+            "batch_size": config.training.batch_size, "data": config.data.data}, plan_.specs),
+        "corpus": {"name": corpus.name, "description": corpus.description, "train_tokens": summary["train_tokens"],
+                   "train_windows": len(corpus.train), "heldout_windows": len(corpus.heldout),
+                   "evaluated": min(train.eval_windows, len(corpus.heldout)), "tokenizer": corpus.tokenizer,
+                   "vocab_size": vocab.size, "ordinary": vocab.num_ordinary, "special": vocab.first_ordinary,
+                   "sentinels": vocab.num_sentinels},
+        "device": device_name(fabric.device), "world_size": fabric.world_size, "precision": config.hardware.precision,
+        "versions": package_versions(), "versions_note": plan_.versions_note, "log_every": train.log_every,
+        "revision": code_revision(), "stale": list(plan_.stale),
+        "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "bayes": bayes,
+        "downstream": describe_recipe(plan_.downstream, runs) if plan_.downstream else None,
+        "probe": vars(plan_.probe) if plan_.probe else None,
+        "controls": plan_.control_specs() if plan_.yardsticks else None}
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
+    """A GPU fed a few thousand tokens per step waits on the host and the launch overheads most of the time."""
+    tokens = batch_size // fabric.world_size * seq_len
+    if fabric.device.type == "cuda" and tokens < SMALL_STEP_TOKENS:
+        print(f"warning: each process's step holds {tokens:,} tokens (--batch-size {batch_size} over "
+              f"{fabric.world_size} process(es) × --seq-len {seq_len}); below about {SMALL_STEP_TOKENS:,} a GPU "
+              "mostly waits: raise --batch-size (with --micro-batch if memory is short)", file=sys.stderr)
+

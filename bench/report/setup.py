@@ -1,0 +1,94 @@
+"""The report's setup table, worded from the facts a comparison gathered (bench.pipeline.setup_facts)."""
+
+from __future__ import annotations
+
+import shlex
+
+from bench.environment import describe as describe_versions
+
+
+def rates_source(found: dict) -> str:
+    """Where the peak rates come from, said plainly (bench.training.sweep.provenance)."""
+    if found["kind"] == "swept":
+        return " (chosen by this comparison's own --lr-sweep; its runs' FLOPs are reported apart)"
+    if found["kind"] == "given":
+        return " (given by --lr: no sweep chose them)"
+    text = f" (borrowed from the sweep that chose the defaults, `{found['from']['command']}`"
+    if found["differs"]:
+        text += f"; this comparison differs in {', '.join(found['differs'])}"
+    if found["never_swept"]:
+        text += f"; never swept: {', '.join(found['never_swept'])}, which take their name's or the common rate"
+    return text + ("; run --lr-sweep for rates of its own)" if found["differs"] or found["never_swept"] else ")")
+
+
+def model_text(facts: dict) -> str:
+    shape, runs = facts["shape"], facts["runs"]
+    parameters = ("no finished run" if not runs else f"{runs['backbone_parameters']:,} backbone parameters; "
+                  f"{runs['tokens'] / runs['backbone_parameters']:.2f} training tokens per parameter")
+    return (f"{facts['model']}: n_layer {shape['n_layer']}, d_model {shape['d_model']}, n_head {shape['n_head']}, "
+            f"d_ff {shape['d_ff']}, {shape['positions']} positions; {parameters}")
+
+
+def flops_text(convention: str) -> str:
+    return f"{convention}: " + ("attention over the full T × T, whatever the mask (what torch's FlopCounterMode "
+                                "measures)" if convention == "dense" else
+                                "causal and prefix attention only for the blocks a tiled kernel computes "
+                                "(backbone.flops)")
+
+
+def data_rows(facts: dict) -> dict:
+    corpus, runs = facts["corpus"], facts["runs"]
+    return {
+        "data": f"{corpus['name']}: {corpus['description']}",
+        "data size": f"{corpus['train_tokens']:,} training tokens in {corpus['train_windows']:,} windows, "
+                     f"{corpus['heldout_windows']:,} held-out windows (first {corpus['evaluated']} evaluated)",
+        "epochs": (f"{runs['tokens'] / corpus['train_tokens']:.1f} passes over the training windows per run (mean)"
+                   if runs else "no finished run"),
+        "tokenizer": corpus["tokenizer"],
+        "vocabulary": f"{corpus['vocab_size']} ids ({corpus['ordinary']} ordinary, {corpus['special']} special, "
+                      f"{corpus['sentinels']} sentinels)"}
+
+
+def yardstick_rows(facts: dict) -> dict:
+    found, bayes = {}, facts.get("bayes")
+    if bayes:
+        found["learnable range"] = "; ".join(
+            f"{spec} {metric}: unigram {bayes['unigram'][spec][metric]:.3f} → Bayes floor {floor:.3f} nats"
+            for spec, floors in bayes["floors"].items() for metric, floor in floors.items())
+    if facts.get("downstream"):
+        found["downstream"] = facts["downstream"]
+    probe = facts.get("probe")
+    if probe:
+        found["probes"] = (f"diagnostic linear probes fitted on {probe['train_windows']} held-out windows, scored on "
+                           f"the next {probe['test_windows']}, asked about {probe['chosen_rate']:.0%} of each "
+                           f"window's positions; fine-tuning probe: {probe['finetune_steps']} steps of "
+                           f"{probe['finetune_batch']} windows")
+    if facts.get("controls"):
+        found["untrained controls"] = (", ".join(f"{name} (read as {spec})" for name, spec in
+                                                 facts["controls"].items())
+                                       + ": each seed's backbone at the initialisation its runs start from, through "
+                                       "the same yardsticks, never trained")
+    return found
+
+
+def setup_table(facts: dict) -> dict:
+    """{row: text} of the report's setup section."""
+    note = f" ({facts['versions_note']})" if facts.get("versions_note") else ""
+    table = {
+        "command": "python -m bench.compare " + shlex.join(facts["command"]),
+        "objectives": ", ".join(facts["objectives"]), "seeds": facts["seeds"], "budget (FLOPs)": f"{facts['budget']:.3g}",
+        "model": model_text(facts), "sequence length": facts["sequence_length"], "global batch": facts["batch_size"],
+        "FLOPs charged": flops_text(facts["flops"]),
+        "peak learning rates": ", ".join(f"{spec} {rate:g}" for spec, rate in facts["rates"].items())
+        + rates_source(facts["rate_source"]),
+        **data_rows(facts),
+        "device": f"{facts['device']} × {facts['world_size']}, precision {facts['precision']}",
+        "environment": describe_versions(facts["versions"]) + note,
+        "live metrics": (f"every {facts['log_every']} steps in runs/NAME/logs/from-step-S/metrics.csv (CSV; "
+                         "TensorBoard beside it where installed)" if facts["log_every"] else "off (--log-every 0)"),
+        "git revision": facts["revision"],
+        **({"stale runs": f"kept by --resume --allow-stale, trained by other code: {', '.join(facts['stale'])}"}
+           if facts.get("stale") else {}),
+        "written": facts["written"],
+    }
+    return {**table, **yardstick_rows(facts)}
