@@ -12,7 +12,7 @@ measured in the same run. Also: MLM masking against the collator, one process's 
 corrupting the whole batch, and KV-cached generation against recomputing the prefix for every new token. With
 `--comparison-steps N`, N training steps of mlm at the default comparison's shape, through the training code: one run,
 one run on one thread, two runs at once (two processes of one thread) and 5 seeds stacked in one model, each set
-beside the first as its peer (comparison_rows). With
+beside the first as its peer (bench.training.throughput.comparison_rows). With
 `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training), every
 timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the device's
 dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured
@@ -39,6 +39,7 @@ from bench.training.batches import training_batch
 from bench.training.config import configure_matmuls, tf32_matmuls
 from bench.training.live import device_peak
 from bench.training.schedule import single_seq_len
+from bench.training.throughput import comparison_rows
 from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
 
 DESCRIPTION = "Speed against the tools researchers would otherwise use, measured in one run."
@@ -271,32 +272,6 @@ def rope_rates(model: str, vocab: Vocab, batch_size: int, seq_len: int, dtype, r
             "peer_tokens_per_s": batch_size * seq_len / peer_seconds}
 
 
-def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
-                    batch_size: int = 32, data: str = "synthetic") -> list[dict]:
-    """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
-    steps of `spec` through the training code (bench.training.throughput): one run on every thread, one run on one
-    thread, two runs at once (two processes of one thread each, as one job per core runs them) and `seeds` seeds
-    stacked in one model (bench.training.stacked). Beside each, as its peer, the one run on every thread."""
-    from bench.data.corpus import load_corpus
-    from bench.training import throughput
-
-    corpus = load_corpus(data, seq_len)
-    config = throughput.steps_config(spec, corpus, steps, model, batch_size)
-    every = torch.get_num_threads()
-    shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
-    measured = [(f"{shape}: one run, {every} threads", throughput.alone(spec, corpus, config, every)),
-                (f"{shape}: one run, 1 thread", throughput.alone(spec, corpus, config, 1)),
-                (f"{shape}: two runs at once, 2 processes of 1 thread",
-                 throughput.at_once(spec, corpus, config, 2)),
-                (f"{shape}: {seeds} seeds stacked, {every} threads",
-                 throughput.stacked(spec, corpus, config, seeds, every))]
-    rows = [{"name": name, "ours_tokens_per_s": m["tokens"] / m["seconds"], "ours_flops_per_s": m["flops"] /
-             m["seconds"], "flops_per_step": m["flops"] / (m["runs"] * steps), **m} for name, m in measured]
-    for row in rows[1:]:
-        row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
-    return rows
-
-
 def perf_device(accelerator: str, precision: str) -> torch.device:
     """The device to time on, checked: a one-line ConfigError where it is missing or lacks the precision."""
     if accelerator == "cpu":
@@ -309,6 +284,26 @@ def perf_device(accelerator: str, precision: str) -> torch.device:
     if precision == "bf16-mixed" and not torch.cuda.is_bf16_supported(including_emulation=False):
         raise ConfigError(f"--precision bf16-mixed: {torch.cuda.get_device_name(device)} has no bf16; use 32-true")
     return device
+
+
+def objective_rows(model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repeats: int, device: torch.device,
+                   peers: dict) -> list[dict]:
+    """One row per registered objective (one registered later too), in the registry's order, beside its peer."""
+    rows, peer_seconds = [], {}
+    for spec in REGISTRY:
+        measured = ours(spec, model, vocab, tokens, dtype, repeats, device)
+        row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
+               "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]
+               / measured["seconds"]}
+        peer = measured["objective"].perf_peer  # span's is ar's: the same model at the same length, timed once
+        if peer in peers:
+            if peer not in peer_seconds:
+                step, counted = peers[peer]
+                peer_seconds[peer] = (median_seconds(step, repeats, device=device), measure_flops(counted))
+            seconds, flops = peer_seconds[peer]
+            row.update(peer_tokens_per_s=tokens.numel() / seconds, peer_flops_per_s=flops / seconds)
+        rows.append(row)
+    return rows
 
 
 def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, precision: str = "32-true",
@@ -330,20 +325,7 @@ def measure(model: str = "small", seq_len: int = 128, batch_size: int = 32, prec
         peers = peer_steps(model, vocab.size, tokens, dtype, device)
     except ImportError:
         note = 'the peer columns need transformers: pip install -e ".[perf]"'
-    rows, peer_seconds = [], {}
-    for spec in REGISTRY:  # every registered objective, in the registry's order (one registered later too)
-        measured = ours(spec, model, vocab, tokens, dtype, repeats, device)
-        row = {"name": spec, "ours_tokens_per_s": tokens.numel() / measured["seconds"],
-               "flops_per_step": measured["flops_per_step"], "ours_flops_per_s": measured["flops_per_step"]
-               / measured["seconds"]}
-        peer = measured["objective"].perf_peer  # span's is ar's: the same model at the same length, timed once
-        if peer in peers:
-            if peer not in peer_seconds:
-                step, counted = peers[peer]
-                peer_seconds[peer] = (median_seconds(step, repeats, device=device), measure_flops(counted))
-            seconds, flops = peer_seconds[peer]
-            row.update(peer_tokens_per_s=tokens.numel() / seconds, peer_flops_per_s=flops / seconds)
-        rows.append(row)
+    rows = objective_rows(model, vocab, tokens, dtype, repeats, device, peers)
     mlm = build_objective("mlm", Backbone(preset("tiny", vocab.size, max_seq_len=seq_len)), vocab)
     rows.append(masking_rates(vocab, tokens, repeats, mlm))
     rows.append(pipeline_rates(mlm, tokens, repeats))

@@ -1,14 +1,14 @@
 """Pretraining objectives on the shared backbone, built from spec strings such as "mlm:rate=0.4,mask=0.9,random=0".
 
-A spec is NAME or NAME:KEY=VALUE,KEY=VALUE (see objectives.base.parse_options); every mistake raises ConfigError
+A spec is NAME or NAME:KEY=VALUE,KEY=VALUE (see objectives.options.parse_options); every mistake raises ConfigError
 with a one-line message naming it.
 """
 
 from __future__ import annotations
 
 from backbone import Backbone, ConfigError
-from objectives.base import IGNORE, NUM_SENTINELS, SIGNALS, SPECIAL_TOKENS, Corrupted, FloorSpec, Objective, Options, Output, \
-    Vocab, parse_options, split_specs
+from objectives.base import IGNORE, NUM_SENTINELS, SIGNALS, SPECIAL_TOKENS, Corrupted, FloorSpec, Objective, Output, Vocab
+from objectives.options import Options, parse_options, split_specs
 from objectives.causal import CausalLM
 from objectives.electra import Electra
 from objectives.mlm import MaskedLM
@@ -38,7 +38,7 @@ def build_objective(spec: str, backbone: Backbone, vocab: Vocab) -> Objective:
 
 
 def parse_objective_list(text: str) -> list[str]:
-    """Split "mlm,ar,mlm:rate=0.4,mask=1.0" into specs (objectives.base.split_specs) and check each."""
+    """Split "mlm,ar,mlm:rate=0.4,mask=1.0" into specs (objectives.options.split_specs) and check each."""
     specs = split_specs(text)
     if not specs:
         raise ConfigError("no objectives given")
@@ -49,5 +49,5 @@ def parse_objective_list(text: str) -> list[str]:
 
 
 __all__ = ["CausalLM", "Corrupted", "Electra", "FloorSpec", "IGNORE", "MaskedLM", "NUM_SENTINELS", "Objective",
-           "ObjectiveSchedule", "Options", "Output", "REGISTRY", "SPECIAL_TOKENS", "SpanCorruption", "Vocab",
+           "ObjectiveSchedule", "Options", "Output", "REGISTRY", "SIGNALS", "SPECIAL_TOKENS", "SpanCorruption", "Vocab",
            "build_objective", "parse_objective_list", "parse_options", "parse_spec", "split_specs"]

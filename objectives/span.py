@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from backbone import ConfigError
-from objectives.base import IGNORE, Corrupted, Objective, Options, Output, check_fraction, lm_flops, lm_forward
+from objectives.base import IGNORE, Corrupted, Objective, Output, lm_flops, lm_forward
+from objectives.options import Options, check_fraction
 from objectives.draws import Randomness, uniform
 
 

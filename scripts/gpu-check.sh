@@ -23,7 +23,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv >"$out/devi
 python -c "import torch; print(torch.__version__, torch.cuda.get_device_name(), \
 torch.cuda.is_bf16_supported(including_emulation=False))" >>"$out/device.txt" 2>&1
 # the tests whose CUDA branches run only where a GPU is (they are skipped or mocked elsewhere)
-step tests 150 python -m pytest -q -x tests/test_perf.py tests/test_fused_loss.py tests/test_backbone.py
+step tests 150 python -m pytest -q -x tests/commands/test_perf.py tests/backbone/
 step perf-small 90 python -m bench.perf --accelerator cuda --precision bf16-mixed --model small --json
 step perf-base-512 120 python -m bench.perf --accelerator cuda --precision bf16-mixed --model base --seq-len 512 \
     --batch-size 32 --repeats 3 --json

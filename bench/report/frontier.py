@@ -11,7 +11,8 @@ import numpy as np
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
 from bench.files import write_atomic, write_json
 from bench.report.plots import plt, save_figure
-from bench.report.sections import fmt, paper_text, table
+from bench.report.paper import paper_text
+from bench.report.sections import fmt, table
 from bench.report.wording import answer_sentence, listing
 
 

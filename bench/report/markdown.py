@@ -9,9 +9,10 @@ from pathlib import Path
 from bench.files import write_atomic, write_json
 from bench.report.plots import write_plots
 from bench.report.wording import answer_sentence
-from bench.report.sections import (answer_section, compute_section, density_section, diverged_section, downstream_table, floor_table,
-                                   loss_table, objective_schedule_section, paper_text, probe_table, schedule_section,
-                                   setup_section, sweep_section, verdict_section)
+from bench.report.paper import paper_text
+from bench.report.sections import (answer_section, compute_section, density_section, diverged_section,
+                                   downstream_table, floor_table, loss_table, objective_schedule_section, probe_table,
+                                   schedule_section, setup_section, sweep_section, verdict_section)
 
 
 def render(results: dict, plots: list[str]) -> str:

@@ -41,7 +41,7 @@ class StepMemory:
 
     @property
     def saved(self) -> int:
-        """What autograd holds for the backward pass (tests/test_train.py measures it)."""
+        """What autograd holds for the backward pass (tests/training/test_train.py measures it)."""
         return self.activations + self.heads
 
     @property

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import torch
 
-from bench.data.corpus import Corpus
+from bench.data.corpus import Corpus, load_corpus
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric
@@ -93,3 +93,26 @@ def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, re
         results.put({key: result[key] for key in ("tokens", "flops", "train_seconds")})
     except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
         results.put(f"{type(error).__name__}: {error}")
+
+
+def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
+                    batch_size: int = 32, data: str = "synthetic") -> list[dict]:
+    """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
+    steps of `spec` through the training code (this module): one run on every thread, one run on one
+    thread, two runs at once (two processes of one thread each, as one job per core runs them) and `seeds` seeds
+    stacked in one model (bench.training.stacked). Beside each, as its peer, the one run on every thread."""
+    corpus = load_corpus(data, seq_len)
+    config = steps_config(spec, corpus, steps, model, batch_size)
+    every = torch.get_num_threads()
+    shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
+    measured = [(f"{shape}: one run, {every} threads", alone(spec, corpus, config, every)),
+                (f"{shape}: one run, 1 thread", alone(spec, corpus, config, 1)),
+                (f"{shape}: two runs at once, 2 processes of 1 thread",
+                 at_once(spec, corpus, config, 2)),
+                (f"{shape}: {seeds} seeds stacked, {every} threads",
+                 stacked(spec, corpus, config, seeds, every))]
+    rows = [{"name": name, "ours_tokens_per_s": m["tokens"] / m["seconds"], "ours_flops_per_s": m["flops"] /
+             m["seconds"], "flops_per_step": m["flops"] / (m["runs"] * steps), **m} for name, m in measured]
+    for row in rows[1:]:
+        row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
+    return rows

@@ -19,7 +19,7 @@ from bench.seeds import derive_seed
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task, TaskContext, TaskOptions, encode, encode_tagged
 from objectives import IGNORE, Vocab
-from objectives.pairs import EMBEDDED_TASK_OF, Pairs, make_pairs, pair_layout
+from objectives.pairs import EMBEDDED_TASK_OF, make_pairs, pair_layout
 
 SYNTHETIC_TASKS = ("states", "component", "order", "same-source")
 PAIR_TASK_OF = {task: pair for pair, task in EMBEDDED_TASK_OF.items()}  # the pair mode each pair task asks about

@@ -83,6 +83,7 @@ def assert_close_runs(stacked: dict, separate: dict, stacked_dir, separate_dir) 
             torch.testing.assert_close(ours["optimizer"]["state"][index][key], value, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "ar>mlm@0.5", "mlm:rule=bernoulli"])
 def test_stacked_seeds_write_what_their_separate_runs_write(spec, corpus, fabric, tmp_path):
     seeds = [0, 1] if spec != "mlm" else [0, 1, 2]
@@ -110,6 +111,7 @@ def test_stacked_seeds_write_what_their_separate_runs_write(spec, corpus, fabric
         assert len({result["flops"] for result in stacked}) == len(seeds)
 
 
+@pytest.mark.slow
 def test_a_diverging_seed_stops_alone_and_is_recorded(corpus, fabric, tmp_path, monkeypatch, capsys):
     real, calls = SeedStack.forward, []
 
@@ -133,6 +135,7 @@ def test_a_diverging_seed_stops_alone_and_is_recorded(corpus, fabric, tmp_path, 
         assert_close_runs(results[seed], theirs, tmp_path / f"s{seed}", tmp_path / f"separate{seed}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("interruption", ["crash", "signal"])
 def test_an_interrupted_group_resumes_as_if_uninterrupted(interruption, corpus, fabric, tmp_path, monkeypatch):
     # Bernoulli masks: the seeds reach their FLOP checkpoints at different steps, and a group save at each of them;
@@ -205,9 +208,10 @@ def test_finished_and_diverged_seeds_are_reused_and_only_the_others_train(corpus
                                                           reuse=False)] == [0, 1, 2]
 
 
+@pytest.mark.slow
 def test_perf_times_the_default_comparisons_step_alone_at_once_and_stacked():
     # tiny shapes: this checks that the rows are made and hold sane keys; their speeds are bench.perf's to print
-    from bench.perf import comparison_rows
+    from bench.training.throughput import comparison_rows
     rows = comparison_rows(steps=3, seeds=2, model="tiny", seq_len=16, batch_size=4,
                            data="synthetic:train=64,heldout=16,words=64,states=4")
     names = [row["name"] for row in rows]
@@ -221,6 +225,7 @@ def test_perf_times_the_default_comparisons_step_alone_at_once_and_stacked():
     assert all(row["peer_tokens_per_s"] == rows[0]["ours_tokens_per_s"] for row in rows[1:])
 
 
+@pytest.mark.slow
 def test_seeds_in_different_pieces_of_a_schedule_train_in_one_step(corpus, fabric, tmp_path, monkeypatch):
     # Bernoulli masks move each seed's switch to ar to its own step: in the steps between, the stack runs one forward
     # per piece, each on the parameters of its own seeds

@@ -14,6 +14,8 @@ from bench.cli import run
 from bench.compare import build_parser, main
 from bench.training.stopping import EXIT_STOPPED
 
+pytestmark = pytest.mark.slow  # the whole command end to end
+
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1",
         "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
@@ -322,8 +324,8 @@ def test_a_learning_rate_sweep_leaves_the_comparison_as_it_would_be(tmp_path):
     main([*TINY, "--objectives", "mlm,ar", "--seeds", "1", "--no-probes", "--lr", chosen, "--out", str(fixed)])
     again = json.loads((fixed / "results.json").read_text())
     assert numbers(again) == numbers(results)  # same budget, same accounting, same training
-    for run in results["runs"]:
-        assert 3e8 <= run["flops"] < 3e8 + run["flops_per_step"]
+    for record in results["runs"]:
+        assert 3e8 <= record["flops"] < 3e8 + record["flops_per_step"]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -552,9 +554,9 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
 def test_the_report_says_where_the_wall_time_went(comparison):
     results = json.loads((comparison / "results.json").read_text())
-    runs = {run["objective"]: [] for run in results["runs"]}
-    for run in results["runs"]:
-        runs[run["objective"]].append(run)
+    runs = {record["objective"]: [] for record in results["runs"]}
+    for record in results["runs"]:
+        runs[record["objective"]].append(record)
     for summary in results["objectives"]:
         spent, own = summary["compute"], runs[summary["objective"]]
         assert spent["train_seconds"] + spent["checkpoint_seconds"] == pytest.approx(

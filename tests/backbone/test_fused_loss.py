@@ -56,7 +56,7 @@ def test_the_autocast_queries_it_calls_exist_in_the_torch_floor():
     # an AttributeError in the middle of a bf16 run
     import re
     from pathlib import Path
-    floor = re.search(r'"torch>=(\d+)\.(\d+)"', (Path(__file__).parents[1] / "pyproject.toml").read_text())
+    floor = re.search(r'"torch>=(\d+)\.(\d+)"', (Path(__file__).parents[2] / "pyproject.toml").read_text())
     assert tuple(map(int, floor.groups())) >= (2, 4)
     assert not torch.is_autocast_enabled("cpu") and fused_loss._compute_dtype(torch.ones(1)) == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -151,6 +151,7 @@ def test_masked_token_nll_rejects_bad_inputs(tiny):
         masked_token_nll(language, words, words, selected, 0.2, 0.2, 0.8)
 
 
+@pytest.mark.slow
 def test_long_sequences_stay_finite_and_consistent():
     # 2000 steps: an unscaled forward pass would underflow long before; the scaled one must stay exact.
     language = make_language(LanguageConfig(seed=1))

@@ -4,7 +4,7 @@ stage shares, then data, training and yardsticks, analysis, report, and the comm
 import ast
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
+BENCH = Path(__file__).resolve().parents[2] / "bench"
 # a module's stage is its subpackage; the top-level modules are the commands, but for the helpers every stage shares
 SHARED = {"bench", "bench.cli", "bench.files", "bench.seeds", "bench.environment"}
 # bench/export: a command package above the commands (it rebuilds a run's objective as bench.downstream does)

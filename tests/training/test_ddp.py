@@ -1,6 +1,6 @@
 """Two processes under DDP on the CPU (gloo): what one process computes, two compute too, and they stop together.
 
-Each job runs in a subprocess (tests/ddp_job.py, spawning its two ranks) under a timeout, so a hang in a collective
+Each job runs in a subprocess (ddp_job.py, spawning its two ranks) under a timeout, so a hang in a collective
 fails the test instead of blocking the suite.
 """
 
@@ -18,13 +18,15 @@ from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
 from bench.training.stopping import EXIT_STOPPED
 
+pytestmark = pytest.mark.slow  # two processes under gloo DDP, in subprocesses
+
 TIMEOUT = 240
 COUNTS = ("steps", "flops", "tokens", "supervised_positions")
 
 
 def run_job(job: str, out: Path) -> str:
     # one thread per rank: two ranks' thread pools on a small machine would stall each other
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("ddp_job.py")), job, str(out)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment,
                                start_new_session=True)  # its own process group: a timeout kills the ranks too

@@ -13,7 +13,7 @@ from bench.files import append_jsonl
 from bench.report.sections import compute_section, fmt, loss_table, table
 from bench.training.curve import read_curve, upgrade, upgrade_result
 
-REPORTS = Path(__file__).resolve().parents[1] / "reports"
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
 
 def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> dict:

@@ -96,6 +96,7 @@ def test_a_length_schedule_is_cut_at_the_switches_into_phases_of_one_length_and_
                                                   {"seq_len": 32, "share": 0.4, "steps": 5}]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["ar>mlm@0.25", "mlm>ar@0.5", "ar>mlm@0.25>electra@0.75"])
 def test_the_switch_is_exact_in_flops_and_the_accounting_predicts_every_piece(spec, corpus, fabric, tmp_path):
     c = config()
@@ -119,6 +120,7 @@ def test_the_switch_is_exact_in_flops_and_the_accounting_predicts_every_piece(sp
     assert result["objective"] == spec and result["attention"] == objective.attention
 
 
+@pytest.mark.slow
 def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(corpus, fabric, tmp_path,
                                                                                 monkeypatch):
     c = config(checkpoint_every=1e-9)  # minutes: the state is saved after every step
@@ -171,6 +173,7 @@ def test_a_schedule_is_evaluated_on_its_last_pieces_batches(corpus):
                                                                                             theirs.targets)
 
 
+@pytest.mark.slow
 def test_a_comparison_runs_reports_and_resumes_a_schedule_beside_plain_objectives(tmp_path):
     from bench.compare import main
     out = tmp_path / "report"

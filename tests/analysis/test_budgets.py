@@ -14,6 +14,8 @@ from bench.analysis.frontier import POWER_LAW
 from bench.compare import main
 from bench.report.frontier import write_frontier_report
 
+pytestmark = pytest.mark.slow  # budget sweeps end to end
+
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--eval-points", "1", "--quiet",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--objectives", "mlm,ar",
         "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",

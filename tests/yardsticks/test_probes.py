@@ -56,6 +56,7 @@ def test_span_is_probed_with_a_prefix_over_the_whole_window(corpus):
                                features(backbone, tokens, {"attention": "bidirectional"}))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["ar", "mlm", "electra", "span"])
 def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, corpus):
     objective = objective_for(spec, corpus)
@@ -79,6 +80,7 @@ def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, co
 
 # --- the controls ------------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_path):
     from bench.downstream import control_objective
     from bench.training.distributed import make_fabric
@@ -128,6 +130,7 @@ def test_input_only_controls_have_their_known_answers():
     assert (data.shown != data.tokens).sum() <= data.replaced.sum()
 
 
+@pytest.mark.slow
 def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
     from bench.training.distributed import make_fabric
     from bench.training.loop import fit

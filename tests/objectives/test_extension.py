@@ -16,6 +16,8 @@ from bench.positions import main as positions_main
 from objectives import IGNORE, Corrupted, Objective, Output
 from objectives.base import lm_flops, lm_forward
 
+pytestmark = pytest.mark.slow  # every command end to end on a new objective
+
 
 class HalfPrefixLM(Objective):
     """Read the first half of a window bidirectionally, predict the second half left to right (a prefix LM)."""

@@ -82,6 +82,7 @@ print(len(corpus.train), int(corpus.windows("train")[:].sum()))
 """
 
 
+@pytest.mark.slow
 def test_the_processes_of_a_run_prepare_the_data_one_at_a_time(tmp_path):
     # every process of a multi-device run loads the corpus before the processes form a group: the first trains the
     # tokenizer and tokenizes; the other waits for it, then reads both from the cache

@@ -1,4 +1,4 @@
-"""Two CPU processes under DDP (gloo, spawned) for tests/test_ddp.py: `python tests/ddp_job.py JOB OUT`.
+"""Two CPU processes under DDP (gloo, spawned) for test_ddp.py: `python tests/training/ddp_job.py JOB OUT`.
 
 Each rank writes what it saw under OUT as JSON; rank 0 also leaves each run's result.json there. A hang is the
 caller's to catch, with a timeout: nothing here waits on its own.

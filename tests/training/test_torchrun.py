@@ -33,8 +33,9 @@ FORWARD_USR1 = ["--signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1"]
 
 # torch 2.4's gloo workers aborted at exit once in CI (SIGABRT, "terminate called without an active exception",
 # after the comparison was written; 1 of 8 runs), and leaving the group explicitly made them hang there instead
-pytestmark = pytest.mark.skipif(tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5),
-                                reason="torch 2.4's gloo workers can abort at exit under torchrun")
+pytestmark = [pytest.mark.slow,  # torchrun's agent and its workers, in subprocesses
+              pytest.mark.skipif(tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 5),
+                                 reason="torch 2.4's gloo workers can abort at exit under torchrun")]
 
 
 def torchrun_has(flag: str) -> bool:
@@ -46,7 +47,7 @@ def torchrun(*args: str, signal_at=None) -> tuple[int, str]:
     """Run torchrun with two local processes; `signal_at(process)` is called once the first evaluation of the run
     is on disk (out is the last argument), while the run goes on. (exit status, output)."""
     # without the last variable, recent torch's restarted workers hang or fail to connect (README)
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1",
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1",
                    "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

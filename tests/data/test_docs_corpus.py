@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("docs_corpus", Path(__file__).parents[1] / "examples" / "docs_corpus.py")
+spec = importlib.util.spec_from_file_location("docs_corpus", Path(__file__).parents[2] / "examples" / "docs_corpus.py")
 docs_corpus = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(docs_corpus)
 

@@ -53,6 +53,7 @@ def test_the_rope_rows_peer_is_the_pairwise_form_it_replaced():
         assert name in row["name"] and row["ours_tokens_per_s"] > 0 and row["peer_tokens_per_s"] > 0
 
 
+@pytest.mark.slow
 def test_perf_without_transformers_prints_its_own_figures(monkeypatch, capsys):
     real_import = builtins.__import__
 

@@ -92,6 +92,7 @@ def test_schedule_warms_up_and_decays_over_the_budget_fraction():
 @pytest.mark.parametrize("spec, per_sequence", [("ar", SEQ_LEN - 1), ("mlm", round(0.15 * SEQ_LEN)),
                                                 ("mlm:rate=0.4", round(0.4 * SEQ_LEN)),
                                                 ("electra", SEQ_LEN + round(0.15 * SEQ_LEN)), ("span", None)])
+@pytest.mark.slow
 def test_runs_stop_within_one_step_of_the_budget(spec, per_sequence, corpus, fabric, tmp_path):
     c = config()
     result = train_run(fabric, spec, 0, corpus, c, tmp_path, progress=False)
@@ -123,6 +124,7 @@ def test_bernoulli_runs_count_what_they_executed(corpus, fabric, tmp_path):
     assert len(set(chosen)) > 1  # Bernoulli: the count varies from step to step
 
 
+@pytest.mark.slow
 def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
     a = train_run(fabric, "electra", 3, corpus, config(), tmp_path / "a", progress=False)
     b = train_run(fabric, "electra", 3, corpus, config(), tmp_path / "b", progress=False)
@@ -131,6 +133,7 @@ def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
     assert a["curve"][-1]["metrics"]["loss"] != c["curve"][-1]["metrics"]["loss"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["mlm", "electra"])
 def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     # a task read at every checkpoint must not disturb training either
@@ -154,6 +157,7 @@ def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
 
 
+@pytest.mark.slow
 def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_path):
     eager = train_run(fabric, "electra", 2, corpus, config(budget=1e8), tmp_path / "eager", progress=False)
     compiled = train_run(fabric, "electra", 2, corpus, config(budget=1e8, compile=True), tmp_path / "compiled",
@@ -241,6 +245,7 @@ def test_the_processes_counts_add_up_to_the_global_batchs(spec):
         assert sum(objective.loss_counts(share)[name] for share in shares) == count
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:pair=nsp"])
 def test_micro_batches_train_like_the_whole_batch(spec, corpus, fabric, tmp_path):
     whole = train_run(fabric, spec, 0, corpus, config(budget=2e8), tmp_path / "whole", progress=False)
@@ -359,6 +364,7 @@ def test_a_nan_loss_stops_the_run_with_one_line(corpus, fabric, tmp_path, monkey
     assert error.value.record["step"] == 2 and len(str(error.value).splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_the_clock_saves_between_evaluations_and_the_run_resumes_exactly(corpus, fabric, tmp_path):
     straight = train_run(fabric, "electra", 0, corpus, config(), tmp_path / "straight", progress=False)
     evaluated = [row["step"] for row in straight["curve"]]
@@ -371,6 +377,7 @@ def test_the_clock_saves_between_evaluations_and_the_run_resumes_exactly(corpus,
     assert without_timings(resumed) == without_timings(straight)
 
 
+@pytest.mark.slow
 def test_a_stop_signal_saves_at_the_end_of_the_step_and_the_rerun_is_exact(corpus, fabric, tmp_path, monkeypatch,
                                                                            capsys):
     from objectives import Electra
@@ -395,9 +402,10 @@ def compare_command(out: Path, *extra: str) -> list[str]:
             str(out), *extra]
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_command_then_resume_gives_the_uninterrupted_result(tmp_path):
     # one thread each: on a busy machine two processes' thread pools would stall each other for seconds per step
-    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1]), "OMP_NUM_THREADS": "1"}
+    environment = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
     straight = subprocess.Popen(compare_command(tmp_path / "straight"), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True, env=environment)
     stopped = subprocess.Popen(compare_command(tmp_path / "stopped"), stdout=subprocess.DEVNULL,
@@ -450,6 +458,7 @@ def test_on_cuda_adamw_is_fused_and_fp32_matmuls_run_in_tf32(monkeypatch):
     assert [o["fused"] for o in options] == [True, None]
 
 
+@pytest.mark.slow
 def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fabric, tmp_path):
     import csv
 
@@ -511,6 +520,7 @@ def schedule_config(text: str = SCHEDULE, **overrides) -> TrainConfig:
     return config(seq_len_schedule=parse_seq_len(text), **overrides)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["mlm", "electra", "mlm:rule=bernoulli"])
 def test_a_schedule_run_counts_each_phase_as_the_accounting_predicts(spec, corpus, fabric, tmp_path):
     c = schedule_config()
@@ -544,6 +554,7 @@ def checkpointed(path):
     return torch.load(path / "checkpoint.pt", weights_only=True)
 
 
+@pytest.mark.slow
 def test_a_schedule_run_resumes_exactly_right_before_and_after_the_switch(corpus, fabric, tmp_path):
     straight = train_run(fabric, "electra", 0, corpus, schedule_config(), tmp_path / "straight", progress=False)
     switch = straight["phases"][0]["steps"]  # the first step at T = 32
@@ -672,6 +683,7 @@ def test_each_compiled_run_starts_from_empty_compile_caches_with_room_for_its_bl
     assert len(resets) == 2  # an eager run leaves the caches alone
 
 
+@pytest.mark.slow
 def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_nothing_is_lost(corpus, fabric,
                                                                                                 tmp_path, monkeypatch,
                                                                                                 capsys):
@@ -748,6 +760,7 @@ def test_the_memory_check_compares_with_free_memory(monkeypatch):
     assert abs(device_memory_bytes(torch.device("cpu")) - available) < 2 ** 28  # what the kernel can give now
 
 
+@pytest.mark.slow
 def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch):
     import bench.yardsticks.probes
     seen, real = [], bench.yardsticks.probes.run_probes
@@ -789,6 +802,7 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
     assert trained == ["mlm", "mlm"]
 
 
+@pytest.mark.slow
 def test_executed_flops_buy_causal_attention_more_steps_and_are_counted_as_charged(corpus, fabric, tmp_path,
                                                                                    monkeypatch):
     monkeypatch.setattr(backbone.flops, "TILE", 8)  # T = 32 is then 4 tiles a side, 10 of 16 blocks computed

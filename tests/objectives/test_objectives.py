@@ -206,6 +206,7 @@ def test_analytic_step_flops_match_the_flop_counter(spec, model):
         assert objective.expected_flops_per_sequence(seq_len) * 3 == objective.flops(batch)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("spec", ["ar", "mlm", "electra", "span", "mlm:pair=sop"])
 def test_every_objective_learns_on_the_tiny_preset(spec):
     objective = tiny_objective(spec, 32)

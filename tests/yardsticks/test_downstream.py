@@ -365,6 +365,7 @@ def test_padding_never_reaches_the_real_tokens(spec, text_context):
     assert torch.allclose(hidden_long[:, :10], hidden_short[:, :10], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_the_rate_is_chosen_on_dev_and_test_never_influences_it(text_files, text_context):
     task = load_task(str(text_files / "topics.jsonl"), text_context)
     objective = tiny_objective("mlm", text_context)
@@ -456,6 +457,7 @@ def test_probes_and_tasks_read_and_finetune_a_backbone_through_one_module(synthe
 
 # --- bench.compare --downstream, then bench.downstream --run -------------------------------------------------------
 
+@pytest.mark.slow
 def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tmp_path):
     out = tmp_path / "cmp"
     task = f"{text_files / 'topics.jsonl'}"

@@ -203,6 +203,7 @@ BLIND = make_language(LanguageConfig(components=1, states=1, successors=1, words
     (ORDER_BLIND, "order", "chance"), (ORDER_BLIND, "same-source", "solvable"),
     (BLIND, "order", "chance"), (BLIND, "same-source", "chance"),
 ])
+@pytest.mark.slow
 def test_ceiling_is_the_bayes_classifiers_accuracy_on_sampled_examples(language, name, expected):
     """The ceiling is an expectation of the Bayes classifier's accuracy: on the task's own test examples its hits
     must agree with it within sampling error. Exchangeable words make order carry nothing (ceiling exactly 1/2);
@@ -224,6 +225,7 @@ def test_ceiling_is_the_bayes_classifiers_accuracy_on_sampled_examples(language,
 
 
 # ----------------------------------------------------------------------------------------------- long sequences
+@pytest.mark.slow
 def test_long_sequences_give_finite_likelihoods_and_posteriors():
     # 2000 steps: an unscaled recursion would underflow long before; the scaled one, masked, must stay exact.
     language = make_language(LanguageConfig(seed=1))

@@ -48,6 +48,7 @@ def test_position_table_prints_markdown(capsys):
     (["--seq-len", "1", "--objectives", "mlm"], "--seq-len must be >= 2"),
     (["--seq-len", "128:0.9,512:0.1"], "is a schedule; this command takes one length"),
 ])
+@pytest.mark.slow
 def test_cli_errors_are_one_line_with_status_2(args, message):
     result = subprocess.run([sys.executable, "-m", "bench.positions", *args], capture_output=True, text=True)
     assert result.returncode == 2
