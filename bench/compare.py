@@ -161,7 +161,8 @@ def add_job_flags(add) -> None:
     add("--jobs", type=int, default=None, metavar="N",
         help="runs (objective x seed, then the untrained controls) at once, each in a process of its own on its share "
              "of the cores or on one GPU (one or more per GPU); results are written as each finishes (default: "
-             "one per core for runs long enough to repay a process's start, else one; on GPUs, by memory)")
+             "one per core when the runs hold enough training to repay the processes' start, else one; on GPUs, "
+             "one or more per device, by memory)")
     add("--threads-per-run", type=int, default=None, metavar="N",
         help="torch threads of each run on a CPU: the same count gives the same numbers, however many run at once "
              "(default: the cores shared out among the runs at once)")

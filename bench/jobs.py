@@ -36,9 +36,10 @@ from bench.training.stopping import EXIT_STOPPED, RunStopped, StopRequest, curre
 if TYPE_CHECKING:
     from bench.planning import Plan
 
-# a run must outlast a worker's start (importing torch and Lightning, about 5 s on a busy 2-core machine) many times
-# for running it beside others to pay: below this budget runs go one after another in this process
-PARALLEL_MIN_FLOPS = 2e10
+# the training a command's runs must hold together for running them at once to pay: each worker's start (importing
+# torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:
+# 4 runs of 2e11 FLOPs take the same wall time either way; below this, runs go one after another in this process
+PARALLEL_MIN_FLOPS = 4e12
 PER_GPU_SMALL = 4  # runs sharing one GPU when their steps are too small to keep it busy (SMALL_STEP_TOKENS)
 SMALL_STEP_TOKENS = 16384  # bench.pipeline's: below this many tokens per step a GPU mostly waits for the host
 CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator reserve take besides the step
@@ -247,17 +248,22 @@ def visible_gpus() -> tuple[str, ...]:
     return tuple(str(index) for index in range(torch.cuda.device_count()))
 
 
-def choose_slots(plan_: "Plan", device: torch.device, pending: int) -> Slots:
-    """How many of `pending` works run at once: --jobs, else auto_jobs; never more than there are."""
+def choose_slots(plan_: "Plan", device: torch.device, works: Sequence[Work]) -> Slots:
+    """How many of the works not finished run at once: --jobs, else auto_jobs; never more than there are. Works
+    holding no training (the controls) join a pool already started, and otherwise run here."""
+    pending = [work for work in works if not work.finished()]
     gpus = visible_gpus() if device.type == "cuda" else ()
-    jobs = plan_.config.hardware.jobs or auto_jobs(plan_, device, gpus)
-    return Slots(max(1, min(jobs, pending)), gpus)
+    flops = sum(plan_.train.budget_flops * len(work.seeds) for work in pending if work.kind != "control")
+    jobs = plan_.config.hardware.jobs or (auto_jobs(plan_, device, gpus) if flops >= PARALLEL_MIN_FLOPS else
+                                          max([slots.jobs for slots in _pools] or [1]))
+    return Slots(max(1, min(jobs, len(pending))), gpus)
 
 
 def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int:
-    """What the machine uses well. On a CPU one run per core (measured on 2 cores: two 1-thread runs at once are
-    1.25x faster than one 2-thread run after another), for runs long enough to repay a worker's start; on GPUs one
-    run per device, several when steps are too small to fill one; never more than memory holds."""
+    """What the machine uses well for runs long enough to repay the workers' start: on a CPU one run per core
+    (measured on 2 cores: two 1-thread runs at once are 1.25x faster than one 2-thread run after another, and stay
+    so when another process holds a core); on GPUs one run per device, several when steps are too small to keep one
+    busy; never more than memory holds."""
     hardware, train = plan_.config.hardware, plan_.train
     windows = hardware.micro_batch or train.batch_size
     need = max(step_memory(objective, windows, plan_.schedule.longest, hardware.precision, device).total
@@ -266,8 +272,6 @@ def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int
         fit = device_memory_bytes(device) // (need + CUDA_CONTEXT_BYTES)
         small = train.batch_size * plan_.schedule.final < SMALL_STEP_TOKENS
         return len(gpus) * max(1, min(PER_GPU_SMALL if small else 1, fit))
-    if train.budget_flops < PARALLEL_MIN_FLOPS:
-        return 1
     return max(1, min(cpu_cores(), device_memory_bytes(device) // need))
 
 

@@ -217,7 +217,7 @@ def executed(fabric: Fabric, plan_: Plan, works: list[Work]) -> list[list]:
     if hardware.launcher != "pool" and pending:
         return submitted(fabric, works, job_context(plan_, hardware.slurm_cpus_per_job or hardware.threads_per_run
                                                     or 1), hardware, plan_.out, plan_.config.output.quiet)
-    slots = choose_slots(plan_, fabric.device, pending) if fabric.world_size == 1 else Slots(1)
+    slots = choose_slots(plan_, fabric.device, works) if fabric.world_size == 1 else Slots(1)
     if slots.jobs > 1:
         return run_pooled(works, job_context(plan_, threads_per_run(plan_, slots.jobs)), slots,
                           plan_.config.output.quiet)

@@ -2,16 +2,21 @@
 submitit's local executor, give the results one after another gives, at the same thread count per run."""
 
 import json
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from bench.cli import run
 from bench.compare import main, parse_config
-from bench.jobs import auto_jobs
+from bench.jobs import choose_slots
+from bench.pipeline import run_works
 from bench.planning import plan
 from bench.training.distributed import make_fabric
+from bench.training.stopping import EXIT_STOPPED
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--accelerator", "cpu",
@@ -93,8 +98,38 @@ def test_a_launcher_without_submitit_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path, monkeypatch):
     monkeypatch.setattr("bench.jobs.cpu_cores", lambda: 8)
+    monkeypatch.setattr("bench.jobs._pools", {})  # short runs join a pool already started (an earlier test's)
     fabric = make_fabric("cpu", launch=False)
-    short = plan(parse_config([*TINY, "--out", str(tmp_path / "a")]), fabric)
-    assert auto_jobs(short, fabric.device, ()) == 1  # a worker's start would cost more than the run
-    long = plan(parse_config([*TINY, "--budget", "1e12", "--out", str(tmp_path / "b")]), fabric)
-    assert auto_jobs(long, fabric.device, ()) == 8
+    for budget, jobs in (("3e8", 1), ("1e12", 4)):  # a worker's start would cost more than 4 short runs
+        plan_ = plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
+        assert choose_slots(plan_, fabric.device, run_works(fabric, plan_)).jobs == jobs
+
+
+@pytest.mark.slow
+def test_a_stop_signal_reaches_the_runs_at_once_and_resume_finishes_them(one_by_one, tmp_path):
+    out = tmp_path / "stopped"
+    command = [sys.executable, "-m", "bench.compare", *TINY, "--jobs", "2", "--out", str(out)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("runs/*/curve.jsonl")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)  # as a scheduler would, while the workers train
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_STOPPED, stderr
+    assert "run the same command with --resume" in stderr.strip().splitlines()[-1]
+    assert not (out / "results.json").exists()
+    main([*TINY, "--jobs", "2", "--out", str(out), "--resume"])
+    assert results(out) == results(one_by_one)
+
+
+def test_batched_seeds_where_they_can_else_one_by_one_with_the_reason_once(tmp_path, capsys):
+    fabric = make_fabric("cpu", launch=False)
+    stacked = plan(parse_config([*TINY, "--batch-seeds", "--out", str(tmp_path / "a")]), fabric)
+    assert [(work.kind, work.seeds) for work in run_works(fabric, stacked)] == [("seeds", (0, 1))] * 2
+    fabric = make_fabric("cpu", precision="bf16-mixed", launch=False)
+    bf16 = plan(parse_config([*TINY, "--batch-seeds", "--precision", "bf16-mixed", "--out", str(tmp_path / "b")]),
+                fabric)
+    assert [(work.kind, work.seeds) for work in run_works(fabric, bf16)] == [("run", (0,)), ("run", (1,))] * 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"--batch-seeds: the seeds of {spec} train one by one: it trains in 32-true only, not bf16-mixed"
+        for spec in ("mlm", "ar")]
