@@ -146,6 +146,7 @@ class Slots:
 
     jobs: int
     gpus: tuple[str, ...] = ()
+    threads: int | None = None  # torch threads of each run (None: torch's default)
 
 
 _pools: dict = {}  # the command's one pool, by its Slots
@@ -153,6 +154,10 @@ _pools: dict = {}  # the command's one pool, by its Slots
 
 def pool(slots: Slots) -> ProcessPoolExecutor:
     """The pool for these slots, started once for the command (a sweep's comparisons share it)."""
+    started = [key for key in _pools if (key.gpus, key.threads) == (slots.gpus, slots.threads) and
+               key.jobs >= slots.jobs]
+    if started:  # the controls after the runs, a sweep's next budget
+        return _pools[started[0]]
     if slots not in _pools:
         for old in _pools.values():
             old.shutdown()
@@ -249,14 +254,16 @@ def visible_gpus() -> tuple[str, ...]:
 
 
 def choose_slots(plan_: "Plan", device: torch.device, works: Sequence[Work]) -> Slots:
-    """How many of the works not finished run at once: --jobs, else auto_jobs; never more than there are. Works
-    holding no training (the controls) join a pool already started, and otherwise run here."""
-    pending = [work for work in works if not work.finished()]
+    """How many of the works not finished run at once, and on how many threads each. Both follow from the whole
+    comparison, never from what is left of it, so that a resumed run gets the thread count (and so the numbers) it
+    would have had: --jobs, else auto_jobs when all its runs together hold enough training; never more at once than
+    there are works left."""
+    hardware, training = plan_.config.hardware, plan_.config.training
     gpus = visible_gpus() if device.type == "cuda" else ()
-    flops = sum(plan_.train.budget_flops * len(work.seeds) for work in pending if work.kind != "control")
-    jobs = plan_.config.hardware.jobs or (auto_jobs(plan_, device, gpus) if flops >= PARALLEL_MIN_FLOPS else
-                                          max([slots.jobs for slots in _pools] or [1]))
-    return Slots(max(1, min(jobs, len(pending))), gpus)
+    flops = training.budget * training.seeds * len(plan_.specs)
+    jobs = hardware.jobs or (auto_jobs(plan_, device, gpus) if flops >= PARALLEL_MIN_FLOPS else 1)
+    threads = hardware.threads_per_run or (max(1, cpu_cores() // jobs) if jobs > 1 else None)
+    return Slots(max(1, min(jobs, sum(not work.finished() for work in works))), gpus, threads)
 
 
 def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int:
@@ -273,7 +280,3 @@ def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int
         small = train.batch_size * plan_.schedule.final < SMALL_STEP_TOKENS
         return len(gpus) * max(1, min(PER_GPU_SMALL if small else 1, fit))
     return max(1, min(cpu_cores(), device_memory_bytes(device) // need))
-
-
-def threads_per_run(plan_: "Plan", jobs: int) -> int:
-    return plan_.config.hardware.threads_per_run or max(1, cpu_cores() // jobs)

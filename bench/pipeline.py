@@ -24,7 +24,7 @@ from bench.analysis.results import Measured, build_results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
-from bench.jobs import Context, Slots, Work, choose_slots, execute, run_pooled, threads_per_run
+from bench.jobs import Context, Slots, Work, choose_slots, execute, run_pooled
 from bench.launch import submitted
 from bench.planning import Plan, output_folder, plan
 from bench.report.frontier import budget_folder, write_frontier_report
@@ -219,10 +219,9 @@ def executed(fabric: Fabric, plan_: Plan, works: list[Work]) -> list[list]:
                                                     or 1), hardware, plan_.out, plan_.config.output.quiet)
     slots = choose_slots(plan_, fabric.device, works) if fabric.world_size == 1 else Slots(1)
     if slots.jobs > 1:
-        return run_pooled(works, job_context(plan_, threads_per_run(plan_, slots.jobs)), slots,
-                          plan_.config.output.quiet)
+        return run_pooled(works, job_context(plan_, slots.threads), slots, plan_.config.output.quiet)
     context, request, found = job_context(plan_, None), current_stop_request(), []
-    with threads(hardware.threads_per_run):
+    with threads(slots.threads or hardware.threads_per_run):
         for work in works:
             if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
                 raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)

@@ -98,9 +98,8 @@ def test_a_launcher_without_submitit_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path, monkeypatch):
     monkeypatch.setattr("bench.jobs.cpu_cores", lambda: 8)
-    monkeypatch.setattr("bench.jobs._pools", {})  # short runs join a pool already started (an earlier test's)
     fabric = make_fabric("cpu", launch=False)
-    for budget, jobs in (("3e8", 1), ("1e12", 4)):  # a worker's start would cost more than 4 short runs
+    for budget, jobs in (("3e8", 1), ("1e12", 4)):  # the workers' start would cost more than 4 short runs gain
         plan_ = plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
         assert choose_slots(plan_, fabric.device, run_works(fabric, plan_)).jobs == jobs
 
