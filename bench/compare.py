@@ -153,6 +153,36 @@ def add_hardware_flags(add) -> None:
              "(default 10)")
     add("--checkpoint-every", type=float, default=None, metavar="MINUTES",
         help="also save the running run between evaluations this often (default: at the evaluations only)")
+    add_job_flags(add)
+
+
+def add_job_flags(add) -> None:
+    """How many runs at once, and where (docs/scaling.md): none changes a run's numbers at a given thread count."""
+    add("--jobs", type=int, default=None, metavar="N",
+        help="runs (objective x seed, then the untrained controls) at once, each in a process of its own on its share "
+             "of the cores or on one GPU (one or more per GPU); results are written as each finishes (default: "
+             "one per core when the runs hold enough training to repay the processes' start, else one; on GPUs, "
+             "one or more per device, by memory)")
+    add("--threads-per-run", type=int, default=None, metavar="N",
+        help="torch threads of each run on a CPU: the same count gives the same numbers, however many run at once "
+             "(default: the cores shared out among the runs at once)")
+    add("--batch-seeds", action="store_true",
+        help="train each objective's seeds as one stacked model where it can (else one by one, saying why): "
+             "bit-exact with separate runs; measured no faster on a 2-core CPU, meant for GPUs, where a small "
+             "model's steps are bound by kernel launches")
+    add("--launcher", default="pool", choices=("pool", "slurm", "local"),
+        help="pool: this machine's processes (--jobs); slurm: each run a Slurm job through submitit (pip install "
+             "-e '.[slurm]'), this command waiting for them and writing the report, --resume collecting finished "
+             "jobs and resubmitting the others; local: submitit's local executor, each run a process of its own as on "
+             "Slurm (default pool)")
+    add("--slurm-partition", default=None, help="Slurm partition of the run jobs (default: the cluster's)")
+    add("--slurm-time", type=int, default=60, metavar="MINUTES", help="time limit of each run job (default 60)")
+    add("--slurm-gpus-per-job", type=int, default=None, metavar="N",
+        help="GPUs of each run job (default: 1, none with --accelerator cpu)")
+    add("--slurm-cpus-per-job", type=int, default=None, metavar="N",
+        help="CPUs of each run job, its torch threads on a CPU (default: --threads-per-run, else 1)")
+    add("--slurm-folder", type=Path, default=None,
+        help="submitit's scripts and logs (default --out/slurm, on the storage the jobs share)")
 
 
 def parse_config(argv: list[str] | None) -> Config:

@@ -9,7 +9,9 @@ not recorded (where to write, whether to resume, how many runs at once).
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import shutil
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -19,6 +21,9 @@ from backbone import ConfigError
 
 SETTING, EXECUTION, COMMAND = "setting", "execution", "command"
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
+# pool: this machine's processes (--jobs); slurm: one Slurm job per run through submitit; local: submitit's local
+# executor, each run a process of its own as on Slurm (to try a cluster's path on one machine)
+LAUNCHERS = ("pool", "slurm", "local")
 
 
 def kind(value: str, default: object = None, **extra) -> object:
@@ -85,6 +90,38 @@ class HardwareConfig:
     activation_checkpointing: bool = kind(EXECUTION, False)
     log_every: int = kind(EXECUTION, 10)
     checkpoint_every: float | None = kind(EXECUTION)
+    # how many runs at once and where (bench.jobs): never what a run computes at a given thread count
+    jobs: int | None = kind(COMMAND)  # None: what the machine uses well (bench.jobs.auto_jobs)
+    threads_per_run: int | None = kind(COMMAND)  # None: the cores shared out among the runs at once
+    batch_seeds: bool = kind(COMMAND, False)  # bit-exact with separate runs (bench.training.stacked)
+    launcher: str = kind(COMMAND, "pool")
+    slurm_partition: str | None = kind(COMMAND)
+    slurm_time: int = kind(COMMAND, 60)
+    slurm_gpus_per_job: int | None = kind(COMMAND)
+    slurm_cpus_per_job: int | None = kind(COMMAND)
+    slurm_folder: Path | None = kind(COMMAND)
+
+    def __post_init__(self) -> None:
+        """The mistakes these flags alone can make, refused where the flags become a configuration."""
+        for name in ("jobs", "threads_per_run", "slurm_time", "slurm_cpus_per_job"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
+        if self.launcher not in LAUNCHERS:
+            raise ConfigError(f"--launcher {self.launcher} is not offered ({', '.join(LAUNCHERS)})")
+        several = (self.jobs or 1) > 1 or self.launcher != "pool"
+        if several and (str(self.devices) != "1" or self.num_nodes != 1):
+            how = f"--jobs {self.jobs}" if self.launcher == "pool" else f"--launcher {self.launcher}"
+            raise ConfigError(f"{how} runs each run on one device; --devices {self.devices} --num-nodes "
+                              f"{self.num_nodes} makes one run span several (Fabric DDP): give one of them")
+        if self.launcher != "pool" and importlib.util.find_spec("submitit") is None:
+            raise ConfigError(f"--launcher {self.launcher} needs submitit: pip install -e '.[slurm]'")
+        if self.launcher == "slurm" and shutil.which("sbatch") is None:
+            raise ConfigError("--launcher slurm: no sbatch on this machine's PATH; run the command where Slurm "
+                              "jobs are submitted (a login node)")
+        slurm = [f.name for f in fields(self) if f.name.startswith("slurm_") and getattr(self, f.name) not in
+                 (None, f.default)]
+        if slurm and self.launcher == "pool":
+            raise ConfigError(f"--{slurm[0].replace('_', '-')} needs --launcher slurm (or local)")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from typing import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 import torch
@@ -22,6 +24,8 @@ from bench.analysis.results import Measured, build_results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
+from bench.jobs import Context, Slots, Work, choose_slots, execute, run_pooled
+from bench.launch import submitted
 from bench.planning import Plan, output_folder, plan
 from bench.report.frontier import budget_folder, write_frontier_report
 from bench.report.markdown import write_preset_report, write_report
@@ -29,8 +33,9 @@ from bench.report.setup import setup_table
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
-from bench.training.runs import control_run, finished_result, trained_or_reused
 from bench.training.stopping import current_stop_request, stop_agreed, stop_message
+from bench.training.runs import control_run
+from bench.training.stacked import can_batch_seeds
 from bench.training.sweep import provenance, sweep, sweep_rates
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
@@ -162,18 +167,12 @@ def write_settings(fabric: Fabric, plan_: Plan) -> None:
 
 
 def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[dict], list[dict]]:
-    """Train every objective and seed, keeping finished runs on --resume. A diverged run is recorded (its folder
-    holds diverged.json) and the others go on. Returns (finished runs, diverged runs)."""
-    runs, diverged, request = [], [], current_stop_request()
-    for spec in plan_.specs:
-        for seed in range(plan_.config.training.seeds):
-            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
-                raise stop_message(fabric, f"before {run_name(spec, seed)} (the finished runs are saved)",
-                                   request.signal_name)
-            result, record = trained_or_reused(fabric, spec, seed, plan_.corpus,
-                                               replace(plan_.train, lr=plan_.learning_rates[spec]),
-                                               plan_.out / "runs" / run_name(spec, seed), plan_.config.output.resume,
-                                               plan_.yardsticks, not plan_.config.output.quiet)
+    """Train every objective and seed, keeping finished runs on --resume: one after another here, several at once
+    (--jobs, bench.jobs), or as Slurm jobs (--launcher, bench.launch). A diverged run is recorded (its folder
+    holds diverged.json) and the others go on. Returns (finished runs, diverged runs), in objective-then-seed order."""
+    runs, diverged = [], []
+    for found in executed(fabric, plan_, run_works(fabric, plan_)):
+        for result, record in found:
             if record is not None:
                 diverged.append(record)
             else:
@@ -183,21 +182,67 @@ def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[dict], list[dict]]:
 
 def run_controls(fabric: Fabric, plan_: Plan) -> list[dict]:
     """Every seed's untrained controls through the yardsticks (bench.training.runs.control_run), kept on --resume;
-    nothing to do when no yardstick runs."""
+    nothing to do when no yardstick runs. Run as the runs are (run_all)."""
     if not plan_.yardsticks:
         return []
-    controls, request = [], current_stop_request()
-    for name, spec in plan_.control_specs().items():
-        for seed in range(plan_.config.training.seeds):
-            run_dir = plan_.out / "runs" / run_name(name, seed)
-            if stop_agreed(fabric, request):
-                raise stop_message(fabric, f"before {run_dir.name} (the finished runs are saved)", request.signal_name)
-            result = fabric.broadcast(finished_result(run_dir) if plan_.config.output.resume else None, src=0)
-            if result is None:
-                result = control_run(fabric, spec, seed, plan_.corpus, plan_.train, run_dir, plan_.yardsticks,
-                                     not plan_.config.output.quiet)
-            controls.append(result)
-    return controls
+    works = [Work("control", spec, (seed,), plan_.train, (plan_.out / "runs" / run_name(name, seed),),
+                  plan_.config.output.resume)
+             for name, spec in plan_.control_specs().items() for seed in range(plan_.config.training.seeds)]
+    return [result for found in executed(fabric, plan_, works) for result, _ in found]
+
+
+def run_works(fabric: Fabric, plan_: Plan) -> list[Work]:
+    """The runs as works: one per objective and seed, or with --batch-seeds one per objective whose seeds can
+    train stacked (the reason printed once for each that cannot)."""
+    config, works = plan_.config, []
+    seeds, reuse = range(config.training.seeds), config.output.resume
+    for spec in plan_.specs:
+        train, dirs = replace(plan_.train, lr=plan_.learning_rates[spec]), [plan_.out / "runs" / run_name(spec, seed)
+                                                                             for seed in seeds]
+        reason = can_batch_seeds(spec, train, fabric, plan_.corpus) if config.hardware.batch_seeds else False
+        if reason is True and len(dirs) > 1:
+            works.append(Work("seeds", spec, tuple(seeds), train, tuple(dirs), reuse))
+            continue
+        if reason not in (True, False) and fabric.is_global_zero:
+            print(f"--batch-seeds: the seeds of {spec} train one by one: {reason}", file=sys.stderr)
+        works += [Work("run", spec, (seed,), train, (run_dir,), reuse) for seed, run_dir in zip(seeds, dirs)]
+    return works
+
+
+def executed(fabric: Fabric, plan_: Plan, works: list[Work]) -> list[list]:
+    """Each work's outcomes (bench.jobs.execute), however they run: submitted through submitit (--launcher), in a
+    pool of processes (more than one at once, bench.jobs.choose_slots), or here, one after another."""
+    hardware = plan_.config.hardware
+    pending = sum(not work.finished() for work in works)
+    if hardware.launcher != "pool" and pending:
+        return submitted(fabric, works, job_context(plan_, hardware.slurm_cpus_per_job or hardware.threads_per_run
+                                                    or 1), hardware, plan_.out, plan_.config.output.quiet)
+    slots = choose_slots(plan_, fabric.device, works) if fabric.world_size == 1 else Slots(1)
+    if slots.jobs > 1:
+        return run_pooled(works, job_context(plan_, slots.threads), slots, plan_.config.output.quiet)
+    context, request, found = job_context(plan_, None), current_stop_request(), []
+    with threads(slots.threads or hardware.threads_per_run):
+        for work in works:
+            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
+                raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
+            found.append(execute(fabric, context, work, not plan_.config.output.quiet, control=control_run))
+    return found
+
+
+def job_context(plan_: Plan, thread_count: int | None) -> Context:
+    hardware = plan_.config.hardware
+    return Context(plan_.corpus, tuple(plan_.yardsticks), hardware.accelerator, hardware.precision, thread_count)
+
+
+@contextmanager
+def threads(count: int | None) -> Iterator[None]:
+    """--threads-per-run for the runs made here (torch's default otherwise), as before them after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count or before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def bayes_references(plan_: Plan) -> dict | None:

@@ -1,0 +1,282 @@
+"""Runs as independent jobs (docs/scaling.md, "Many runs at once"): a comparison's runs and untrained controls share
+nothing but data and configuration, so --jobs N executes N of them at once, each in a process of its own pinned to
+its threads (CPU) or to one GPU, and --launcher slurm hands each to Slurm (bench.launch). A run's numbers never depend
+on its neighbours: at the same thread count its result.json is the one it writes alone.
+
+The workers are started with `spawn` (forking a process whose torch thread pools already run is unsafe) and live for
+the whole command, so a budget sweep's or a preset's comparisons reuse them; each loads a comparison's corpus and
+yardsticks once (a pickled Context), not once per run.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import sys
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+import torch
+
+from bench.data.corpus import Corpus
+from bench.training.config import TrainConfig
+from bench.training.distributed import make_fabric
+from bench.training.runs import control_run, finished_result, trained_or_reused
+from bench.training.stacked import trained_or_reused_seeds
+from bench.training.memory import device_memory_bytes, step_memory
+from bench.training.stopping import EXIT_STOPPED, RunStopped, StopRequest, current_stop_request, stop_on_signals
+
+if TYPE_CHECKING:
+    from bench.planning import Plan
+
+# the training a command's runs must hold together for running them at once to pay: each worker's start (importing
+# torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:
+# 4 runs of 2e11 FLOPs take the same wall time either way; below this, runs go one after another in this process
+PARALLEL_MIN_FLOPS = 4e12
+PER_GPU_SMALL = 4  # runs sharing one GPU when their steps are too small to keep it busy (SMALL_STEP_TOKENS)
+SMALL_STEP_TOKENS = 16384  # bench.pipeline's: below this many tokens per step a GPU mostly waits for the host
+CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator reserve take besides the step
+
+Outcome = tuple  # (result or None, divergence record or None): trained_or_reused's answer
+
+
+@dataclass(frozen=True)
+class Work:
+    """One unit a worker executes: a run ("run"), an untrained control ("control"), or several seeds of one
+    objective stacked in one model ("seeds", --batch-seeds)."""
+
+    kind: str
+    spec: str
+    seeds: tuple[int, ...]
+    train: TrainConfig
+    run_dirs: tuple[Path, ...]
+    reuse: bool
+
+    @property
+    def name(self) -> str:
+        return ", ".join(run_dir.name for run_dir in self.run_dirs)
+
+    def finished(self) -> bool:
+        """Whether --resume would only read this work back (every folder holds its result or divergence)."""
+        return self.reuse and all((d / "result.json").exists() or (d / "diverged.json").exists()
+                                  for d in self.run_dirs)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every run of a comparison reads besides its own work, and how its process is set up."""
+
+    corpus: Corpus
+    yardsticks: tuple
+    accelerator: str
+    precision: str
+    threads: int | None  # torch threads per run on a CPU (None: torch's default)
+
+
+def execute(fabric, context: Context, work: Work, progress: bool, control=control_run) -> list[Outcome]:
+    """A work's outcomes, one per seed, in this process with this Fabric (reused on --resume where finished);
+    `control`: what reads an untrained control (bench.pipeline passes its own name for it)."""
+    corpus, yardsticks = context.corpus, list(context.yardsticks)
+    if work.kind == "control":
+        result = fabric.broadcast(finished_result(work.run_dirs[0]) if work.reuse else None, src=0)
+        return [(result or control(fabric, work.spec, work.seeds[0], corpus, work.train, work.run_dirs[0], yardsticks,
+                                   progress), None)]
+    if work.kind == "seeds":
+        return trained_or_reused_seeds(fabric, work.spec, list(work.seeds), corpus, work.train, list(work.run_dirs),
+                                       work.reuse, yardsticks, progress)
+    return [trained_or_reused(fabric, work.spec, work.seeds[0], corpus, work.train, work.run_dirs[0], work.reuse,
+                              yardsticks, progress)]
+
+
+def run_isolated(context: Context, work: Work) -> tuple[str, object]:
+    """A work in a process of its own (a pool's worker or a Slurm job): ("done", outcomes) or ("stopped", message)
+    after a stop signal (its state saved; RunStopped itself does not pickle)."""
+    if context.threads:
+        torch.set_num_threads(context.threads)
+    with stop_on_signals() as request:
+        if request.signal_name is not None:  # arrived while this process waited for work: start nothing
+            return "stopped", f"stopped by {request.signal_name} before {work.name}"
+        fabric = _fabric(context.accelerator, context.precision)
+        try:
+            return "done", execute(fabric, context, work, progress=False)
+        except RunStopped as stopped:
+            return "stopped", stopped.message
+
+
+_worker: dict = {}  # a pool worker's Fabric per (accelerator, precision), its context and its lasting stop handler
+
+
+def _fabric(accelerator: str, precision: str):
+    key = ("fabric", accelerator, precision)
+    if key not in _worker:
+        _worker[key] = make_fabric(accelerator, 1, 1, "auto", precision)
+    return _worker[key]
+
+
+def _start_worker(slots, gpus: tuple[str, ...]) -> None:
+    """Pin this worker to its GPU (before CUDA starts), and keep SIGTERM/SIGUSR1 for the whole life of the worker, so
+    one arriving between two runs stops the next at once; Ctrl-C is the driver's (it forwards a SIGTERM)."""
+    slot = slots.get()
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker["signals"] = stop_on_signals()
+    _worker["signals"].__enter__()
+
+
+def _pooled(context_path: str, work: Work) -> tuple[str, object, float]:
+    """run_isolated in a pool worker, its context read once per comparison."""
+    tick = time.perf_counter()
+    if _worker.get("context_path") != context_path:
+        with open(context_path, "rb") as file:
+            _worker["context"], _worker["context_path"] = pickle.load(file), context_path
+    return (*run_isolated(_worker["context"], work), time.perf_counter() - tick)
+
+
+@dataclass(frozen=True)
+class Slots:
+    """How many works run at once, and where: `gpus` the CUDA devices they are spread over (none on a CPU)."""
+
+    jobs: int
+    gpus: tuple[str, ...] = ()
+    threads: int | None = None  # torch threads of each run (None: torch's default)
+
+
+_pools: dict = {}  # the command's one pool, by its Slots
+
+
+def pool(slots: Slots) -> ProcessPoolExecutor:
+    """The pool for these slots, started once for the command (a sweep's comparisons share it)."""
+    started = [key for key in _pools if (key.gpus, key.threads) == (slots.gpus, slots.threads) and
+               key.jobs >= slots.jobs]
+    if started:  # the controls after the runs, a sweep's next budget
+        return _pools[started[0]]
+    if slots not in _pools:
+        for old in _pools.values():
+            old.shutdown()
+        _pools.clear()
+        context = get_context("spawn")
+        queue = context.Queue()
+        for slot in range(slots.jobs):
+            queue.put(slot)
+        _pools[slots] = ProcessPoolExecutor(slots.jobs, mp_context=context, initializer=_start_worker,
+                                            initargs=(queue, slots.gpus))
+    return _pools[slots]
+
+
+@contextmanager
+def context_file(context: Context) -> Iterator[str]:
+    """The context pickled once into a temporary file the workers read (not once per run through the pipe)."""
+    handle, path = tempfile.mkstemp(prefix="objective-bench-", suffix=".pkl")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            pickle.dump(context, file)
+        yield path
+    finally:
+        os.unlink(path)
+
+
+def run_pooled(works: Sequence[Work], context: Context, slots: Slots, quiet: bool) -> list[list[Outcome]]:
+    """Every work's outcomes, in the order given, `slots.jobs` at once; one line per finished work. A stop signal
+    is passed on to the workers (each saves at the end of its step), the works not started are dropped, and
+    RunStopped is raised once the others have stopped."""
+    executor, request = pool(slots), current_stop_request()
+    outcomes: list = [None] * len(works)
+    with context_file(context) as path:
+        futures = {executor.submit(_pooled, path, work): index for index, work in enumerate(works)}
+        stopped = collect(futures, outcomes, works, executor, request, quiet)
+    if stopped:
+        _pools.clear()  # its workers hold a stop request: the next comparison (if any) starts fresh ones
+        executor.shutdown(wait=True)
+        message = f"stopped by {stopped}; the finished runs are saved, run the same command with --resume to continue"
+        print(message, file=sys.stderr, flush=True)
+        raise RunStopped(message, EXIT_STOPPED)
+    return outcomes
+
+
+def collect(futures: dict[Future, int], outcomes: list, works: Sequence[Work], executor: ProcessPoolExecutor,
+            request: StopRequest, quiet: bool) -> str | None:
+    """Wait for the futures, filling `outcomes`; returns the stop signal's name if one arrived."""
+    pending, finished, stopped = set(futures), 0, None
+    while pending:
+        try:
+            done, pending = wait(pending, timeout=0.5, return_when=FIRST_COMPLETED)
+        except KeyboardInterrupt:
+            request.signal_name = "SIGINT"
+            done = set()
+        for future in done:
+            if future.cancelled():
+                continue
+            state, value, seconds = future.result()
+            finished += 1
+            if state == "stopped":
+                stopped = stopped or request.signal_name or "a signal to a worker"
+                print(value, file=sys.stderr, flush=True)
+                continue
+            outcomes[futures[future]] = value
+            if not quiet:
+                print(f"{works[futures[future]].name}: done in {seconds:.0f} s ({finished}/{len(futures)})",
+                      file=sys.stderr, flush=True)
+        if request.signal_name is not None and stopped is None:
+            stopped = request.signal_name
+            forward_stop(executor, pending)
+    return stopped
+
+
+def forward_stop(executor: ProcessPoolExecutor, pending: set[Future]) -> None:
+    """Drop the works not started and ask the running ones to save and stop."""
+    for future in pending:
+        future.cancel()
+    for process in list(getattr(executor, "_processes", {}).values()):  # the pool keeps no public list
+        try:
+            os.kill(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def cpu_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """The CUDA devices this process may use, as CUDA_VISIBLE_DEVICES names them to a child."""
+    given = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if given is not None:
+        return tuple(part.strip() for part in given.split(",") if part.strip())
+    return tuple(str(index) for index in range(torch.cuda.device_count()))
+
+
+def choose_slots(plan_: "Plan", device: torch.device, works: Sequence[Work]) -> Slots:
+    """How many of the works not finished run at once, and on how many threads each. Both follow from the whole
+    comparison, never from what is left of it, so that a resumed run gets the thread count (and so the numbers) it
+    would have had: --jobs, else auto_jobs when all its runs together hold enough training; never more at once than
+    there are works left."""
+    hardware, training = plan_.config.hardware, plan_.config.training
+    gpus = visible_gpus() if device.type == "cuda" else ()
+    flops = training.budget * training.seeds * len(plan_.specs)
+    jobs = hardware.jobs or (auto_jobs(plan_, device, gpus) if flops >= PARALLEL_MIN_FLOPS else 1)
+    threads = hardware.threads_per_run or (max(1, cpu_cores() // jobs) if jobs > 1 else None)
+    return Slots(max(1, min(jobs, sum(not work.finished() for work in works))), gpus, threads)
+
+
+def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int:
+    """What the machine uses well for runs long enough to repay the workers' start: on a CPU one run per core
+    (measured on 2 cores: two 1-thread runs at once are 1.25x faster than one 2-thread run after another, and stay
+    so when another process holds a core); on GPUs one run per device, several when steps are too small to keep one
+    busy; never more than memory holds."""
+    hardware, train = plan_.config.hardware, plan_.train
+    windows = hardware.micro_batch or train.batch_size
+    need = max(step_memory(objective, windows, plan_.schedule.longest, hardware.precision, device).total
+               for objective in plan_.objectives)
+    if gpus:
+        fit = device_memory_bytes(device) // (need + CUDA_CONTEXT_BYTES)
+        small = train.batch_size * plan_.schedule.final < SMALL_STEP_TOKENS
+        return len(gpus) * max(1, min(PER_GPU_SMALL if small else 1, fit))
+    return max(1, min(cpu_cores(), device_memory_bytes(device) // need))

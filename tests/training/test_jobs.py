@@ -1,0 +1,134 @@
+"""Runs as independent jobs (bench.jobs, bench.launch): several at once, or each a process of its own through
+submitit's local executor, give the results one after another gives, at the same thread count per run."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.cli import run
+from bench.compare import main, parse_config
+from bench.jobs import choose_slots
+from bench.pipeline import run_works
+from bench.planning import plan
+from bench.training.distributed import make_fabric
+from bench.training.stopping import EXIT_STOPPED
+
+TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
+        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--accelerator", "cpu",
+        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
+        "--finetune-lrs", "1e-3", "--objectives", "mlm,ar", "--seeds", "2", "--threads-per-run", "1"]
+# what may differ between two sessions of the same comparison: the clock, and the words of the command
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds",
+           "final_seconds", "checkpoint_seconds", "revision", "written", "command")
+
+
+def numbers(value: object) -> object:
+    if isinstance(value, dict):
+        return {key: numbers(item) for key, item in value.items() if key not in TIMINGS}
+    if isinstance(value, list):
+        return [numbers(item) for item in value]
+    return value
+
+
+def results(folder: Path) -> dict:
+    return numbers(json.loads((folder / "results.json").read_text()))
+
+
+@pytest.fixture(scope="module")
+def one_by_one(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("jobs") / "one-by-one"
+    main([*TINY, "--jobs", "1", "--out", str(out)])
+    return out
+
+
+@pytest.mark.slow
+def test_runs_at_once_give_the_results_of_runs_one_by_one(one_by_one, tmp_path, capsys):
+    main([*TINY, "--jobs", "2", "--out", str(tmp_path / "at-once")])
+    assert results(tmp_path / "at-once") == results(one_by_one)
+    # and a resumed comparison reads every run back rather than training it again
+    main([*TINY, "--jobs", "2", "--out", str(tmp_path / "at-once"), "--resume"])
+    assert results(tmp_path / "at-once") == results(one_by_one)
+
+
+@pytest.mark.slow
+def test_runs_as_submitit_jobs_give_the_results_of_runs_in_this_process(one_by_one, tmp_path):
+    pytest.importorskip("submitit")
+    out = tmp_path / "local"
+    main([*TINY, "--launcher", "local", "--out", str(out)])
+    assert results(out) == results(one_by_one)
+    assert list((out / "slurm").glob("*_log.out"))  # submitit's logs, beside the runs
+    assert all((out / "runs" / name / "slurm_job.json").exists() for name in ("mlm-seed0", "ar-seed1"))
+
+
+@pytest.mark.slow
+def test_batched_seeds_give_the_results_of_separate_runs(one_by_one, tmp_path, capsys):
+    main([*TINY, "--batch-seeds", "--out", str(tmp_path / "batched")])
+    assert results(tmp_path / "batched") == results(one_by_one)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--jobs", "2", "--devices", "2"], "--jobs 2 runs each run on one device; --devices 2"),
+    (["--jobs", "0"], "--jobs must be >= 1, got 0"),
+    (["--threads-per-run", "0"], "--threads-per-run must be >= 1"),
+    (["--slurm-partition", "gpu"], "--slurm-partition needs --launcher slurm"),
+    (["--launcher", "slurm"], "--launcher slurm: no sbatch"),
+])
+def test_job_flags_that_cannot_work_are_one_line(args, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [*TINY, *args, "--out", str(tmp_path / "out")])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2 and message in stderr and len(stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_launcher_without_submitit_is_one_line(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "submitit", None)  # as if not installed
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [*TINY, "--launcher", "local", "--out", str(tmp_path / "out")])
+    stderr = capsys.readouterr().err
+    assert exit_info.value.code == 2 and stderr.strip() == \
+        "error: --launcher local needs submitit: pip install -e '.[slurm]'"
+
+
+def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path, monkeypatch):
+    monkeypatch.setattr("bench.jobs.cpu_cores", lambda: 8)
+    fabric = make_fabric("cpu", launch=False)
+    for budget, jobs in (("3e8", 1), ("1e12", 4)):  # the workers' start would cost more than 4 short runs gain
+        plan_ = plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
+        assert choose_slots(plan_, fabric.device, run_works(fabric, plan_)).jobs == jobs
+
+
+@pytest.mark.slow
+def test_a_stop_signal_reaches_the_runs_at_once_and_resume_finishes_them(one_by_one, tmp_path):
+    out = tmp_path / "stopped"
+    command = [sys.executable, "-m", "bench.compare", *TINY, "--jobs", "2", "--out", str(out)]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(out.glob("runs/*/curve.jsonl")) and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGTERM)  # as a scheduler would, while the workers train
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_STOPPED, stderr
+    assert "run the same command with --resume" in stderr.strip().splitlines()[-1]
+    assert not (out / "results.json").exists()
+    main([*TINY, "--jobs", "2", "--out", str(out), "--resume"])
+    assert results(out) == results(one_by_one)
+
+
+def test_batched_seeds_where_they_can_else_one_by_one_with_the_reason_once(tmp_path, capsys):
+    fabric = make_fabric("cpu", launch=False)
+    stacked = plan(parse_config([*TINY, "--batch-seeds", "--out", str(tmp_path / "a")]), fabric)
+    assert [(work.kind, work.seeds) for work in run_works(fabric, stacked)] == [("seeds", (0, 1))] * 2
+    fabric = make_fabric("cpu", precision="bf16-mixed", launch=False)
+    bf16 = plan(parse_config([*TINY, "--batch-seeds", "--precision", "bf16-mixed", "--out", str(tmp_path / "b")]),
+                fabric)
+    assert [(work.kind, work.seeds) for work in run_works(fabric, bf16)] == [("run", (0,)), ("run", (1,))] * 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"--batch-seeds: the seeds of {spec} train one by one: it trains in 32-true only, not bf16-mixed"
+        for spec in ("mlm", "ar")]
