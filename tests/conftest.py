@@ -40,3 +40,13 @@ def signalling(function, when=lambda *args, **kwargs: True):
             os.kill(os.getpid(), signal.SIGTERM)
         return function(*args, **kwargs)
     return signalled
+
+
+def recorded_settings(data: str, seq_len: int | str, model: str = "tiny") -> dict:
+    """A comparison's config.json as bench.planning.record writes it, for one trained on `data` at `seq_len`."""
+    from bench.compare import parse_config
+    from bench.config import SETTING
+    from bench.planning import CONFIG_SCHEMA
+
+    config = parse_config(["--data", data, "--seq-len", str(seq_len), "--model", model])
+    return {"schema": CONFIG_SCHEMA, "config": config.recorded(SETTING), "derived": {}}

@@ -12,16 +12,19 @@ from typing import Sequence
 import torch
 from lightning_fabric import Fabric
 
+from backbone import ConfigError
 from bench.data.corpus import Corpus
 from bench.environment import code_revision
 from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
 from bench.training.config import TrainConfig, configure_matmuls, run_name
-from bench.training.curve import read_curve, upgrade_result
+from bench.training.curve import read_curve
 from bench.training.loop import TrainingDiverged, Yardstick, fit
 from bench.training.state import Run, restore, setup_run
 from bench.training.stopping import stop_agreed, stop_message, stop_on_signals
 from objectives import Objective
+
+RUN_SCHEMA = 2  # result.json's layout: the curve's rows in parts (bench.training.curve), the code revision named
 
 
 def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
@@ -32,7 +35,7 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
     final = counters["phases"][-1]
     measured = final if final["steps"] else {"steps": counters["step"], **counters}
     return {
-        "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
+        "schema": RUN_SCHEMA, "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
         "control": control_name(objective), "signals": sorted(objective.signals), "sees": objective.tagging_ceiling,
         # the code that trained it; a run resumed by other code (--allow-stale) names each in turn
         "revision": " → ".join(counters["revisions"]),
@@ -138,5 +141,12 @@ def trained_or_reused(fabric: Fabric, spec: str, seed: int, corpus: Corpus, conf
 
 
 def finished_result(run_dir: Path) -> dict | None:
+    """run_dir's result.json, read as this version writes it; one of another layout is refused, never misread."""
     path = run_dir / "result.json"
-    return upgrade_result(read_json(path)) if path.exists() else None
+    if not path.exists():
+        return None
+    result = read_json(path)
+    if result.get("schema") != RUN_SCHEMA:
+        raise ConfigError(f"{path} was written in another layout (schema {result.get('schema', 1)}, not "
+                          f"{RUN_SCHEMA}): train it again in a new --out")
+    return result

@@ -7,13 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from backbone import ConfigError
 from bench.analysis.results import (SCHEMA, Measured, build_results, compute_summary, final_metrics, loss_summary,
                                     p_value, stat)
-from bench.files import append_jsonl
+from bench.files import write_json
 from bench.report.sections import compute_section, fmt, loss_table, table
-from bench.training.curve import read_curve, upgrade, upgrade_result
+from bench.training.runs import RUN_SCHEMA, finished_result
 
-REPORTS = Path(__file__).resolve().parents[2] / "reports"
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "comparison.json"  # tests/fixtures/make_comparison.py
 
 
 def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> dict:
@@ -83,22 +84,16 @@ def test_report_tables_are_the_results_numbers_formatted():
     assert f"| {fmt(stat([1.5, 1.7]), 4)} " in losses and "accuracy 0.600 ± " in losses
 
 
-def test_a_flat_curve_row_of_an_older_folder_reads_as_this_versions_row(tmp_path):
-    flat = {"checkpoint": 1e9, "step": 5, "flops": 1e9, "tokens": 640, "supervised_positions": 96, "loss": 2.5,
-            "accuracy": 0.2, "sees": "smoothing", "hidden_state": 0.3, "probe_flops": 7,
-            "downstream:synthetic:tagging": 0.4}
-    typed = run_record("mlm", 0, 2.5, 0.2, 4.0)["curve"][0]
-    assert upgrade(flat) == {**typed, "probes": {"sees": "smoothing", "hidden_state": 0.3, "probe_flops": 7}}
-    assert upgrade(typed) is typed  # this version's rows pass through
-    assert upgrade({**flat, "downstream:synthetic:tagging": None})["downstream"] == {"synthetic:tagging": None}
-    # a run resumed across versions: old rows, then new ones, in one file
-    append_jsonl(tmp_path / "curve.jsonl", flat)
-    append_jsonl(tmp_path / "curve.jsonl", typed)
-    assert [row["metrics"] for row in read_curve(tmp_path / "curve.jsonl")] == [typed["metrics"]] * 2
-    older = {"objective": "mlm", "curve": [flat]}
-    assert final_metrics(upgrade_result(older)) == {"loss": 2.5, "accuracy": 0.2}
-    with pytest.raises(ValueError, match="schema"):  # a results.json of an older layout is refused, not misread
+def test_records_of_another_layout_are_refused_not_misread(tmp_path):
+    with pytest.raises(ValueError, match="schema"):
         Measured.from_results({"runs": []})
+    flat = {"objective": "mlm", "curve": [{"checkpoint": 1e9, "step": 5, "loss": 2.5}]}  # before the rows had parts
+    write_json(tmp_path / "result.json", flat)
+    with pytest.raises(ConfigError, match="schema 1, not 2"):
+        finished_result(tmp_path)
+    write_json(tmp_path / "result.json", {**flat, "schema": RUN_SCHEMA})
+    assert finished_result(tmp_path)["curve"] == flat["curve"]
+    assert finished_result(tmp_path / "absent") is None
 
 
 def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
@@ -122,19 +117,12 @@ def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
     assert objective_notes({"objectives": [summary("ar", {"accuracy": [0.3]}, {})]}) == ""
 
 
-@pytest.mark.parametrize("path", sorted(str(p.relative_to(REPORTS)) for p in REPORTS.rglob("results.json")))
-def test_every_committed_results_json_rebuilds_to_itself(path):
-    # what bench.downstream --run does before adding a task: read the measurements back, build the results again;
-    # the folders written before the curve rows were typed (and before "tasks" was stored) included
-    stored = json.loads((REPORTS / path).read_text())
-    if "runs" not in stored:
-        pytest.skip("a multi-comparison preset's own summary: the paper section only")
-    if stored.get("schema") != SCHEMA:
-        pytest.skip(f"made in results.json schema {stored.get('schema', 1)}, before {SCHEMA}: regenerated with reports/")
+def test_the_golden_results_json_rebuilds_to_itself():
+    # what bench.downstream --run does before adding a task: read the measurements back, build the results again
+    stored = json.loads(GOLDEN.read_text())
+    assert stored["schema"] == SCHEMA, "a stale fixture: python tests/fixtures/make_comparison.py"
     rebuilt = build_results(Measured.from_results(stored))
-    stored.pop("paper", None)
-    if rebuilt.get("answer"):  # the sentence is the report's wording of the answer, added as it is written
-        rebuilt["answer"]["sentence"] = stored["answer"]["sentence"]
+    rebuilt["answer"]["sentence"] = stored["answer"]["sentence"]  # the report's wording, added as it is written
     assert without_seconds(rebuilt) == without_seconds(stored)
 
 

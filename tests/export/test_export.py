@@ -30,8 +30,9 @@ from bench.yardsticks.downstream import forward as suite_reading  # noqa: E402
 from bench.yardsticks.examples import Split  # noqa: E402
 from objectives import Vocab, build_objective  # noqa: E402
 from objectives.pairs import segments_from_separators  # noqa: E402
+from conftest import recorded_settings  # noqa: E402
 
-SETTINGS = {"data": "synthetic:words=32,states=4,components=2", "seq_len": 16, "model": "tiny"}
+SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
 CONTEXT = context_for_run(Path("."), SETTINGS)  # the embedded language reads no file
 NEOX = dict(atol=1e-5, rtol=0)  # GPT-NeoX's and GPT-2's kernels against the suite's
 

@@ -27,8 +27,9 @@ from bench.training.config import run_name  # noqa: E402
 from bench.yardsticks.examples import TaskContext, encode  # noqa: E402
 from objectives import CausalLM, Vocab  # noqa: E402
 from objectives.pairs import make_pairs, pair_layout, segments_from_separators  # noqa: E402
+from conftest import recorded_settings  # noqa: E402
 
-SETTINGS = {"data": "synthetic:words=32,states=4,components=2", "seq_len": 16, "model": "tiny"}
+SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
 WORDS = "wave ship salt harbour tide sail cow field barn wheat tractor street tram tower office".split()
 
 

@@ -15,7 +15,7 @@ import bench.training.stacked
 from bench.data.corpus import load_corpus
 from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric
-from bench.training.runs import train_run
+from bench.training.runs import RUN_SCHEMA, train_run
 from bench.training.stacked import can_batch_seeds, train_seeds, trained_or_reused_seeds
 from bench.training.stacking import SeedStack
 from bench.training.stopping import RunStopped
@@ -193,7 +193,7 @@ def test_finished_and_diverged_seeds_are_reused_and_only_the_others_train(corpus
     dirs = [tmp_path / f"s{s}" for s in range(3)]
     for run_dir in dirs:
         run_dir.mkdir()
-    (dirs[0] / "result.json").write_text(json.dumps({"seed": 0, "steps": 5}))
+    (dirs[0] / "result.json").write_text(json.dumps({"schema": RUN_SCHEMA, "seed": 0, "steps": 5}))
     (dirs[1] / "diverged.json").write_text(json.dumps({"seed": 1, "diverged": True}))
     trained = []
 
@@ -202,7 +202,8 @@ def test_finished_and_diverged_seeds_are_reused_and_only_the_others_train(corpus
         return [({"seed": seed}, None) for seed in seeds]
     monkeypatch.setattr(bench.training.stacked, "seeds_trained", training)
     outcomes = trained_or_reused_seeds(fabric, "mlm", [0, 1, 2], corpus, config(), dirs, reuse=True)
-    assert outcomes == [({"seed": 0, "steps": 5}, None), (None, {"seed": 1, "diverged": True}), ({"seed": 2}, None)]
+    assert outcomes == [({"schema": RUN_SCHEMA, "seed": 0, "steps": 5}, None), (None, {"seed": 1, "diverged": True}),
+                        ({"seed": 2}, None)]
     assert trained == [([2], [dirs[2]])]
     assert [o[0]["seed"] for o in trained_or_reused_seeds(fabric, "mlm", [0, 1, 2], corpus, config(), dirs,
                                                           reuse=False)] == [0, 1, 2]

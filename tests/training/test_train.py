@@ -31,7 +31,7 @@ from bench.training.config import (TrainConfig, check_batch_split, check_config,
 from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
 from bench.training.memory import check_memory
-from bench.training.runs import train_run
+from bench.training.runs import RUN_SCHEMA, train_run
 from bench.training.schedule import parse_seq_len, predict_phases
 from bench.training.state import setup_run
 from bench.training.stopping import EXIT_STOPPED, RunStopped
@@ -795,9 +795,9 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
     assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (None, record)  # not again
     assert trained == ["mlm"]
     (tmp_path / "diverged.json").unlink()
-    (tmp_path / "result.json").write_text(json.dumps({"objective": "mlm", "flops": 9}))
-    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == ({"objective": "mlm", "flops": 9},
-                                                                                    None)
+    finished = {"schema": RUN_SCHEMA, "objective": "mlm", "flops": 9}
+    (tmp_path / "result.json").write_text(json.dumps(finished))
+    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (finished, None)
     trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=False)  # a fresh comparison trains
     assert trained == ["mlm", "mlm"]
 

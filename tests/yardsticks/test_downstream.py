@@ -23,6 +23,8 @@ from bench.yardsticks.readout import fit_linear_probe
 from bench.yardsticks.tasks import load_task, parse_task_list
 from objectives import IGNORE, Vocab, build_objective
 
+from conftest import recorded_settings
+
 TOPICS = {"sea": "wave ship salt harbour tide sail fish shore anchor deep".split(),
           "farm": "cow field barn wheat tractor hay goat plough seed fence".split(),
           "city": "street tram tower office traffic bridge shop crowd lamp square".split()}
@@ -252,7 +254,7 @@ def test_a_finished_synthetic_text_comparison_spells_its_tasks_again(tmp_path):
     spell = speller(128)
     tokenizer = train_tokenizer([" ".join(spell(w) for w in range(i, i + 8)) for i in range(0, 120)] * 2, 60)
     (tmp_path / "tokenizer.json").write_text(tokenizer.to_str())
-    context = context_for_run(tmp_path, recorded("synthetic:text", "32"))
+    context = context_for_run(tmp_path, recorded_settings("synthetic:text", "32"))
     assert context.language is not None and context.tokenizer is not None
     assert [context.spell(w) for w in (0, 7, 127)] == [spell(w) for w in (0, 7, 127)]
     assert "spelled as synthetic:text" in load_task("synthetic:component,size=8", context).source
@@ -528,10 +530,5 @@ def test_tasks_of_a_comparison_with_a_length_schedule_use_its_longest_windows(tm
     from bench.downstream import context_for_run
 
     # the model's max_seq_len, as bench.compare built it; config.json records a schedule as its text
-    assert context_for_run(tmp_path, recorded("synthetic:words=64", "16:0.5,64:0.3,32:0.2")).seq_len == 64
-    assert context_for_run(tmp_path, recorded("synthetic:words=64", "32")).seq_len == 32
-
-
-def recorded(data: str, seq_len: str) -> dict:
-    """The part of a config.json that says what a comparison trained on (bench.planning.record)."""
-    return {"config": {"data": {"data": data}, "model": {"seq_len": seq_len, "model": "tiny"}}}
+    assert context_for_run(tmp_path, recorded_settings("synthetic:words=64", "16:0.5,64:0.3,32:0.2")).seq_len == 64
+    assert context_for_run(tmp_path, recorded_settings("synthetic:words=64", "32")).seq_len == 32
