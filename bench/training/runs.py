@@ -39,6 +39,7 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
         "control": control_name(objective), "signals": sorted(objective.signals), "sees": objective.tagging_ceiling,
         # the code that trained it; a run resumed by other code (--allow-stale) names each in turn
         "revision": " → ".join(counters["revisions"]),
+        "threads": torch.get_num_threads(),  # sums split by thread: a run's numbers hold at this count
         "steps": counters["step"],
         "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
         "phases": [dict(phase) for phase in counters["phases"]],
@@ -108,9 +109,9 @@ def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Tr
         with torch.random.fork_rng(devices=[]):
             fabric.seed_everything(seed, verbose=False)
             objective = build_run_objective(spec, config, corpus).to(fabric.device)
-        result = {"control": control_name(objective), "read_as": spec, "seed": seed,
+        result = {"schema": RUN_SCHEMA, "control": control_name(objective), "read_as": spec, "seed": seed,
                   "attention": objective.attention, "flops": 0, "sees": objective.tagging_ceiling,
-                  "revision": code_revision()}
+                  "revision": code_revision(), "threads": torch.get_num_threads()}
         with fabric.autocast():  # read as the runs are read
             for yardstick in yardsticks:
                 result[yardstick.result_key] = yardstick.at_end(objective, progress, run_dir.name)
