@@ -9,10 +9,11 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from typing import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import Iterator
+
 import torch
 from lightning_fabric import Fabric
 
@@ -84,7 +85,8 @@ def expand(config: Config, preset: Preset | None) -> list[Job]:
     a preset (--out/VARIANT)."""
     if config.training.budgets:
         out = output_folder(config.output.out)
-        return [Job(budget_folder(budget), config.with_flags(budget=budget, budgets=(), out=out / budget_folder(budget)))
+        return [Job(budget_folder(budget),
+                    config.with_flags(budget=budget, budgets=(), out=out / budget_folder(budget)))
                 for budget in config.training.budgets]
     if preset is not None and preset.variants:
         out = output_folder(config.output.out)
@@ -265,7 +267,8 @@ def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | Non
     summary, vocab = corpus.summary(), corpus.vocab
     return {
         "command": list(config.command), "objectives": plan_.specs, "seeds": config.training.seeds,
-        "budget": config.training.budget, "model": config.model.model, "shape": plan_.settings["derived"]["model_shape"],
+        "budget": config.training.budget, "model": config.model.model,
+        "shape": plan_.settings["derived"]["model_shape"],
         "runs": {"tokens": sum(r["tokens"] for r in runs) / len(runs),
                  "backbone_parameters": runs[0]["backbone_parameters"]} if runs else None,
         "sequence_length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
@@ -278,7 +281,8 @@ def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | Non
                    "evaluated": min(train.eval_windows, len(corpus.heldout)), "tokenizer": corpus.tokenizer,
                    "vocab_size": vocab.size, "ordinary": vocab.num_ordinary, "special": vocab.first_ordinary,
                    "sentinels": vocab.num_sentinels},
-        "device": device_name(fabric.device), "world_size": fabric.world_size, "precision": config.hardware.precision,
+        "device": device_name(fabric.device, runs), "world_size": fabric.world_size,
+        "precision": config.hardware.precision,
         "versions": package_versions(), "versions_note": plan_.versions_note, "log_every": train.log_every,
         "revision": code_revision(), "stale": list(plan_.stale),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "bayes": bayes,
@@ -287,10 +291,13 @@ def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | Non
         "controls": plan_.control_specs() if plan_.yardsticks else None}
 
 
-def device_name(device: torch.device) -> str:
+def device_name(device: torch.device, runs: list[dict]) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"{device.type} ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    # the runs' own thread counts (--jobs pins each run to its share of the cores), not this process's
+    threads = sorted({run["threads"] for run in runs if "threads" in run}) or [torch.get_num_threads()]
+    return (f"{device.type} ({platform.processor() or platform.machine()}, "
+            f"{'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''} per run)")
 
 
 def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
