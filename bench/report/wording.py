@@ -80,9 +80,12 @@ def answer_sentence(answer: dict | None) -> str:
                 "compared with it")
     else:
         text = f"{where}, **{answer['leader']} leads**"
-        if answer.get("multiplier"):
-            text += (f": {answer['runner_up']} would need {multiplier_text(answer['multiplier'])} of its compute to "
-                     "match it")
+        m = answer.get("multiplier")
+        if m:
+            reversed_reading = m.get("reading") == "reversed" and m.get("kind") not in (">", "<")
+            text += (f": {answer['runner_up']} would need {multiplier_text({**m, 'reading': None})} of its compute to "
+                     "match it" + (f" (read at {answer['runner_up']}'s final value: it does not reach "
+                                   f"{answer['leader']}'s within its run)" if reversed_reading else ""))
         if answer["separated"]:
             text += f", separated from {listing(answer['beat_control'][1:])} (Holm, {family_text(answer['family'])})"
         else:
