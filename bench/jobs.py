@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 # 4 runs of 2e11 FLOPs take the same wall time either way; below this, runs go one after another in this process
 PARALLEL_MIN_FLOPS = 4e12
 PER_GPU_SMALL = 4  # runs sharing one GPU when their steps are too small to keep it busy (SMALL_STEP_TOKENS)
-SMALL_STEP_TOKENS = 16384  # bench.pipeline's: below this many tokens per step a GPU mostly waits for the host
+SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host
 CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator reserve take besides the step
 
 Outcome = tuple  # (result or None, divergence record or None): trained_or_reused's answer

@@ -25,7 +25,7 @@ from bench.analysis.results import Measured, build_results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
-from bench.jobs import Context, Slots, Work, choose_slots, execute, run_pooled
+from bench.jobs import SMALL_STEP_TOKENS, Context, Slots, Work, choose_slots, execute, run_pooled
 from bench.launch import submitted
 from bench.planning import Plan, output_folder, plan
 from bench.report.frontier import budget_folder, write_frontier_report
@@ -41,8 +41,6 @@ from bench.training.sweep import provenance, sweep, sweep_rates
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
-
-SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host (warn_small_steps)
 
 
 @dataclass(frozen=True)
