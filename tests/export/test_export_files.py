@@ -132,7 +132,7 @@ def test_export_writes_a_run_and_every_run_of_a_comparison(tmp_path, capsys):
     export_main([str(root / "runs" / "mlm-seed0"), "--out", str(tmp_path / "one")])
     assert "ObjectiveBenchForMaskedLM" in capsys.readouterr().out
     objective = run_objective("mlm", SETTINGS, context_for_run(root, SETTINGS))
-    objective.load_state_dict(torch.load(root / "runs" / "mlm-seed0" / "checkpoint.pt")["model"])
+    objective.load_state_dict(torch.load(root / "runs" / "mlm-seed0" / "checkpoint.pt", weights_only=True)["model"])
     ids = torch.randint(4, 36, (2, 16))
     with torch.no_grad():  # the checkpoint's weights, not the objective's initial ones
         expected = objective.backbone.logits(objective.backbone(ids, attention="bidirectional"))
