@@ -35,7 +35,8 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
     final = counters["phases"][-1]
     measured = final if final["steps"] else {"steps": counters["step"], **counters}
     return {
-        "schema": RUN_SCHEMA, "objective": run.spec, "seed": run.seed, "attention": objective.attention, "lr": run.config.lr,
+        "schema": RUN_SCHEMA, "objective": run.spec, "seed": run.seed, "attention": objective.attention,
+        "lr": run.config.lr,
         "control": control_name(objective), "signals": sorted(objective.signals), "sees": objective.tagging_ceiling,
         # the code that trained it; a run resumed by other code (--allow-stale) names each in turn
         "revision": " → ".join(counters["revisions"]),
