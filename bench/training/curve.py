@@ -23,4 +23,3 @@ def curve_row(counters: dict, metrics: dict[str, float]) -> dict:
 
 def read_curve(path: Path) -> list[dict]:
     return read_jsonl(path)
-
