@@ -5,7 +5,9 @@ import pytest
 import torch
 
 from backbone import Backbone, preset
+from bench.data.corpus import load_corpus
 from bench.environment import describe, package_versions
+from bench.training.distributed import make_fabric
 from objectives import Vocab, build_objective
 
 VOCAB = Vocab.for_words(40, num_sentinels=30)
@@ -25,6 +27,18 @@ def random_tokens(batch_size: int, seq_len: int, seed: int = 0, vocab: Vocab = V
 def tiny_objective(spec: str, seq_len: int = 64, vocab: Vocab = VOCAB, model: str = "tiny", **overrides):
     torch.manual_seed(0)
     return build_objective(spec, Backbone(preset(model, vocab.size, max_seq_len=seq_len, **overrides)), vocab)
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """The embedded language's tiny corpus the training tests run on (a module may define its own)."""
+    return load_corpus("synthetic:train=64,heldout=16,words=64,states=4", 32)
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    """One CPU process's Fabric."""
+    return make_fabric()
 
 
 @pytest.fixture(autouse=True)

@@ -10,10 +10,8 @@ import torch
 import bench.training.loop
 from backbone import Backbone, ConfigError, preset
 from bench.planning import predicted_phases
-from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective, eval_batches
 from bench.training.config import TrainConfig, learning_rate
-from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
 from bench.training.schedule import Phase, parse_seq_len
 from objectives import ObjectiveSchedule, Vocab, build_objective, parse_objective_list
@@ -21,16 +19,6 @@ from objectives.schedule import split_schedule
 
 SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second")
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return load_corpus("synthetic:train=64,heldout=16,words=64,states=4", SEQ_LEN)
-
-
-@pytest.fixture(scope="module")
-def fabric():
-    return make_fabric()
 
 
 def config(**overrides) -> TrainConfig:

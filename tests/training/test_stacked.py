@@ -12,9 +12,7 @@ import pytest
 import torch
 
 import bench.training.stacked
-from bench.data.corpus import load_corpus
 from bench.training.config import TrainConfig
-from bench.training.distributed import make_fabric
 from bench.training.runs import RUN_SCHEMA, train_run
 from bench.training.stacked import can_batch_seeds, train_seeds, trained_or_reused_seeds
 from bench.training.stacking import SeedStack
@@ -23,16 +21,6 @@ from bench.training.stopping import RunStopped
 SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "weights_seconds")
 COUNTS = ("steps", "flops", "tokens", "supervised_positions", "phases", "flops_per_step", "supervised_per_sequence")
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return load_corpus("synthetic:train=64,heldout=16,words=64,states=4", SEQ_LEN)
-
-
-@pytest.fixture(scope="module")
-def fabric():
-    return make_fabric()
 
 
 class Weights:

@@ -21,7 +21,6 @@ import bench.training.runs
 import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
-from bench.data.corpus import load_corpus
 from bench.files import read_jsonl
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
@@ -43,16 +42,6 @@ from objectives import IGNORE, Vocab
 
 SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds")
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return load_corpus("synthetic:train=64,heldout=16,words=64,states=4", SEQ_LEN)
-
-
-@pytest.fixture(scope="module")
-def fabric():
-    return make_fabric()
 
 
 def checkpoint_task(corpus) -> Downstream:
