@@ -9,10 +9,8 @@ from __future__ import annotations
 import platform
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import Iterator
 
 import torch
 from lightning_fabric import Fabric
@@ -38,6 +36,7 @@ from bench.training.stopping import current_stop_request, stop_agreed, stop_mess
 from bench.training.runs import control_run
 from bench.training.stacked import can_batch_seeds
 from bench.training.sweep import provenance, sweep, sweep_rates
+from bench.training.throughput import threads
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -232,17 +231,6 @@ def executed(fabric: Fabric, plan_: Plan, works: list[Work]) -> list[list]:
 def job_context(plan_: Plan, thread_count: int | None) -> Context:
     hardware = plan_.config.hardware
     return Context(plan_.corpus, tuple(plan_.yardsticks), hardware.accelerator, hardware.precision, thread_count)
-
-
-@contextmanager
-def threads(count: int | None) -> Iterator[None]:
-    """--threads-per-run for the runs made here (torch's default otherwise), as before them after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count or before)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def bayes_references(plan_: Plan) -> dict | None:

@@ -32,9 +32,10 @@ def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: 
 
 
 @contextmanager
-def threads(count: int) -> Iterator[None]:
+def threads(count: int | None) -> Iterator[None]:
+    """torch's threads set to `count` (None: left as they are) for the block, as before them after."""
     before = torch.get_num_threads()
-    torch.set_num_threads(count)
+    torch.set_num_threads(count or before)
     try:
         yield
     finally:
