@@ -57,6 +57,7 @@ class Measurement:
     results: dict | None
     diverged: list[dict]
     plan: Plan
+    fabric: Fabric
 
 
 def run(config: Config) -> list[dict]:
@@ -71,9 +72,11 @@ def run(config: Config) -> list[dict]:
         if len(jobs) > 1 and measured[job.name].results is not None:
             print(f"report: {write_report(measured[job.name].plan.out, measured[job.name].results)}")
     diverged = [record for found in measured.values() for record in found.diverged]
-    if any(found.results is None for found in measured.values()):  # not rank 0
-        return diverged
-    summarise(config, preset, measured, time.perf_counter() - started)
+    if all(found.results is not None for found in measured.values()):  # rank 0
+        summarise(config, preset, measured, time.perf_counter() - started)
+    # every process leaves together, once rank 0's reports are written: one that exits while a peer still holds the
+    # process group can abort in gloo's teardown ("terminate called without an active exception")
+    measured[jobs[-1].name].fabric.barrier()
     return diverged
 
 
@@ -147,11 +150,11 @@ def measure(config: Config) -> Measurement:
     runs, diverged = run_all(fabric, plan_)
     controls = run_controls(fabric, plan_)
     if not fabric.is_global_zero:
-        return Measurement(None, diverged, plan_)
+        return Measurement(None, diverged, plan_, fabric)
     measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), positions, runs,
                         config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged, lr_sweep,
                         plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
-    return Measurement(build_results(measured), diverged, plan_)
+    return Measurement(build_results(measured), diverged, plan_, fabric)
 
 
 def write_settings(fabric: Fabric, plan_: Plan) -> None:
