@@ -61,7 +61,7 @@ class TrainingConfig:
     budget: float = 8e11
     budgets: tuple[float, ...] = kind(COMMAND, ())  # a sweep: one comparison (its own config) per budget
     batch_size: int = 32
-    lr: str = "3e-3,ar=6e-3"  # from the sweep bench.training.sweep.DEFAULT_SWEEP names
+    lr: str = "3e-3,ar=1.2e-2"  # from the sweep bench.training.sweep.DEFAULT_SWEEP names (docs/default.md)
     # peak rate per spec as a rerun (--config) recorded them: specs with options cannot be written back as --lr
     rates: tuple[tuple[str, float], ...] = ()
     lr_sweep: str | None = None

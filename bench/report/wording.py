@@ -82,10 +82,13 @@ def answer_sentence(answer: dict | None) -> str:
         text = f"{where}, **{answer['leader']} leads**"
         m = answer.get("multiplier")
         if m:
-            reversed_reading = m.get("reading") == "reversed" and m.get("kind") not in (">", "<")
-            text += (f": {answer['runner_up']} would need {multiplier_text({**m, 'reading': None})} of its compute to "
-                     "match it" + (f" (read at {answer['runner_up']}'s final value: it does not reach "
-                                   f"{answer['leader']}'s within its run)" if reversed_reading else ""))
+            leader, runner_up, times_text = answer["leader"], answer["runner_up"], multiplier_text({**m, "reading": None})
+            if m.get("reading") == "reversed" and m.get("kind") not in (">", "<"):
+                # read inside both runs: where the runner-up got to by the budget, and when the leader got there
+                text += (f": it reaches {runner_up}'s final value with {times_text} less compute than {runner_up} "
+                         f"({runner_up} does not reach {leader}'s within its run)")
+            else:
+                text += f": {runner_up} would need {times_text} of its compute to match it"
         if answer["separated"]:
             text += f", separated from {listing(answer['beat_control'][1:])} (Holm, {family_text(answer['family'])})"
         else:
