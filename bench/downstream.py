@@ -24,6 +24,7 @@ from bench.files import read_json, write_json
 from bench.planning import read_settings
 from bench.report.markdown import write_report
 from bench.training.config import run_name
+from bench.training.records import ControlRecord
 from bench.training.schedule import parse_seq_len
 from bench.yardsticks.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
 from bench.yardsticks.examples import TaskContext
@@ -69,12 +70,12 @@ def load_run_objective(run_dir: Path, spec: str, settings: dict, context: TaskCo
     return objective
 
 
-def control_objective(control: dict, settings: dict, context: TaskContext) -> Objective:
+def control_objective(control: ControlRecord, settings: dict, context: TaskContext) -> Objective:
     """An untrained control's backbone (bench.training.runs.control_run), rebuilt from its seed: the seeding and
     construction a run's setup uses, so nothing of it needs to be stored."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(control["seed"])  # what Fabric's seed_everything does to torch's generator
-        return run_objective(control["read_as"], settings, context)
+        torch.manual_seed(control.seed)  # what Fabric's seed_everything does to torch's generator
+        return run_objective(control.read_as, settings, context)
 
 
 def build_parser() -> Parser:
@@ -109,25 +110,27 @@ def main(argv: list[str] | None = None) -> None:
     runs, controls = measured.runs, measured.controls
     if not runs:
         raise ConfigError(f"{out} has no finished run to evaluate")
-    folders = [out / "runs" / run_name(run["objective"], run["seed"]) for run in runs]
+    folders = [out / "runs" / run_name(run.objective, run.seed) for run in runs]
     for folder in folders:  # every mistake before anything is written
         if not (folder / "checkpoint.pt").is_file():
             raise ConfigError(f"{folder} has no checkpoint.pt: the final weights are needed (checkpoints stay where "
                               "the comparison ran; they are not committed)")
+    evaluated_runs, evaluated_controls = [], []
     for record, folder in tqdm(list(zip(runs, folders)), desc="runs", unit="run", disable=args.quiet):
-        objective = load_run_objective(folder, record["objective"], settings, context)
+        objective = load_run_objective(folder, record.objective, settings, context)
         evaluated = downstream.at_end(objective, progress=not args.quiet, desc=folder.name)
-        record["downstream"] = {**(record.get("downstream") or {}), **evaluated}
-        write_json(folder / "downstream.json", record["downstream"])
+        evaluated_runs.append(replace(record, downstream={**(record.downstream or {}), **evaluated}))
+        write_json(folder / "downstream.json", evaluated_runs[-1].downstream)
     for control in tqdm(controls, desc="untrained controls", unit="control", disable=args.quiet):
-        folder = out / "runs" / run_name(control["control"], control["seed"])
+        folder = out / "runs" / run_name(control.control, control.seed)
         evaluated = downstream.at_end(control_objective(control, settings, context), progress=not args.quiet,
                                       desc=folder.name)
-        control["downstream"] = {**(control.get("downstream") or {}), **evaluated}
-        write_json(folder / "downstream.json", control["downstream"])
+        evaluated_controls.append(replace(control, downstream={**(control.downstream or {}), **evaluated}))
+        write_json(folder / "downstream.json", evaluated_controls[-1].downstream)
+    measured = replace(measured, runs=evaluated_runs, controls=evaluated_controls)
     # tasks evaluated before keep their description; a recipe used for other tasks stays on record beside this one
     described = {t["task"]: t for t in [*(measured.tasks or []), *downstream.describe()]}
-    recipe, before = describe_recipe(downstream, runs), measured.setup.get("downstream")
+    recipe, before = describe_recipe(downstream, evaluated_runs), measured.setup.get("downstream")
     kept = [name for name in described if name not in {task.name for task in downstream.tasks}]
     setup = {**measured.setup, "downstream": recipe if not (before and kept) else f"{before}; then, by "
              f"bench.downstream --run: {recipe}"}

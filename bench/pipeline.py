@@ -19,7 +19,7 @@ from backbone import ConfigError
 from bench.analysis.budgets import frontier_results
 from bench.analysis.density import position_row
 from bench.analysis.presets import Preset, get_preset, paper_section
-from bench.analysis.results import Measured, build_results
+from bench.analysis.results import Measured, build_results, runs_of
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
@@ -33,6 +33,7 @@ from bench.training.batches import eval_batches
 from bench.training.config import run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.stopping import current_stop_request, stop_agreed, stop_message
+from bench.training.records import ControlRecord, RunRecord
 from bench.training.runs import control_run
 from bench.training.stacked import can_batch_seeds
 from bench.training.sweep import provenance, sweep, sweep_rates
@@ -120,8 +121,8 @@ def summarise(config: Config, preset: Preset | None, measured: dict[str, Measure
 def sweep_setup(config: Config, by_budget: dict[float, dict], seconds: float) -> dict:
     largest = by_budget[max(by_budget)]
     setup = {key: value for key, value in largest["setup"].items() if key not in ("budget (FLOPs)", "written")}
-    minutes = sum(run.get(key) or 0 for results in by_budget.values() for run in results["runs"]
-                  for key in ("wall_seconds", "probe_seconds", "downstream_seconds")) / 60
+    minutes = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
+                  for results in by_budget.values() for run in runs_of(results)) / 60
     return {"command": largest["setup"]["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in sorted(by_budget)),
             **{k: v for k, v in setup.items() if k != "command"},
             "sweep time": f"{minutes:.1f} min in its runs (training, evaluations, probes and tasks, summed over runs "
@@ -168,7 +169,7 @@ def write_settings(fabric: Fabric, plan_: Plan) -> None:
         raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
 
 
-def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[dict], list[dict]]:
+def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[RunRecord], list[dict]]:
     """Train every objective and seed, keeping finished runs on --resume: one after another here, several at once
     (--jobs, bench.jobs), or as Slurm jobs (--launcher, bench.launch). A diverged run is recorded (its folder
     holds diverged.json) and the others go on. Returns (finished runs, diverged runs), in objective-then-seed order."""
@@ -182,7 +183,7 @@ def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[dict], list[dict]]:
     return runs, diverged
 
 
-def run_controls(fabric: Fabric, plan_: Plan) -> list[dict]:
+def run_controls(fabric: Fabric, plan_: Plan) -> list[ControlRecord]:
     """Every seed's untrained controls through the yardsticks (bench.training.runs.control_run), kept on --resume;
     nothing to do when no yardstick runs. Run as the runs are (run_all)."""
     if not plan_.yardsticks:
@@ -250,7 +251,7 @@ def bayes_references(plan_: Plan) -> dict | None:
             "input_only": input_only_controls(corpus, probe) if probe else None}
 
 
-def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | None) -> dict:
+def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric, bayes: dict | None) -> dict:
     """What the report's setup table says (bench.report.setup), as facts."""
     config, corpus, train = plan_.config, plan_.corpus, plan_.train
     summary, vocab = corpus.summary(), corpus.vocab
@@ -258,8 +259,8 @@ def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | Non
         "command": list(config.command), "objectives": plan_.specs, "seeds": config.training.seeds,
         "budget": config.training.budget, "model": config.model.model,
         "shape": plan_.settings["derived"]["model_shape"],
-        "runs": {"tokens": sum(r["tokens"] for r in runs) / len(runs),
-                 "backbone_parameters": runs[0]["backbone_parameters"]} if runs else None,
+        "runs": {"tokens": sum(r.tokens for r in runs) / len(runs),
+                 "backbone_parameters": runs[0].backbone_parameters} if runs else None,
         "sequence_length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
         "batch_size": config.training.batch_size, "flops": train.flops, "rates": plan_.learning_rates,
         "rate_source": provenance(config.training.lr, Config().training.lr, config.training.lr_sweep, {
@@ -280,11 +281,11 @@ def setup_facts(plan_: Plan, runs: list[dict], fabric: Fabric, bayes: dict | Non
         "controls": plan_.control_specs() if plan_.yardsticks else None}
 
 
-def device_name(device: torch.device, runs: list[dict]) -> str:
+def device_name(device: torch.device, runs: list[RunRecord]) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     # the runs' own thread counts (--jobs pins each run to its share of the cores), not this process's
-    threads = sorted({run["threads"] for run in runs if "threads" in run}) or [torch.get_num_threads()]
+    threads = sorted({run.threads for run in runs}) or [torch.get_num_threads()]
     return (f"{device.type} ({platform.processor() or platform.machine()}, "
             f"{'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''} per run)")
 

@@ -1,5 +1,7 @@
+import json
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -64,3 +66,10 @@ def recorded_settings(data: str, seq_len: int | str, model: str = "tiny") -> dic
 
     config = parse_config(["--data", data, "--seq-len", str(seq_len), "--model", model])
     return {"schema": CONFIG_SCHEMA, "config": config.recorded(SETTING), "derived": {}}
+
+
+def written_record(**fields) -> str:
+    """A result.json's text as a finished run writes it (or, given `read_as`, an untrained control): the golden
+    comparison's first run or control (tests/fixtures/comparison.json) with `fields` changed."""
+    golden = json.loads((Path(__file__).parent / "fixtures" / "comparison.json").read_text())
+    return json.dumps({**(golden["controls"] if "read_as" in fields else golden["runs"])[0], **fields})

@@ -15,7 +15,7 @@ import numpy as np
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
 from bench.analysis.frontier import LOG_LINEAR, POWER_LAW, Curves, crossover, fit_frontier, gain_trend, multipliers
 from bench.analysis.measures import yardsticks
-from bench.analysis.results import Measured, by_control, by_objective, stat
+from bench.analysis.results import Measured, by_control, by_objective, runs_of, stat
 
 FIT_REASONS = {
     POWER_LAW: "a saturating power law toward the ceiling, since the yardstick has one and every seed lies below it",
@@ -35,10 +35,10 @@ def seed_scores(by_budget: dict[float, dict], yardstick, spec: str) -> dict[int,
     seed from the curve rather than leaving a hole in it)."""
     found: dict[int, list[float]] = {}
     for index, budget in enumerate(sorted(by_budget)):
-        for run in by_objective(by_budget[budget]["runs"]).get(spec, []):
+        for run in by_objective(runs_of(by_budget[budget])).get(spec, []):
             reading = yardstick.final(run)
-            if reading is not None and len(found.setdefault(run["seed"], [])) == index:
-                found[run["seed"]].append(reading.value)
+            if reading is not None and len(found.setdefault(run.seed, [])) == index:
+                found[run.seed].append(reading.value)
     return {seed: scores for seed, scores in found.items() if len(scores) == len(by_budget)}
 
 
@@ -58,7 +58,7 @@ def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict
     against compute (bench.analysis.frontier.gain_trend)."""
     budgets, sign = sorted(by_budget), 1.0 if yardstick.higher_is_better else -1.0
     items = verdict_items(by_budget, yardstick.name)
-    controls = by_control(by_budget[max(by_budget)]["controls"])
+    controls = by_control(runs_of(by_budget[max(by_budget)], "controls"))
     found = {}
     for spec, by_seed in scores.items():
         gains = [gain_at(item, spec) for item in items]
@@ -79,7 +79,7 @@ def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict
 def control_summary(by_budget: dict[float, dict], yardstick) -> dict[str, dict]:
     """The untrained controls (the same initialisations at every budget: they spend no training FLOPs), from the
     largest budget's comparison."""
-    controls = by_budget[max(by_budget)]["controls"]
+    controls = runs_of(by_budget[max(by_budget)], "controls")
     return {name: stat(values) for name, group in by_control(controls).items()
             for values in [[r.value for run in group for r in [yardstick.final(run)] if r is not None]] if values}
 
@@ -130,7 +130,7 @@ def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | 
     whether it measures pretraining, the gains' trends, and where it is neutral and measures pretraining the fit,
     the multipliers against the baseline at every budget and the crossover of every pair."""
     budgets = sorted(by_budget)
-    specs = list(dict.fromkeys(run["objective"] for budget in budgets for run in by_budget[budget]["runs"]))
+    specs = list(dict.fromkeys(run.objective for budget in budgets for run in runs_of(by_budget[budget])))
     found = []
     for yardstick in sweep_yardsticks(by_budget):
         scores = {spec: by_seed for spec in specs for by_seed in [seed_scores(by_budget, yardstick, spec)] if by_seed}

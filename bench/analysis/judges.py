@@ -19,6 +19,7 @@ from scipy import stats
 from bench.analysis import uncertainty
 from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, family
 from bench.analysis.measures import Yardstick, group, yardsticks
+from bench.analysis.results import runs_of
 
 MARGIN = 0.05  # "comparable": a shortfall of at most 5 % of the second's mean
 
@@ -34,7 +35,7 @@ class Evidence:
         if variant not in self._yardsticks:
             result = self.results[variant]
             bayes = result.get("bayes") or {}
-            self._yardsticks[variant] = {y.name: y for y in yardsticks(result["runs"], bayes.get("ceilings") or {},
+            self._yardsticks[variant] = {y.name: y for y in yardsticks(runs_of(result), bayes.get("ceilings") or {},
                                                                        bayes.get("input_only"), result.get("tasks"))}
         return self._yardsticks[variant].get(name)
 
@@ -45,7 +46,7 @@ class Evidence:
 
     def group(self, variant: str, spec: str, name: str):
         yardstick = self.yardstick(variant, name) if variant in self.results else None
-        runs = [run for run in (self.results.get(variant) or {}).get("runs", []) if run["objective"] == spec]
+        runs = [run for run in runs_of(self.results.get(variant) or {}) if run.objective == spec]
         return None if yardstick is None or not runs else group(runs, yardstick.final)
 
     def main(self, finetuned: bool = False) -> str:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from bench.analysis.uncertainty import Group, Part
 from bench.files import unpack_counts
+from bench.training.curve import CurvePoint
+from bench.training.records import Record, RunRecord
 
 # the probes' questions (bench.yardsticks.probes): (key in results.json, the probe result it reads, label, copies)
 PROBE_YARDSTICKS = (
@@ -44,8 +46,8 @@ class Reading:
 class Yardstick:
     name: str
     label: str
-    final: Callable[[dict], Reading | None]  # run -> reading at the budget
-    point: Callable[[dict], Reading | None] | None = None  # curve row -> reading at that checkpoint
+    final: Callable[[Record], Reading | None]  # run or control -> reading at the budget
+    point: Callable[[CurvePoint], Reading | None] | None = None  # curve row -> reading at that checkpoint
     ceiling: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> the best value
     input_only: Callable[[str], float | None] = lambda sees: None  # what the reader sees -> what the input gives
     higher_is_better: bool = True
@@ -92,16 +94,16 @@ def probe_yardsticks(ceilings: dict, input_only: dict | None) -> list[Yardstick]
             return None if found is None or not ceiling else found / ceiling
         return value
 
-    return [Yardstick(name, label, lambda run, k=key: share(run.get("probes"), k), None, lambda sees: 1.0,
+    return [Yardstick(name, label, lambda run, k=key: share(run.probes, k), None, lambda sees: 1.0,
                       control(key.removesuffix("_finetuned")), copies=copies)
             for name, key, label, copies in PROBE_YARDSTICKS]
 
 
-def task_yardsticks(runs: list[dict], tasks: list[dict] | None) -> list[Yardstick]:
+def task_yardsticks(runs: list[Record], tasks: list[dict] | None) -> list[Yardstick]:
     """Per task its frozen and fine-tuned score, and the average of the neutral tasks (those that copy no training
     signal) in each mode: the main yardstick is the frozen one, read at every FLOP checkpoint."""
     described = {t["task"]: t for t in tasks or []}
-    names = list(dict.fromkeys(name for run in runs for name in (run.get("downstream") or {})))
+    names = list(dict.fromkeys(name for run in runs for name in (run.downstream or {})))
     neutral = [name for name in names if not described.get(name, {}).get("copies")]
     found = []
     for mode, reads in MODES.items():
@@ -129,23 +131,23 @@ def main_yardstick(found: list[Yardstick], mirrors: dict[str, list[str]]) -> str
     return MAIN if MAIN in neutral else next(iter(neutral), None)
 
 
-def task_reading(run: dict, task: str, mode: str) -> Reading | None:
-    return reading(((run.get("downstream") or {}).get(task) or {}).get(mode), task)
+def task_reading(run: Record, task: str, mode: str) -> Reading | None:
+    return reading(((run.downstream or {}).get(task) or {}).get(mode), task)
 
 
-def point_reading(row: dict, task: str) -> Reading | None:
+def point_reading(row: CurvePoint, task: str) -> Reading | None:
     """A task's frozen-probe reading in a curve row (written at every FLOP checkpoint)."""
-    return reading((row.get("downstream") or {}).get(task), task)
+    return reading((row.downstream or {}).get(task), task)
 
 
-def yardsticks(runs: list[dict], ceilings: dict, input_only: dict | None = None,
+def yardsticks(runs: list[Record], ceilings: dict, input_only: dict | None = None,
                tasks: list[dict] | None = None) -> list[Yardstick]:
     """The tasks' yardsticks (the neutral average first), then the probes' questions."""
     return [*task_yardsticks(runs, tasks), *(probe_yardsticks(ceilings, input_only)
-                                            if any(run.get("probes") for run in runs) else [])]
+                                            if any(run.probes for run in runs) else [])]
 
 
-def group(runs: list[dict], read: Callable[[dict], Reading | None]) -> Group | None:
+def group(runs: list, read: Callable[[Any], Reading | None]) -> Group | None:
     """The seeds' readings as one Group (None unless every seed has one): the hits per example stacked over seeds,
     or no parts where any seed has none or their test sets differ."""
     readings = [read(run) for run in runs]
@@ -162,14 +164,14 @@ def group(runs: list[dict], read: Callable[[dict], Reading | None]) -> Group | N
     return Group(values, tuple(parts))
 
 
-def curve_groups(runs: list[dict], yardstick: Yardstick) -> tuple[list[float], list[Group]] | None:
+def curve_groups(runs: list[RunRecord], yardstick: Yardstick) -> tuple[list[float], list[Group]] | None:
     """(checkpoints, a Group per checkpoint) over the checkpoints every seed reached with a reading."""
     if yardstick.point is None:
         return None
-    by_checkpoint: dict[float, dict[int, dict]] = defaultdict(dict)
+    by_checkpoint: dict[float, dict[int, CurvePoint]] = defaultdict(dict)
     for index, run in enumerate(runs):
-        for row in run["curve"]:
-            by_checkpoint[row["checkpoint"]][index] = row
+        for row in run.curve:
+            by_checkpoint[row.checkpoint][index] = row
     checkpoints, groups = [], []
     for flops, rows in sorted(by_checkpoint.items()):
         found = group([rows[i] for i in range(len(runs))], yardstick.point) if len(rows) == len(runs) else None

@@ -21,7 +21,7 @@ from bench.analysis.claims import NOT_MEASURABLE
 from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge,
                                    judge_clm, judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
                                    judge_table8, judge_units)
-from bench.analysis.results import stat
+from bench.analysis.results import runs_of, stat
 
 
 @dataclass(frozen=True)
@@ -242,10 +242,10 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
     findings, named = judge(preset.judge(evidence), f"{preset.name}: the paper's claims")
     first = next(iter(results.values()))
     setup = first.get("setup", {})
-    runs = [run for result in results.values() for run in result["runs"]]
+    runs = [run for result in results.values() for run in runs_of(result)]
     # what the runs cost, however many sessions (--resume) they took: training with its evaluations, probes, tasks
-    runs_seconds = sum(run.get(key) or 0 for run in runs for key in ("wall_seconds", "probe_seconds",
-                                                                     "downstream_seconds"))
+    runs_seconds = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
+                       for run in runs)
     return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
             "paper_columns": list(preset.paper.columns),
             "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 
 from bench.analysis.stats import summarize, welch_p_value
 from bench.analysis.verdict import verdict
+from bench.training.records import ControlRecord, Record, RunRecord, from_json
 from bench.training.schedule import parse_seq_len
 
 SCHEMA = 2  # results.json's layout; a folder of another schema is refused rather than misread (bench.downstream)
@@ -22,16 +23,21 @@ COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "fl
                 "tokens_per_second", "supervised_per_sequence")
 
 
-def by_objective(runs: list[dict]) -> dict[str, list[dict]]:
-    grouped: dict[str, list[dict]] = defaultdict(list)
+def runs_of(results: dict, key: str = "runs") -> list[Record]:
+    """A results.json's runs (or, with key="controls", its controls) as records, through the one loader."""
+    return [from_json(record, f"a {key[:-1]} in results.json") for record in results.get(key) or []]
+
+
+def by_objective(runs: list[RunRecord]) -> dict[str, list[RunRecord]]:
+    grouped: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
-        grouped[run["objective"]].append(run)
+        grouped[run.objective].append(run)
     return dict(grouped)
 
 
-def final_metrics(run: dict) -> dict[str, float]:
+def final_metrics(run: RunRecord) -> dict[str, float]:
     """The objective's own held-out metrics at the budget (the yardsticks are reported on their own)."""
-    return {k: v for k, v in run["curve"][-1]["metrics"].items() if v is not None}
+    return {k: v for k, v in run.curve[-1].metrics.items() if v is not None}
 
 
 def stat(values: list[float]) -> dict:
@@ -48,19 +54,19 @@ def p_value(values: list[float], baseline: list[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
-def compute_summary(runs: list[dict]) -> dict[str, float]:
-    mean = {key: sum(r[key] for r in runs) / len(runs) for key in COMPUTE_KEYS}
+def compute_summary(runs: list[RunRecord]) -> dict[str, float]:
+    mean = {key: sum(getattr(r, key) for r in runs) / len(runs) for key in COMPUTE_KEYS}
     # where the wall time went: the steps, the evaluations at the FLOP checkpoints (held-out loss, curve probes and
     # tasks, checkpointing), and the final probes and tasks on rank 0
-    spent = {"train_seconds": [r["train_seconds"] for r in runs],
-             "checkpoint_seconds": [r["wall_seconds"] - r["train_seconds"] for r in runs],
-             "final_seconds": [(r.get("probe_seconds") or 0) + (r.get("downstream_seconds") or 0) for r in runs]}
+    spent = {"train_seconds": [r.train_seconds for r in runs],
+             "checkpoint_seconds": [r.wall_seconds - r.train_seconds for r in runs],
+             "final_seconds": [(r.probe_seconds or 0) + (r.downstream_seconds or 0) for r in runs]}
     return {**mean, **{key: sum(values) / len(runs) for key, values in spent.items()},
             "flops_per_token": mean["flops"] / mean["tokens"],
             "flops_per_supervised": mean["flops"] / mean["supervised_positions"]}
 
 
-def loss_summary(runs: list[dict], floors: dict[str, float], unigram: dict[str, float]) -> dict:
+def loss_summary(runs: list[RunRecord], floors: dict[str, float], unigram: dict[str, float]) -> dict:
     """Own held-out loss, the other metrics, and for each metric that has a Bayes floor: the distance to it, and the
     share of the learnable range (unigram loss → floor) closed. No test between objectives: their own losses measure
     different tasks."""
@@ -80,10 +86,10 @@ def loss_summary(runs: list[dict], floors: dict[str, float], unigram: dict[str, 
     return summary
 
 
-def probe_summary(runs: list[dict], ceilings: dict, input_only: dict | None) -> dict | None:
+def probe_summary(runs: list[Record], ceilings: dict, input_only: dict | None) -> dict | None:
     """The probes' accuracies over seeds, beside the Bayes ceilings that apply to these features (what the backbone
     sees: the whole window or the left context) and what the input alone gives the same questions."""
-    probes = [r["probes"] for r in runs if r.get("probes")]
+    probes = [r.probes for r in runs if r.probes]
     if not probes:
         return None
     values = lambda key, ps=probes: [p[key]["score"] for p in ps if p.get(key) is not None]  # noqa: E731
@@ -95,11 +101,11 @@ def probe_summary(runs: list[dict], ceilings: dict, input_only: dict | None) -> 
     return summary
 
 
-def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None) -> dict | None:
+def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | None) -> dict | None:
     """Per task: what it is and, per objective, the frozen and fine-tuned test scores over seeds, the rates the dev
     split chose and the FLOPs spent (the averages over tasks are the verdict's yardsticks)."""
     runs = [r for rs in grouped.values() for r in rs]
-    names = list(dict.fromkeys(name for run in runs for name in (run.get("downstream") or {})))
+    names = list(dict.fromkeys(name for run in runs for name in (run.downstream or {})))
     if not names:
         return None
     described = {t["task"]: t for t in tasks or []}
@@ -107,7 +113,7 @@ def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None)
     for name in names:
         rows = []
         for spec, spec_runs in grouped.items():
-            results = [r["downstream"][name] for r in spec_runs if name in (r.get("downstream") or {})]
+            results = [r.downstream[name] for r in spec_runs if name in (r.downstream or {})]
             if not results:
                 continue
             rates = [r["finetuned"]["lr"] for r in results]
@@ -129,7 +135,7 @@ def downstream_summary(grouped: dict[str, list[dict]], tasks: list[dict] | None)
 PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
 
 
-def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) -> dict | None:
+def schedule_summary(grouped: dict[str, list[RunRecord]], accounting: dict | None) -> dict | None:
     """A sequence-length schedule's accounting (bench.planning.schedule_accounting: per objective the predicted
     phases and the final length throughout at the same FLOPs) with, beside it, the counts per phase measured in the
     runs, as means over seeds."""
@@ -137,7 +143,7 @@ def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) ->
         return None
     measured = {}
     for spec, runs in grouped.items():
-        phased = [run["phases"] for run in runs if run.get("phases")]
+        phased = [run.phases for run in runs if run.phases]
         if phased and len(phased[0]) != len(accounting["objectives"][spec]["predicted"]):
             # an objective schedule's runs: phases cut at its switches too, seen here per length
             lengths = parse_seq_len(accounting["schedule"])
@@ -149,10 +155,10 @@ def schedule_summary(grouped: dict[str, list[dict]], accounting: dict | None) ->
     return {**accounting, "measured": measured}
 
 
-def by_control(controls: list[dict]) -> dict[str, list[dict]]:
-    grouped: dict[str, list[dict]] = defaultdict(list)
+def by_control(controls: list[ControlRecord]) -> dict[str, list[ControlRecord]]:
+    grouped: dict[str, list[ControlRecord]] = defaultdict(list)
     for control in controls:
-        grouped[control["control"]].append(control)
+        grouped[control.control].append(control)
     return dict(grouped)
 
 
@@ -163,7 +169,7 @@ class Measured:
 
     setup: dict  # the report's setup table
     positions: list[dict]  # the signal-density table (bench.analysis.density)
-    runs: list[dict]  # the finished runs' records
+    runs: list[RunRecord]  # the finished runs
     budget_flops: float
     seq_len: int  # the length the models are evaluated at (a schedule's last)
     baseline: str | None = None  # the first objective given
@@ -172,7 +178,7 @@ class Measured:
     lr_sweep: dict | None = None
     tasks: list[dict] | None = None  # the downstream tasks as described (Downstream.describe)
     seq_len_accounting: dict | None = None  # a schedule's predicted phases (bench.planning.schedule_accounting)
-    controls: list[dict] = field(default_factory=list)  # the untrained controls (bench.training.runs.control_run)
+    controls: list[ControlRecord] = field(default_factory=list)  # the untrained controls (training.runs.control_run)
 
     @classmethod
     def from_results(cls, results: dict) -> "Measured":
@@ -180,7 +186,7 @@ class Measured:
         if results.get("schema") != SCHEMA:
             raise ValueError(f"results.json of schema {results.get('schema', 1)}, not {SCHEMA}: rerun the comparison")
         found = {f.name: results.get(f.name, f.default) for f in fields(cls)}
-        return cls(**{**found, "controls": found["controls"] or []})
+        return cls(**{**found, "runs": runs_of(results), "controls": runs_of(results, "controls")})
 
 
 def build_results(measured: Measured) -> dict:
@@ -196,12 +202,12 @@ def build_results(measured: Measured) -> dict:
     objectives = []
     for spec, spec_runs in grouped.items():
         objectives.append({"objective": spec, "seeds": len(spec_runs), "compute": compute_summary(spec_runs),
-                           "control": spec_runs[0].get("control"),
+                           "control": spec_runs[0].control,
                            **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
                            "probes": probe_summary(spec_runs, ceilings, input_only)})
-    untrained = [{"control": name, "seeds": len(group), "read_as": group[0]["read_as"],
+    untrained = [{"control": name, "seeds": len(group), "read_as": group[0].read_as,
                   "probes": probe_summary(group, ceilings, input_only)} for name, group in control_groups.items()]
-    has_probes = any(r.get("probes") or r.get("downstream") for r in runs)
+    has_probes = any(r.probes or r.downstream for r in runs)
     found = verdict(grouped, baseline, ceilings, positions, objectives, budget_flops, control_groups, input_only,
                     tasks) if has_probes and baseline in grouped else None
     return {"schema": SCHEMA, "budget_flops": budget_flops, "seq_len": measured.seq_len, "baseline": baseline,
@@ -212,4 +218,4 @@ def build_results(measured: Measured) -> dict:
             "downstream": downstream_summary({**grouped, **control_groups}, tasks),
             "seq_len_schedule": schedule_summary(grouped, measured.seq_len_accounting),
             "diverged": measured.diverged, "tasks": tasks, "seq_len_accounting": measured.seq_len_accounting,
-            "runs": runs, "controls": controls}
+            "runs": [run.to_json() for run in runs], "controls": [control.to_json() for control in controls]}

@@ -19,6 +19,7 @@ from bench.analysis.claims import NOT_MEASURABLE, beats_control, family, finite_
 from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
 from bench.analysis.multipliers import Curve, multiplier
 from bench.analysis.uncertainty import Group
+from bench.training.records import ControlRecord, RunRecord
 
 
 def signed(estimate: uncertainty.Estimate, sign: float) -> dict:
@@ -84,7 +85,7 @@ def comparisons(label: str, groups: dict[str, Group], gained: dict[str, dict], s
     return found, named
 
 
-def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[dict]], controls: dict[str, list[dict]],
+def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
                       signals: dict[str, list[str]]) -> dict | None:
     """One yardstick's findings; None where some objective has no reading on it."""
     groups = {spec: group(runs, yardstick.final) for spec, runs in grouped.items()}
@@ -92,8 +93,8 @@ def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[dict]], cont
         return None
     control_groups = {name: found for name, runs in controls.items() for found in [group(runs, yardstick.final)]
                       if found is not None}
-    control_of = {spec: runs[0].get("control") for spec, runs in grouped.items()}
-    sees = {spec: runs[0].get("sees", "smoothing") for spec, runs in grouped.items()}
+    control_of = {spec: runs[0].control for spec, runs in grouped.items()}
+    sees = {spec: runs[0].sees for spec, runs in grouped.items()}
     curves = {spec: curve_groups(runs, yardstick) for spec, runs in grouped.items()}
     sign = 1.0 if yardstick.higher_is_better else -1.0
     found_gains = gains(yardstick, groups, control_groups, control_of, sees, curves)
@@ -116,14 +117,14 @@ def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[dict]], cont
             "comparisons": pairs, "comparison_family": pair_family}
 
 
-def curve_of(runs: list[dict], yardstick: Yardstick) -> Curve | None:
+def curve_of(runs: list[RunRecord], yardstick: Yardstick) -> Curve | None:
     found, final = curve_groups(runs, yardstick), group(runs, yardstick.final)
     if found is None or final is None:
         return None
     return Curve(np.array(found[0], dtype=float), tuple(found[1]), final)
 
 
-def multipliers_on(item: dict, yardstick: Yardstick, grouped: dict[str, list[dict]], baseline: str,
+def multipliers_on(item: dict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], baseline: str,
                    budget: float) -> list[dict]:
     """Against the baseline, every objective's multiplier on a neutral yardstick with curves, where the pair is
     measurable (both beat their controls); the rest are recorded as not measurable."""
@@ -153,12 +154,12 @@ def density_ratios(positions: list[dict], objectives: list[dict], baseline: str)
             for spec in per_flop if baseline in per_flop}
 
 
-def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, positions: list[dict],
-            objectives: list[dict], budget: float, controls: dict[str, list[dict]] | None = None,
+def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, positions: list[dict],
+            objectives: list[dict], budget: float, controls: dict[str, list[ControlRecord]] | None = None,
             input_only: dict | None = None, tasks: list[dict] | None = None) -> dict:
     """Every yardstick's findings, the main one named, the multipliers on the neutral yardsticks with curves, the
     signal density per sequence and per FLOP, and per objective its wins over its control on neutral yardsticks."""
-    signals = {spec: runs[0].get("signals", []) for spec, runs in grouped.items()}
+    signals = {spec: runs[0].signals for spec, runs in grouped.items()}
     found, measured = [], {}
     for yardstick in yardsticks([r for runs in grouped.values() for r in runs], ceilings, input_only, tasks):
         item = yardstick_verdict(yardstick, grouped, controls or {}, signals)
@@ -178,11 +179,11 @@ def verdict(grouped: dict[str, list[dict]], baseline: str, ceilings: dict, posit
     return found
 
 
-def answer(v: dict, measured: dict[str, Yardstick], grouped: dict[str, list[dict]], budget: float) -> dict:
+def answer(v: dict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float) -> dict:
     """Which objective leads on the main yardstick, by what multiplier against the runner-up, which are not separated
     from it, which did not beat their control, and the scale the answer speaks for."""
     runs = [run for spec_runs in grouped.values() for run in spec_runs]
-    scale = {"parameters": runs[0].get("backbone_parameters"), "tokens": sum(r["tokens"] for r in runs) / len(runs),
+    scale = {"parameters": runs[0].backbone_parameters, "tokens": sum(r.tokens for r in runs) / len(runs),
              "flops": budget}
     item = next((i for i in v["yardsticks"] if i["yardstick"] == v["main"]), None)
     if item is None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from backbone import ConfigError
 from bench.downstream import context_for_run, load_run_objective
-from bench.files import read_json
+from bench.training.records import ControlRecord, RunRecord
+from bench.training.runs import finished_result
 from bench.planning import read_settings
 from bench.yardsticks.examples import TaskContext
 from objectives import Objective
@@ -36,13 +37,13 @@ def finished_run(folder: Path) -> FinishedRun:
     if not (folder / "result.json").is_file():
         raise ConfigError(f"{folder} has no result.json: the run has not finished, and only a finished run's final "
                           "weights are exported")
-    result = read_json(folder / "result.json")
-    if "objective" not in result:
-        raise ConfigError(f"{folder} is an untrained control ({result.get('control', 'no objective')}), not a run")
+    result = finished_result(folder)
+    if not isinstance(result, RunRecord):
+        raise ConfigError(f"{folder} is an untrained control ({result.control}), not a run")
     if not (folder / "checkpoint.pt").is_file():
         raise ConfigError(f"{folder} has no checkpoint.pt: the final weights are needed (checkpoints stay where the "
                           "comparison ran; they are not committed)")
-    return FinishedRun(folder, comparison, result["objective"], int(result["seed"]))
+    return FinishedRun(folder, comparison, result.objective, result.seed)
 
 
 def finished_runs(comparison: Path) -> list[FinishedRun]:
@@ -60,7 +61,7 @@ def finished_runs(comparison: Path) -> list[FinishedRun]:
 
 def is_control(folder: Path) -> bool:
     """An untrained control's folder: a result without an objective (a run's names the control beside it)."""
-    return (folder / "result.json").is_file() and "objective" not in read_json(folder / "result.json")
+    return isinstance(finished_result(folder), ControlRecord)
 
 
 def load_objective(run: FinishedRun) -> tuple[Objective, TaskContext]:

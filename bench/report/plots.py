@@ -15,15 +15,17 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from bench.files import write_atomic
 from bench.analysis.measures import yardsticks
+from bench.analysis.results import runs_of
+from bench.training.records import RunRecord
 
 
-def curve_frame(runs: list[dict]) -> pd.DataFrame:
+def curve_frame(runs: list[RunRecord]) -> pd.DataFrame:
     """The objectives' own metrics at every checkpoint, a row per (run, checkpoint)."""
-    return pd.DataFrame([{"objective": r["objective"], "seed": r["seed"], "checkpoint": point["checkpoint"],
-                          **point["metrics"]} for r in runs for point in r["curve"]])
+    return pd.DataFrame([{"objective": r.objective, "seed": r.seed, "checkpoint": point.checkpoint, **point.metrics}
+                         for r in runs for point in r.curve])
 
 
-def plot_loss(runs: list[dict], path: Path) -> None:
+def plot_loss(runs: list[RunRecord], path: Path) -> None:
     """One panel per objective: their losses measure different tasks and do not share a scale."""
     frame = curve_frame(runs)
     specs = list(dict.fromkeys(frame["objective"]))
@@ -36,11 +38,11 @@ def plot_loss(runs: list[dict], path: Path) -> None:
     save_figure(figure, path)
 
 
-def plot_excess(runs: list[dict], floors: dict, path: Path) -> bool:
-    rows = [{"objective": f"{r['objective']} ({metric})" if metric != "loss" else r["objective"], "seed": r["seed"],
-             "checkpoint": point["checkpoint"], "excess": point["metrics"][metric] - floor}
-            for r in runs for metric, floor in floors.get(r["objective"], {}).items() for point in r["curve"]
-            if point["metrics"].get(metric) is not None]
+def plot_excess(runs: list[RunRecord], floors: dict, path: Path) -> bool:
+    rows = [{"objective": f"{r.objective} ({metric})" if metric != "loss" else r.objective, "seed": r.seed,
+             "checkpoint": point.checkpoint, "excess": point.metrics[metric] - floor}
+            for r in runs for metric, floor in floors.get(r.objective, {}).items() for point in r.curve
+            if point.metrics.get(metric) is not None]
     if not rows:
         return False
     figure, axes = plt.subplots(figsize=(7, 4.5))
@@ -56,11 +58,11 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
     """One panel per yardstick with a curve over FLOPs (the neutral tasks, read frozen at every checkpoint): what the
     compute multipliers are read from."""
     ceilings = (results["bayes"] or {}).get("ceilings") or {}
-    rows = [{"objective": r["objective"], "checkpoint": point["checkpoint"], "yardstick": yardstick.label,
+    runs = runs_of(results)
+    rows = [{"objective": r.objective, "checkpoint": point.checkpoint, "yardstick": yardstick.label,
              "value": found.value}
-            for yardstick in yardsticks(results["runs"], ceilings, None, results.get("tasks"))
-            if yardstick.point is not None
-            for r in results["runs"] for point in r["curve"] for found in [yardstick.point(point)] if found is not None]
+            for yardstick in yardsticks(runs, ceilings, None, results.get("tasks")) if yardstick.point is not None
+            for r in runs for point in r.curve for found in [yardstick.point(point)] if found is not None]
     if not rows:
         return False
     frame = pd.DataFrame(rows).dropna()
@@ -135,7 +137,7 @@ def save_figure(figure: plt.Figure, path: Path) -> None:
 
 def write_plots(results: dict, out: Path) -> list[str]:
     """The PNG plots beside report.md; returns their markdown links."""
-    runs = results["runs"]
+    runs = runs_of(results)
     if not runs:  # every run diverged: the report is the table that says so
         return []
     plot_loss(runs, out / "loss_vs_flops.png")

@@ -6,7 +6,7 @@ from tabulate import tabulate
 
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
-from bench.analysis.results import by_objective
+from bench.analysis.results import by_objective, runs_of
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)
 from objectives import REGISTRY, Objective
@@ -161,8 +161,8 @@ def objective_schedule_section(results: dict) -> str:
     """Under an objective schedule (objectives.schedule), each piece's share as it ran: where it started and ended
     in FLOPs, against the share asked for (a piece ends at the first step that reaches its end), means over seeds."""
     rows = []
-    for spec, runs in by_objective(results["runs"]).items():
-        phased = [run["phases"] for run in runs if any("objective" in phase for phase in run.get("phases", []))]
+    for spec, runs in by_objective(runs_of(results)).items():
+        phased = [run.phases for run in runs if any("objective" in phase for phase in run.phases)]
         if not phased:
             continue
         asked, spent = 0.0, [0.0] * len(phased)

@@ -9,6 +9,7 @@ scores under its result key ("probes", "downstream"), as in result.json.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.files import read_jsonl
@@ -16,10 +17,34 @@ from bench.files import read_jsonl
 COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
 
 
+@dataclass(frozen=True)
+class CurvePoint:
+    """One row of the curve, typed: where it was read (the counters), the objective's held-out metrics, and the
+    yardsticks' frozen scores (None where a yardstick has no curve)."""
+
+    checkpoint: float  # the FLOP checkpoint this row stands for
+    step: int
+    flops: int
+    tokens: int
+    supervised_positions: int
+    metrics: dict[str, float | None]
+    probes: dict | None = None
+    downstream: dict | None = None
+
+    def to_json(self) -> dict:
+        row = {key: getattr(self, key) for key in (*COUNTERS, "metrics")}
+        return {**row, **{key: value for key in ("probes", "downstream")
+                          if (value := getattr(self, key)) is not None}}
+
+    @classmethod
+    def from_json(cls, row: dict) -> CurvePoint:
+        return cls(**row)
+
+
 def curve_row(counters: dict, metrics: dict[str, float]) -> dict:
     """A checkpoint's row before the yardsticks add their parts."""
     return {**{key: counters[key] for key in COUNTERS}, "metrics": metrics}
 
 
-def read_curve(path: Path) -> list[dict]:
-    return read_jsonl(path)
+def read_curve(path: Path) -> tuple[CurvePoint, ...]:
+    return tuple(CurvePoint.from_json(row) for row in read_jsonl(path))

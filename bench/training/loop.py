@@ -33,8 +33,8 @@ class Yardstick(Protocol):
     """What a run is read with besides its own loss: the probes (bench.yardsticks.probes.Probes) and the downstream
     tasks (bench.yardsticks.downstream.Downstream), called by name, so the loop imports none of their insides."""
 
-    result_key: str  # where its final scores go in result.json
-    seconds_key: str  # and the seconds they took
+    result_key: str  # where its final scores go: a field of the run's record ("probes", "downstream")
+    seconds_key: str  # and the seconds they took ("probe_seconds", "downstream_seconds")
 
     def at_checkpoint(self, objective: Objective) -> dict | None:
         """Frozen scores at a FLOP checkpoint, for the row of curve.jsonl; None for a yardstick without a curve."""

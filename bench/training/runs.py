@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Sequence
 
 import torch
 from lightning_fabric import Fabric
 
-from backbone import ConfigError
 from bench.data.corpus import Corpus
 from bench.environment import code_revision
 from bench.files import read_json, write_json
@@ -20,45 +20,53 @@ from bench.training.batches import build_run_objective
 from bench.training.config import TrainConfig, configure_matmuls, run_name
 from bench.training.curve import read_curve
 from bench.training.loop import TrainingDiverged, Yardstick, fit
+from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_record
 from bench.training.state import Run, restore, setup_run
 from bench.training.stopping import stop_agreed, stop_message, stop_on_signals
 from objectives import Objective
 
-RUN_SCHEMA = 2  # result.json's layout: the curve's rows in parts (bench.training.curve), the code revision named
 
-
-def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> dict:
+def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> RunRecord:
     """The finished run's record: counters (in total and per phase of the sequence-length schedule), throughput,
     sizes, the analytic counts and the curve. Per-sequence numbers are at the final length, the one the signal-density
     table and the evaluation are at: measured over the last phase's sequences (over all, should it have run none)."""
     counters, objective, batch_size = run.counters, run.objective, run.config.batch_size
     final = counters["phases"][-1]
     measured = final if final["steps"] else {"steps": counters["step"], **counters}
-    return {
-        "schema": RUN_SCHEMA, "objective": run.spec, "seed": run.seed, "attention": objective.attention,
-        "lr": run.config.lr,
-        "control": control_name(objective), "signals": sorted(objective.signals), "sees": objective.tagging_ceiling,
-        # the code that trained it; a run resumed by other code (--allow-stale) names each in turn
-        "revision": " → ".join(counters["revisions"]),
-        "threads": torch.get_num_threads(),  # sums split by thread: a run's numbers hold at this count
-        "steps": counters["step"],
-        "flops": counters["flops"], "tokens": counters["tokens"], "supervised_positions": counters["supervised_positions"],
-        "phases": [dict(phase) for phase in counters["phases"]],
-        "supervised_per_sequence": measured["supervised_positions"] / (measured["steps"] * batch_size),
-        "flops_per_step": counters["flops"] / counters["step"],
-        "wall_seconds": counters["wall_seconds"], "train_seconds": counters["train_seconds"],
-        "tokens_per_second": counters["tokens"] / counters["train_seconds"],
-        "parameters": sum(p.numel() for p in objective.parameters()),
-        "backbone_parameters": objective.backbone.num_parameters(),
-        "expected_supervised_per_sequence": objective.expected_supervised_positions(run.schedule.final),
-        "expected_flops_per_sequence": objective.expected_flops_per_sequence(run.schedule.final),
-        "curve": read_curve(run.curve_path),  # complete on every rank: the last checkpoint ended in a barrier
-    }
+    return RunRecord(
+        schema=RUN_SCHEMA, objective=run.spec, seed=run.seed, attention=objective.attention, lr=run.config.lr,
+        control=control_name(objective), signals=sorted(objective.signals), sees=objective.tagging_ceiling,
+        # a run resumed by other code (--allow-stale) names each revision in turn
+        revision=" → ".join(counters["revisions"]),
+        threads=torch.get_num_threads(),  # sums split by thread: a run's numbers hold at this count
+        steps=counters["step"], flops=counters["flops"], tokens=counters["tokens"],
+        supervised_positions=counters["supervised_positions"], phases=[dict(phase) for phase in counters["phases"]],
+        supervised_per_sequence=measured["supervised_positions"] / (measured["steps"] * batch_size),
+        flops_per_step=counters["flops"] / counters["step"],
+        wall_seconds=counters["wall_seconds"], train_seconds=counters["train_seconds"],
+        tokens_per_second=counters["tokens"] / counters["train_seconds"],
+        parameters=sum(p.numel() for p in objective.parameters()),
+        backbone_parameters=objective.backbone.num_parameters(),
+        expected_supervised_per_sequence=objective.expected_supervised_positions(run.schedule.final),
+        expected_flops_per_sequence=objective.expected_flops_per_sequence(run.schedule.final),
+        curve=read_curve(run.curve_path),  # complete on every rank: the last checkpoint ended in a barrier
+    )
+
+
+def read_at_end(record: Record, yardsticks: Sequence[Yardstick], objective: Objective, progress: bool,
+                desc: str, timed: bool = True) -> Record:
+    """The record with each yardstick's final scores (and, with `timed`, the seconds they took) added."""
+    for yardstick in yardsticks:
+        tick = time.perf_counter()
+        record = replace(record, **{yardstick.result_key: yardstick.at_end(objective, progress, desc)})
+        if timed:
+            record = replace(record, **{yardstick.seconds_key: time.perf_counter() - tick})
+    return record
 
 
 def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
               yardsticks: Sequence[Yardstick] = (), progress: bool = True,
-              stop_after_steps: int | None = None) -> dict | None:
+              stop_after_steps: int | None = None) -> RunRecord | None:
     """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
     run_dir. Resumes from run_dir's checkpoint when there is one. Each yardstick reads the final backbone (and, with
     config.probe_every_eval, the frozen backbone at every checkpoint).
@@ -77,12 +85,10 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         # The yardsticks read one copy of the final weights, so rank 0 alone runs them (every rank holds the same
         # weights; the others would only repeat its work) and the others wait at the barrier below.
         with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
-            for yardstick in yardsticks if fabric.is_global_zero else ():
-                tick = time.perf_counter()
-                result[yardstick.result_key] = yardstick.at_end(run.objective, progress, run_name(spec, seed))
-                result[yardstick.seconds_key] = time.perf_counter() - tick
+            result = read_at_end(result, yardsticks if fabric.is_global_zero else (), run.objective, progress,
+                                 run_name(spec, seed))
         if fabric.is_global_zero:
-            write_json(run_dir / "result.json", result)
+            write_json(run_dir / "result.json", result.to_json())
         fabric.barrier()
         if stop_agreed(fabric, request):  # arrived during the final probes or tasks: their results are kept
             raise stop_message(fabric, f"after {run_name(spec, seed)} finished (its result.json is written)",
@@ -99,7 +105,7 @@ def control_name(objective: Objective) -> str:
 
 
 def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-                yardsticks: Sequence[Yardstick] = (), progress: bool = True) -> dict | None:
+                yardsticks: Sequence[Yardstick] = (), progress: bool = True) -> ControlRecord | None:
     """The untrained control of seed `seed`: the very backbone a run of `spec` starts from (the same seeding and
     construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
     run_dir/result.json on rank 0 and returns it there (None elsewhere). Its evaluation FLOPs are reported, never
@@ -110,21 +116,20 @@ def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Tr
         with torch.random.fork_rng(devices=[]):
             fabric.seed_everything(seed, verbose=False)
             objective = build_run_objective(spec, config, corpus).to(fabric.device)
-        result = {"schema": RUN_SCHEMA, "control": control_name(objective), "read_as": spec, "seed": seed,
-                  "attention": objective.attention, "flops": 0, "sees": objective.tagging_ceiling,
-                  "revision": code_revision(), "threads": torch.get_num_threads()}
+        result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=spec, seed=seed,
+                               attention=objective.attention, flops=0, sees=objective.tagging_ceiling,
+                               revision=code_revision(), threads=torch.get_num_threads())
         with fabric.autocast():  # read as the runs are read
-            for yardstick in yardsticks:
-                result[yardstick.result_key] = yardstick.at_end(objective, progress, run_dir.name)
-        result["wall_seconds"] = time.perf_counter() - tick
-        write_json(run_dir / "result.json", result)
+            result = read_at_end(result, yardsticks, objective, progress, run_dir.name, timed=False)
+        result = replace(result, wall_seconds=time.perf_counter() - tick)
+        write_json(run_dir / "result.json", result.to_json())
     fabric.barrier()
     return result if fabric.is_global_zero else None
 
 
 def trained_or_reused(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
                       reuse: bool, yardsticks: Sequence[Yardstick] = (),
-                      progress: bool = True) -> tuple[dict | None, dict | None]:
+                      progress: bool = True) -> tuple[RunRecord | None, dict | None]:
     """A run as (its result, None), or (None, its divergence record): with `reuse`, what run_dir holds from before
     (rank 0 decides, so every process takes the same branch); else trained by train_run. A run that diverges is
     recorded in run_dir/diverged.json, so that a resumed comparison does not train it again."""
@@ -142,13 +147,6 @@ def trained_or_reused(fabric: Fabric, spec: str, seed: int, corpus: Corpus, conf
         return None, error.record
 
 
-def finished_result(run_dir: Path) -> dict | None:
+def finished_result(run_dir: Path) -> Record | None:
     """run_dir's result.json, read as this version writes it; one of another layout is refused, never misread."""
-    path = run_dir / "result.json"
-    if not path.exists():
-        return None
-    result = read_json(path)
-    if result.get("schema") != RUN_SCHEMA:
-        raise ConfigError(f"{path} was written in another layout (schema {result.get('schema', 1)}, not "
-                          f"{RUN_SCHEMA}): train it again in a new --out")
-    return result
+    return read_record(run_dir / "result.json")

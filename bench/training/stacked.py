@@ -51,7 +51,7 @@ from bench.training.batches import (Prefetcher, StepCounts, build_run_objective,
 from bench.training.config import TrainConfig, eval_grid, learning_rate, run_name
 from bench.training.live import LiveMetrics
 from bench.training.loop import TrainingDiverged, Yardstick, checkpoint_evaluation
-from bench.training.runs import finished_result, run_result
+from bench.training.runs import finished_result, read_at_end, run_result
 from bench.training.seed_ops import DRAWS
 from bench.training.stacking import SeedStack, stack_batches
 from bench.training.state import Run, restore, save_checkpoint, setup_run
@@ -337,13 +337,10 @@ class SeedGroup:
         run.counters["wall_seconds"] = self.wall[i]
         result = run_result(self.fabric, run, self.corpus)
         with self.fabric.autocast():
-            for yardstick in self.yardsticks if self.fabric.is_global_zero else ():
-                tick = time.perf_counter()
-                result[yardstick.result_key] = yardstick.at_end(run.objective, self.progress,
-                                                                 run_name(run.spec, run.seed))
-                result[yardstick.seconds_key] = time.perf_counter() - tick
+            result = read_at_end(result, self.yardsticks if self.fabric.is_global_zero else (), run.objective,
+                                 self.progress, run_name(run.spec, run.seed))
         if self.fabric.is_global_zero:
-            write_json(run.run_dir / "result.json", result)
+            write_json(run.run_dir / "result.json", result.to_json())
         self.outcomes[i] = (result, None)
         self.clock = time.perf_counter()
 

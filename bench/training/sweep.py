@@ -100,8 +100,8 @@ def sweep_run(fabric: Fabric, spec: str, rate: float, corpus: Corpus, config: Tr
         losses[f"{rate:g}"] = None
         return record["flops"]
     # rank 0's read of the curve decides: another node's view of a shared folder can lag (NFS caches)
-    losses[f"{rate:g}"] = run["curve"][-1]["metrics"]["loss"] if fabric.is_global_zero else None
-    return run["flops"]
+    losses[f"{rate:g}"] = run.curve[-1].metrics["loss"] if fabric.is_global_zero else None
+    return run.flops
 
 
 def choose(fabric: Fabric, spec: str, losses: dict) -> float:

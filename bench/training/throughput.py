@@ -18,6 +18,7 @@ from bench.data.corpus import Corpus, load_corpus
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric
+from bench.training.records import RunRecord
 from bench.training.runs import train_run
 from bench.training.stacked import train_seeds
 
@@ -42,17 +43,17 @@ def threads(count: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def totals(results: list[dict], seconds: float) -> dict:
+def totals(results: list[RunRecord], seconds: float) -> dict:
     """What the runs trained together: tokens, FLOPs, and the seconds they took (runs at once: the longest)."""
-    return {"runs": len(results), "tokens": sum(r["tokens"] for r in results),
-            "flops": sum(r["flops"] for r in results), "seconds": seconds}
+    return {"runs": len(results), "tokens": sum(r.tokens for r in results),
+            "flops": sum(r.flops for r in results), "seconds": seconds}
 
 
 def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, seed: int = 0) -> dict:
     """One run on `thread_count` threads."""
     with threads(thread_count), tempfile.TemporaryDirectory() as folder:
         result = train_run(make_fabric(), spec, seed, corpus, config, Path(folder), progress=False)
-    return totals([result], result["train_seconds"])
+    return totals([result], result.train_seconds)
 
 
 def stacked(spec: str, corpus: Corpus, config: TrainConfig, seeds: int, thread_count: int) -> dict:
@@ -61,7 +62,7 @@ def stacked(spec: str, corpus: Corpus, config: TrainConfig, seeds: int, thread_c
     with threads(thread_count), tempfile.TemporaryDirectory() as folder:
         results = train_seeds(make_fabric(), spec, list(range(seeds)), corpus, config,
                               [Path(folder) / str(seed) for seed in range(seeds)], progress=False)
-    return totals(results, sum(r["train_seconds"] for r in results))
+    return totals(results, sum(r.train_seconds for r in results))
 
 
 def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> dict:
@@ -81,7 +82,7 @@ def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> d
     failed = [message for message in done if isinstance(message, str)]
     if failed:
         raise RuntimeError(f"a run of the throughput measurement failed: {failed[0]}")
-    return totals(done, max(r["train_seconds"] for r in done))
+    return totals(done, max(r.train_seconds for r in done))
 
 
 def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, results) -> None:
@@ -91,7 +92,7 @@ def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, re
             fabric = make_fabric()
             ready.wait(timeout=600)
             result = train_run(fabric, spec, seed, corpus, config, Path(folder), progress=False)
-        results.put({key: result[key] for key in ("tokens", "flops", "train_seconds")})
+        results.put(result)
     except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
         results.put(f"{type(error).__name__}: {error}")
 

@@ -270,10 +270,10 @@ def finetune_config(steps: int | None, lrs: str | None, saved: dict | None = Non
     return FinetuneConfig(steps=steps, lrs=rates, batch=saved.get("finetune_batch", FinetuneConfig.batch))
 
 
-def describe_recipe(downstream: Downstream, runs: list[dict]) -> str:
+def describe_recipe(downstream: Downstream, runs: list) -> str:
     config = downstream.config
-    readings = sorted({f"{run['objective']}: {next(iter(run['downstream'].values()))['pooling']}" for run in runs
-                       if run.get("downstream")})
+    readings = sorted({f"{run.objective}: {next(iter(run.downstream.values()))['pooling']}" for run in runs
+                       if run.downstream})
     return (f"{', '.join(task.name for task in downstream.tasks)}; frozen linear probe (L-BFGS, "
             f"{config.probe.iterations} iterations) and fine-tuning ({config.steps} AdamW steps of {config.batch} at "
             f"each rate of {', '.join(f'{lr:g}' for lr in config.lrs)}, chosen on dev); sequence features: "

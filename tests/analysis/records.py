@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from bench.files import pack_counts
+from bench.training.curve import CurvePoint
+from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord
 
 BUDGET = 1e12
 CHECKPOINTS = [float(f) for f in BUDGET * np.logspace(-2, 0, 5)]
@@ -23,7 +25,7 @@ def examples(accuracy: float, count: int, rng: np.random.Generator) -> np.ndarra
 
 def run(spec: str, seed: int, finals: dict[str, float], rng: np.random.Generator, control: str = "untrained, x",
         signals: tuple[str, ...] = (), curve: dict[str, list[float]] | None = None, count: int = 400,
-        flops: float = BUDGET, supervised: float = 1e5) -> dict:
+        flops: float = BUDGET, supervised: float = 1e5) -> RunRecord:
     """A run whose frozen and fine-tuned score on each task is drawn around `finals` (per task), with a frozen curve
     through `curve`'s values at CHECKPOINTS (default: rising to the final value)."""
     downstream, rows = {}, [{"checkpoint": c, "step": i, "flops": c, "tokens": 1, "supervised_positions": 1,
@@ -33,16 +35,22 @@ def run(spec: str, seed: int, finals: dict[str, float], rng: np.random.Generator
         for row, value in zip(rows, points):
             row["downstream"][task] = score(examples(value, count, rng))
         downstream[task] = {"frozen": rows[-1]["downstream"][task], "finetuned": score(examples(accuracy, count, rng))}
-    return {"objective": spec, "seed": seed, "control": control, "signals": list(signals), "sees": "smoothing",
-            "tokens": 1000.0, "backbone_parameters": 100, "flops": flops, "supervised_positions": supervised,
-            "downstream": downstream, "curve": rows}
+    return RunRecord(
+        schema=RUN_SCHEMA, objective=spec, seed=seed, attention="bidirectional", lr=1e-3, control=control,
+        signals=list(signals), sees="smoothing", revision="test", threads=1, steps=10, flops=flops, tokens=1000,
+        supervised_positions=supervised, phases=[], supervised_per_sequence=1.0, flops_per_step=flops / 10,
+        wall_seconds=1.0, train_seconds=1.0, tokens_per_second=1000.0, parameters=100, backbone_parameters=100,
+        expected_supervised_per_sequence=1.0, expected_flops_per_sequence=1.0,
+        curve=tuple(CurvePoint.from_json(row) for row in rows), downstream=downstream)
 
 
 def control(name: str, read_as: str, seed: int, finals: dict[str, float], rng: np.random.Generator,
-            count: int = 400) -> dict:
-    return {"control": name, "read_as": read_as, "seed": seed, "sees": "smoothing", "flops": 0,
-            "downstream": {task: {"frozen": score(examples(a, count, rng)), "finetuned": score(examples(a, count, rng))}
-                           for task, a in finals.items()}}
+            count: int = 400) -> ControlRecord:
+    return ControlRecord(
+        schema=RUN_SCHEMA, control=name, read_as=read_as, seed=seed, attention="bidirectional", flops=0,
+        sees="smoothing", revision="test", threads=1,
+        downstream={task: {"frozen": score(examples(a, count, rng)), "finetuned": score(examples(a, count, rng))}
+                    for task, a in finals.items()})
 
 
 def task(name: str, copies: tuple[str, ...] = ()) -> dict:
@@ -64,5 +72,5 @@ def results(finals: dict[str, dict[str, float]], control_finals: dict[str, float
     positions = [{"objective": spec, "supervised_positions": 10.0} for spec in finals]
     found = verdict(by_objective(runs), next(iter(finals)), {}, positions, objectives, BUDGET, by_control(controls),
                     None, tasks)
-    return {"runs": runs, "controls": controls, "tasks": tasks, "bayes": None, "setup": {}, "budget_flops": BUDGET,
+    return {"runs": [r.to_json() for r in runs], "controls": [c.to_json() for c in controls], "tasks": tasks, "bayes": None, "setup": {}, "budget_flops": BUDGET,
             "objectives": [], "answer": found.pop("answer"), "verdict": found}

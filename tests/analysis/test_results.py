@@ -12,23 +12,27 @@ from bench.analysis.results import (SCHEMA, Measured, build_results, compute_sum
                                     p_value, stat)
 from bench.files import write_json
 from bench.report.sections import compute_section, fmt, loss_table, table
-from bench.training.runs import RUN_SCHEMA, finished_result
+from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord, from_json
+from bench.training.runs import finished_result
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "comparison.json"  # tests/fixtures/make_comparison.py
 
 
-def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> dict:
+def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> RunRecord:
     curve = [{"checkpoint": 1e9, "step": 5, "flops": 1e9, "tokens": 640, "supervised_positions": 96,
               "metrics": {"loss": 2.5, "accuracy": 0.2}, "probes": {"hidden_state": 0.3},
               "downstream": {"synthetic:tagging": 0.4}},
              {"checkpoint": 2e9, "step": 10, "flops": 2e9, "tokens": 1280, "supervised_positions": 192,
               "metrics": {"loss": loss, "accuracy": accuracy}, "probes": {"hidden_state": 0.5},
               "downstream": {"synthetic:tagging": 0.6}}]
-    return {"objective": objective, "seed": seed, "steps": 10, "flops": 2e9, "tokens": 1280,
-            "supervised_positions": 192, "supervised_per_sequence": 12.0, "flops_per_step": 2e8,
-            "wall_seconds": train_seconds + 3.0,
-            "train_seconds": train_seconds, "tokens_per_second": 1280 / train_seconds, "probe_seconds": 1.5,
-            "curve": curve}
+    return from_json({
+        "schema": RUN_SCHEMA, "objective": objective, "seed": seed, "attention": "bidirectional", "lr": 1e-3,
+        "control": "untrained, bidirectional", "signals": ["mask_token"], "sees": "smoothing", "revision": "test",
+        "threads": 1, "steps": 10, "flops": 2e9, "tokens": 1280, "supervised_positions": 192, "phases": [],
+        "supervised_per_sequence": 12.0, "flops_per_step": 2e8, "wall_seconds": train_seconds + 3.0,
+        "train_seconds": train_seconds, "tokens_per_second": 1280 / train_seconds, "parameters": 100,
+        "backbone_parameters": 90, "expected_supervised_per_sequence": 12.0, "expected_flops_per_sequence": 1e7,
+        "curve": curve, "probe_seconds": 1.5}, "a test's run")
 
 
 def test_a_run_s_final_metrics_are_its_objective_s_own_never_counters_probes_or_tasks():
@@ -91,9 +95,23 @@ def test_records_of_another_layout_are_refused_not_misread(tmp_path):
     write_json(tmp_path / "result.json", flat)
     with pytest.raises(ConfigError, match="schema 1, not 2"):
         finished_result(tmp_path)
-    write_json(tmp_path / "result.json", {**flat, "schema": RUN_SCHEMA})
-    assert finished_result(tmp_path)["curve"] == flat["curve"]
+    write_json(tmp_path / "result.json", {**flat, "schema": RUN_SCHEMA})  # schema 2 named, its fields not there
+    with pytest.raises(ConfigError, match="does not hold a RunRecord"):
+        finished_result(tmp_path)
     assert finished_result(tmp_path / "absent") is None
+
+
+def test_records_read_back_field_for_field_in_the_order_they_were_written(tmp_path):
+    """The one loader and the writer are inverses: every run and control of a real comparison's results.json
+    (the golden fixture) comes back from result.json as it was, keys in the same order."""
+    golden = json.loads(GOLDEN.read_text())
+    for written in [*golden["runs"], *golden["controls"]]:
+        write_json(tmp_path / "result.json", written)
+        record = finished_result(tmp_path)
+        assert isinstance(record, RunRecord if "objective" in written else ControlRecord)
+        assert json.dumps(record.to_json()) == json.dumps(written)
+    assert [point.checkpoint for point in from_json(golden["runs"][0], "").curve] == [
+        row["checkpoint"] for row in golden["runs"][0]["curve"]]
 
 
 def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():

@@ -3,6 +3,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -496,9 +497,9 @@ def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
 
     def train_run(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress):
         loss = {1e-3: 2.0, 3e-3: 1.5, 9e-3: 1.8}[config.lr]  # 9e-3: the grid extended past its top edge
-        curve = [{"metrics": {"loss": loss}}] if fabric.is_global_zero else \
-            [{"metrics": {"loss": 3.0 - loss}}] if config.lr == 1e-3 else []
-        return {"curve": curve, "flops": 10}
+        curve = [SimpleNamespace(metrics={"loss": loss})] if fabric.is_global_zero else \
+            [SimpleNamespace(metrics={"loss": 3.0 - loss})] if config.lr == 1e-3 else []
+        return SimpleNamespace(curve=curve, flops=10)  # the parts of a RunRecord the sweep reads
 
     import bench.training.runs
     monkeypatch.setattr(bench.training.runs, "train_run", train_run)

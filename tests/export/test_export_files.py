@@ -27,7 +27,7 @@ from bench.training.config import run_name  # noqa: E402
 from bench.yardsticks.examples import TaskContext, encode  # noqa: E402
 from objectives import CausalLM, Vocab  # noqa: E402
 from objectives.pairs import make_pairs, pair_layout, segments_from_separators  # noqa: E402
-from conftest import recorded_settings  # noqa: E402
+from conftest import recorded_settings, written_record  # noqa: E402
 
 SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
 WORDS = "wave ship salt harbour tide sail cow field barn wheat tractor street tram tower office".split()
@@ -119,11 +119,10 @@ def finished_comparison(root, specs: list[str]):
         torch.manual_seed(1)
         objective = run_objective(spec, SETTINGS, context)
         torch.save({"model": objective.state_dict()}, folder / "checkpoint.pt")
-        (folder / "result.json").write_text(json.dumps({"objective": spec, "seed": 0, "control": "untrained, x"}))
+        (folder / "result.json").write_text(written_record(objective=spec, seed=0))
     control = root / "runs" / "untrained-bidirectional-seed0"
     control.mkdir()
-    (control / "result.json").write_text(json.dumps({"control": "untrained, bidirectional", "read_as": "mlm",
-                                                     "seed": 0}))
+    (control / "result.json").write_text(written_record(control="untrained, bidirectional", read_as="mlm", seed=0))
     return root
 
 

@@ -91,7 +91,7 @@ def test_the_switch_is_exact_in_flops_and_the_accounting_predicts_every_piece(sp
     result = train_run(fabric, spec, 0, corpus, c, tmp_path, progress=False)
     objective = build_run_objective(spec, c, corpus)
     pieces = split_schedule(spec)[0]
-    phases = result["phases"]
+    phases = result.phases
     assert [phase["objective"] for phase in phases] == pieces
     predicted = predicted_phases(objective, parse_seq_len(SEQ_LEN).split_at(objective.starts), c)
     spent = 0
@@ -104,8 +104,8 @@ def test_the_switch_is_exact_in_flops_and_the_accounting_predicts_every_piece(sp
         # the piece's last step started before its end and its first after the previous one's: exact in FLOPs
         assert spent - step_flops < end <= spent or index == len(phases) - 1
         assert phase["steps"] > 0
-    assert sum(phase["flops"] for phase in phases) == result["flops"] >= c.budget_flops
-    assert result["objective"] == spec and result["attention"] == objective.attention
+    assert sum(phase["flops"] for phase in phases) == result.flops >= c.budget_flops
+    assert result.objective == spec and result.attention == objective.attention
 
 
 @pytest.mark.slow
@@ -113,7 +113,7 @@ def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(c
                                                                                 monkeypatch):
     c = config(checkpoint_every=1e-9)  # minutes: the state is saved after every step
     straight = train_run(fabric, "ar>mlm@0.5", 0, corpus, c, tmp_path / "straight", progress=False)
-    switch = straight["phases"][0]["steps"]
+    switch = straight.phases[0]["steps"]
     # the AR share is an AR run's first steps exactly: the same initialisation, batches and learning rates
     train_run(fabric, "ar>mlm@0.5", 0, corpus, c, tmp_path / "first", progress=False, stop_after_steps=switch)
     train_run(fabric, "ar", 0, corpus, c, tmp_path / "ar", progress=False, stop_after_steps=switch)
@@ -125,20 +125,20 @@ def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(c
     # one AdamW across the switch: its moments and step count go on (not reset), over every step of the run
     final = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
     steps = {float(state["step"]) for state in final["optimizer"]["state"].values()}
-    assert steps == {float(straight["steps"])}
+    assert steps == {float(straight.steps)}
     # and the learning rate is one schedule over the whole budget: the first MLM step's is the one at AR's FLOPs
     fractions = []
     monkeypatch.setattr(bench.training.loop, "learning_rate",
                         lambda fraction, c: fractions.append(fraction) or learning_rate(fraction, c))
     train_run(fabric, "ar>mlm@0.5", 0, corpus, c, tmp_path / "watched", progress=False)
     fractions = list(dict.fromkeys(fractions))  # asked once per parameter group, with the same fraction
-    assert len(fractions) == straight["steps"] and fractions == sorted(fractions) and fractions[0] == 0
-    assert fractions[switch] == straight["phases"][0]["flops"] / c.budget_flops
+    assert len(fractions) == straight.steps and fractions == sorted(fractions) and fractions[0] == 0
+    assert fractions[switch] == straight.phases[0]["flops"] / c.budget_flops
 
 
 def test_resume_after_a_kill_in_the_second_piece_equals_the_uninterrupted_run(corpus, fabric, tmp_path):
     straight = train_run(fabric, "ar>mlm@0.25", 3, corpus, config(), tmp_path / "straight", progress=False)
-    switch, total = straight["phases"][0]["steps"], straight["steps"]
+    switch, total = straight.phases[0]["steps"], straight.steps
     stop = (switch + total) // 2  # in the middle of MLM's share, between checkpoints
     assert switch < stop < total
     c = config(checkpoint_every=1e-9)
@@ -149,7 +149,7 @@ def test_resume_after_a_kill_in_the_second_piece_equals_the_uninterrupted_run(co
     with pytest.raises(ConfigError, match="another objective schedule"):
         train_run(fabric, "ar>mlm@0.5", 3, corpus, c, tmp_path / "resumed", progress=False)
     resumed = train_run(fabric, "ar>mlm@0.25", 3, corpus, c, tmp_path / "resumed", progress=False)
-    strip = lambda result: {k: v for k, v in result.items() if k not in TIMINGS}  # noqa: E731
+    strip = lambda result: {k: v for k, v in result.to_json().items() if k not in TIMINGS}  # noqa: E731
     assert strip(resumed) == strip(straight)
 
 

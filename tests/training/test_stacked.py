@@ -13,13 +13,15 @@ import torch
 
 import bench.training.stacked
 from bench.training.config import TrainConfig
-from bench.training.runs import RUN_SCHEMA, train_run
+from bench.training.records import RunRecord, from_json
+from bench.training.runs import train_run
 from bench.training.stacked import can_batch_seeds, train_seeds, trained_or_reused_seeds
 from bench.training.stacking import SeedStack
 from bench.training.stopping import RunStopped
+from conftest import written_record
 
 SEQ_LEN, BATCH = 32, 4
-TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "weights_seconds")
+TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
 COUNTS = ("steps", "flops", "tokens", "supervised_positions", "phases", "flops_per_step", "supervised_per_sequence")
 
 
@@ -27,7 +29,7 @@ class Weights:
     """A yardstick that reads the objective it is handed (its token embeddings, in float64): at every checkpoint and
     at the end, each seed's must be its own."""
 
-    result_key, seconds_key = "weights", "weights_seconds"
+    result_key, seconds_key = "probes", "probe_seconds"  # a record's yardstick fields
 
     def at_checkpoint(self, objective) -> dict:
         return {"embedding_sum": objective.backbone.token_embedding.weight.double().sum().item()}
@@ -41,26 +43,26 @@ def config(budget: float = 2e8, **overrides) -> TrainConfig:
     return TrainConfig(budget_flops=budget, **{**settings, **overrides})
 
 
-def without_timings(result: dict) -> dict:
-    return {key: value for key, value in result.items() if key not in TIMINGS}
+def without_timings(result: RunRecord) -> dict:
+    return {key: value for key, value in result.to_json().items() if key not in TIMINGS}
 
 
 def checkpoint(run_dir) -> dict:
     return torch.load(run_dir / "checkpoint.pt", weights_only=True)
 
 
-def assert_close_runs(stacked: dict, separate: dict, stacked_dir, separate_dir) -> None:
+def assert_close_runs(stacked: RunRecord, separate: RunRecord, stacked_dir, separate_dir) -> None:
     """Counts exactly; held-out metrics to 1e-5 relative, final weights and AdamW moments to 1e-5 relative (1e-7
     absolute). On the 2-core CPU with torch 2.13 they were equal to the last bit: every kernel a seed runs in the
     stack is its separate run's, on the same shapes (bench.training.seed_ops). The tolerance is for builds where
     a batched rule (functorch's, for the element-wise ops and the embedding; a GPU's reductions) sums in another
     order, which moves the last bits and, over the steps, a little more."""
-    assert {key: stacked[key] for key in COUNTS} == {key: separate[key] for key in COUNTS}
-    assert [row["step"] for row in stacked["curve"]] == [row["step"] for row in separate["curve"]]
-    for ours, theirs in zip(stacked["curve"], separate["curve"]):
-        assert ours["metrics"].keys() == theirs["metrics"].keys()
-        for key, value in theirs["metrics"].items():
-            assert ours["metrics"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+    assert {key: getattr(stacked, key) for key in COUNTS} == {key: getattr(separate, key) for key in COUNTS}
+    assert [row.step for row in stacked.curve] == [row.step for row in separate.curve]
+    for ours, theirs in zip(stacked.curve, separate.curve):
+        assert ours.metrics.keys() == theirs.metrics.keys()
+        for key, value in theirs.metrics.items():
+            assert ours.metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
     ours, theirs = checkpoint(stacked_dir), checkpoint(separate_dir)
     assert ours["model"].keys() == theirs["model"].keys() and ours["counters"]["step"] == theirs["counters"]["step"]
     for name, weight in theirs["model"].items():
@@ -80,12 +82,12 @@ def test_stacked_seeds_write_what_their_separate_runs_write(spec, corpus, fabric
                           progress=False)
     for seed, ours in zip(seeds, stacked):
         theirs = train_run(fabric, spec, seed, corpus, c, tmp_path / f"separate{seed}", [Weights()], progress=False)
-        assert ours["seed"] == seed and ours.keys() == theirs.keys()
+        assert ours.seed == seed and ours.to_json().keys() == theirs.to_json().keys()
         assert_close_runs(ours, theirs, tmp_path / f"stacked{seed}", tmp_path / f"separate{seed}")
-        assert ours["weights"]["desc"] == theirs["weights"]["desc"]
-        for row, their_row in zip(ours["curve"] + [ours], theirs["curve"] + [theirs]):  # checkpoints, then the end
-            assert row["weights"]["embedding_sum"] == pytest.approx(their_row["weights"]["embedding_sum"], rel=1e-6)
-        assert json.loads((tmp_path / f"stacked{seed}" / "result.json").read_text())["steps"] == ours["steps"]
+        assert ours.probes["desc"] == theirs.probes["desc"]
+        for row, their_row in zip((*ours.curve, ours), (*theirs.curve, theirs)):  # checkpoints, then the end
+            assert row.probes["embedding_sum"] == pytest.approx(their_row.probes["embedding_sum"], rel=1e-6)
+        assert json.loads((tmp_path / f"stacked{seed}" / "result.json").read_text())["steps"] == ours.steps
         files = [sorted(str(path.relative_to(tmp_path / f"{kind}{seed}")) for path in
                         (tmp_path / f"{kind}{seed}").rglob("*")) for kind in ("stacked", "separate")]
         assert files[0] == files[1] and "result.json" in files[0]  # curve, checkpoint, result, live metrics
@@ -96,7 +98,7 @@ def test_stacked_seeds_write_what_their_separate_runs_write(spec, corpus, fabric
         assert [float(row["loss"]) for row in logged[0]] == pytest.approx([float(row["loss"]) for row in logged[1]],
                                                                           rel=1e-5)
     if spec == "mlm:rule=bernoulli":  # seeds supervise different counts, so they reach the budget at other steps
-        assert len({result["flops"] for result in stacked}) == len(seeds)
+        assert len({result.flops for result in stacked}) == len(seeds)
 
 
 @pytest.mark.slow
@@ -133,9 +135,9 @@ def test_an_interrupted_group_resumes_as_if_uninterrupted(interruption, corpus, 
     c = config(budget=3e8, probe_every_eval=True)
     straight = train_seeds(fabric, spec, seeds, corpus, c, [tmp_path / f"straight{s}" for s in seeds], probes,
                            progress=False)
-    assert all("embedding_sum" in row["weights"] for result in straight for row in result["curve"])
+    assert all("embedding_sum" in row.probes for result in straight for row in result.curve)
     dirs = [tmp_path / f"resumed{s}" for s in seeds]
-    stop_at = straight[0]["steps"] // 2 + 1  # after the first checkpoint, before the last
+    stop_at = straight[0].steps // 2 + 1  # after the first checkpoint, before the last
     if interruption == "crash":  # stops without saving: the group goes back to its last save
         assert train_seeds(fabric, spec, seeds, corpus, c, dirs, probes, progress=False,
                            stop_after_steps=stop_at) == [None, None, None]
@@ -181,7 +183,7 @@ def test_finished_and_diverged_seeds_are_reused_and_only_the_others_train(corpus
     dirs = [tmp_path / f"s{s}" for s in range(3)]
     for run_dir in dirs:
         run_dir.mkdir()
-    (dirs[0] / "result.json").write_text(json.dumps({"schema": RUN_SCHEMA, "seed": 0, "steps": 5}))
+    (dirs[0] / "result.json").write_text(written_record(seed=0, steps=5))
     (dirs[1] / "diverged.json").write_text(json.dumps({"seed": 1, "diverged": True}))
     trained = []
 
@@ -190,8 +192,8 @@ def test_finished_and_diverged_seeds_are_reused_and_only_the_others_train(corpus
         return [({"seed": seed}, None) for seed in seeds]
     monkeypatch.setattr(bench.training.stacked, "seeds_trained", training)
     outcomes = trained_or_reused_seeds(fabric, "mlm", [0, 1, 2], corpus, config(), dirs, reuse=True)
-    assert outcomes == [({"schema": RUN_SCHEMA, "seed": 0, "steps": 5}, None), (None, {"seed": 1, "diverged": True}),
-                        ({"seed": 2}, None)]
+    assert outcomes == [(from_json(json.loads(written_record(seed=0, steps=5)), ""), None),
+                        (None, {"seed": 1, "diverged": True}), ({"seed": 2}, None)]
     assert trained == [([2], [dirs[2]])]
     assert [o[0]["seed"] for o in trained_or_reused_seeds(fabric, "mlm", [0, 1, 2], corpus, config(), dirs,
                                                           reuse=False)] == [0, 1, 2]

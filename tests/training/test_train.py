@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import signalling
+from conftest import signalling, written_record
 from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -30,7 +30,8 @@ from bench.training.config import (TrainConfig, check_batch_split, check_config,
 from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
 from bench.training.memory import check_memory
-from bench.training.runs import RUN_SCHEMA, train_run
+from bench.training.records import RunRecord, from_json
+from bench.training.runs import train_run
 from bench.training.schedule import parse_seq_len, predict_phases
 from bench.training.state import setup_run
 from bench.training.stopping import EXIT_STOPPED, RunStopped
@@ -56,8 +57,8 @@ def config(budget: float = 4e8, **overrides) -> TrainConfig:
                        lr=3e-3, **overrides)
 
 
-def without_timings(result: dict) -> dict:
-    return {k: v for k, v in result.items() if k not in TIMINGS}
+def without_timings(result: RunRecord) -> dict:
+    return {k: v for k, v in result.to_json().items() if k not in TIMINGS}
 
 
 def test_eval_grid_is_log_spaced_and_ends_at_the_budget():
@@ -87,29 +88,29 @@ def test_runs_stop_within_one_step_of_the_budget(spec, per_sequence, corpus, fab
     result = train_run(fabric, spec, 0, corpus, c, tmp_path, progress=False)
     objective = build_run_objective(spec, c, corpus)
     step_flops = objective.expected_flops_per_sequence(SEQ_LEN) * BATCH  # exact-rule objectives: fixed per step
-    assert c.budget_flops <= result["flops"] < c.budget_flops + step_flops
-    assert result["flops"] == result["steps"] * step_flops
+    assert c.budget_flops <= result.flops < c.budget_flops + step_flops
+    assert result.flops == result.steps * step_flops
     if per_sequence is None:
         per_sequence = objective.lengths(SEQ_LEN).targets
-    assert result["supervised_positions"] == result["steps"] * BATCH * per_sequence
-    assert result["tokens"] == result["steps"] * BATCH * SEQ_LEN
-    curve = result["curve"]
-    assert [row["checkpoint"] for row in curve] == eval_grid(c)
-    assert all(row["flops"] >= row["checkpoint"] for row in curve) and curve[-1]["step"] == result["steps"]
-    assert all(math.isfinite(row["metrics"]["loss"]) for row in curve)
-    assert read_jsonl(tmp_path / "curve.jsonl") == curve and (tmp_path / "result.json").exists()
+    assert result.supervised_positions == result.steps * BATCH * per_sequence
+    assert result.tokens == result.steps * BATCH * SEQ_LEN
+    curve = result.curve
+    assert [row.checkpoint for row in curve] == eval_grid(c)
+    assert all(row.flops >= row.checkpoint for row in curve) and curve[-1].step == result.steps
+    assert all(math.isfinite(row.metrics["loss"]) for row in curve)
+    assert read_jsonl(tmp_path / "curve.jsonl") == [row.to_json() for row in curve] and (tmp_path / "result.json").exists()
 
 
 def test_bernoulli_runs_count_what_they_executed(corpus, fabric, tmp_path):
     c = config()
     result = train_run(fabric, "mlm:rule=bernoulli", 0, corpus, c, tmp_path, progress=False)
-    assert c.budget_flops <= result["flops"]
+    assert c.budget_flops <= result.flops
     # recount: corrupt each row of each step's windows afresh, alone, from (seed, step, row), and count the chosen
     objective, windows = build_run_objective("mlm:rule=bernoulli", c, corpus), corpus.windows("train")
     chosen = [sum(int((objective.corrupt(windows[(step * BATCH + row) % len(windows)][None], torch.Generator().manual_seed(
                   derive_seed(0, step, row, ROW_STREAM))).targets != IGNORE).sum()) for row in range(BATCH))
-              for step in range(result["steps"])]
-    assert result["supervised_positions"] == sum(chosen)
+              for step in range(result.steps)]
+    assert result.supervised_positions == sum(chosen)
     assert len(set(chosen)) > 1  # Bernoulli: the count varies from step to step
 
 
@@ -119,7 +120,7 @@ def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
     b = train_run(fabric, "electra", 3, corpus, config(), tmp_path / "b", progress=False)
     assert without_timings(a) == without_timings(b)
     c = train_run(fabric, "electra", 4, corpus, config(), tmp_path / "c", progress=False)
-    assert a["curve"][-1]["metrics"]["loss"] != c["curve"][-1]["metrics"]["loss"]
+    assert a.curve[-1].metrics["loss"] != c.curve[-1].metrics["loss"]
 
 
 @pytest.mark.slow
@@ -128,15 +129,15 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     # a task read at every checkpoint must not disturb training either
     c, probe = config(probe_every_eval=True), [checkpoint_task(corpus)]
     straight = train_run(fabric, spec, 1, corpus, c, tmp_path / "straight", probe, progress=False)
-    assert all("synthetic:states,size=64" in row["downstream"] for row in straight["curve"])
-    stopped_at = straight["steps"] // 2 + 1  # after the first checkpoint, between two others
+    assert all("synthetic:states,size=64" in row.downstream for row in straight.curve)
+    stopped_at = straight.steps // 2 + 1  # after the first checkpoint, between two others
     assert train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False,
                      stop_after_steps=stopped_at) is None
     assert not (tmp_path / "resumed" / "result.json").exists()
     resumed = train_run(fabric, spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False)
     assert without_timings(resumed) == without_timings(straight)
     unprobed = train_run(fabric, spec, 1, corpus, config(), tmp_path / "unprobed", progress=False)
-    assert [row["metrics"] for row in unprobed["curve"]] == [row["metrics"] for row in straight["curve"]]
+    assert [row.metrics for row in unprobed.curve] == [row.metrics for row in straight.curve]
 
 
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
@@ -151,9 +152,9 @@ def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_
     eager = train_run(fabric, "electra", 2, corpus, config(budget=1e8), tmp_path / "eager", progress=False)
     compiled = train_run(fabric, "electra", 2, corpus, config(budget=1e8, compile=True), tmp_path / "compiled",
                          progress=False)
-    assert (compiled["steps"], compiled["flops"], compiled["supervised_positions"]) == \
-        (eager["steps"], eager["flops"], eager["supervised_positions"])
-    last = [run["curve"][-1]["metrics"]["loss"] for run in (compiled, eager)]
+    assert (compiled.steps, compiled.flops, compiled.supervised_positions) == \
+        (eager.steps, eager.flops, eager.supervised_positions)
+    last = [run.curve[-1].metrics["loss"] for run in (compiled, eager)]
     assert last[0] == pytest.approx(last[1], rel=1e-3)
 
 
@@ -242,10 +243,10 @@ def test_micro_batches_train_like_the_whole_batch(spec, corpus, fabric, tmp_path
         micro = train_run(fabric, spec, 0, corpus, config(budget=2e8, micro_batch=size), tmp_path / f"micro{size}",
                           progress=False)
         counts = ("steps", "flops", "tokens", "supervised_positions", "flops_per_step")
-        assert {k: micro[k] for k in counts} == {k: whole[k] for k in counts}
-        assert [row["step"] for row in micro["curve"]] == [row["step"] for row in whole["curve"]]
-        for a, b in zip(micro["curve"], whole["curve"]):
-            assert a["metrics"]["loss"] == pytest.approx(b["metrics"]["loss"], rel=1e-5)
+        assert {k: getattr(micro, k) for k in counts} == {k: getattr(whole, k) for k in counts}
+        assert [row.step for row in micro.curve] == [row.step for row in whole.curve]
+        for a, b in zip(micro.curve, whole.curve):
+            assert a.metrics["loss"] == pytest.approx(b.metrics["loss"], rel=1e-5)
 
 
 def test_a_micro_batch_must_divide_each_process_share():
@@ -356,7 +357,7 @@ def test_a_nan_loss_stops_the_run_with_one_line(corpus, fabric, tmp_path, monkey
 @pytest.mark.slow
 def test_the_clock_saves_between_evaluations_and_the_run_resumes_exactly(corpus, fabric, tmp_path):
     straight = train_run(fabric, "electra", 0, corpus, config(), tmp_path / "straight", progress=False)
-    evaluated = [row["step"] for row in straight["curve"]]
+    evaluated = [row.step for row in straight.curve]
     stop = evaluated[1] + 2  # between the second and the third evaluation
     c = config(checkpoint_every=1e-9)  # minutes: due after every step
     assert train_run(fabric, "electra", 0, corpus, c, tmp_path / "resumed", progress=False,
@@ -421,7 +422,8 @@ def test_sigterm_to_the_command_then_resume_gives_the_uninterrupted_result(tmp_p
     resumed = subprocess.run(compare_command(tmp_path / "stopped", "--resume"), capture_output=True, text=True,
                              timeout=240, env=environment)
     assert resumed.returncode == 0, resumed.stderr
-    runs = [json.loads((tmp_path / name / "results.json").read_text())["runs"] for name in ("straight", "stopped")]
+    runs = [[from_json(run, name) for run in json.loads((tmp_path / name / "results.json").read_text())["runs"]]
+            for name in ("straight", "stopped")]
     assert [without_timings(run) for run in runs[1]] == [without_timings(run) for run in runs[0]]
     settings = json.loads((tmp_path / "stopped" / "config.json").read_text())
     assert settings["derived"]["tf32"] is False  # on only on CUDA under 32-true
@@ -463,7 +465,7 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     result = train_run(fabric, "mlm", 0, corpus, c, tmp_path, progress=False)
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["from-step-0", f"from-step-{saved}"]
     resumed = list(csv.DictReader(open(tmp_path / "logs" / f"from-step-{saved}" / "metrics.csv")))
-    assert [int(row["step"]) for row in resumed] == list(range(saved + 2 - saved % 2, result["steps"] + 1, 2))
+    assert [int(row["step"]) for row in resumed] == list(range(saved + 2 - saved % 2, result.steps + 1, 2))
     assert len(list(csv.DictReader(open(tmp_path / "logs" / "from-step-0" / "metrics.csv")))) == 2
 
 
@@ -514,11 +516,11 @@ def schedule_config(text: str = SCHEDULE, **overrides) -> TrainConfig:
 def test_a_schedule_run_counts_each_phase_as_the_accounting_predicts(spec, corpus, fabric, tmp_path):
     c = schedule_config()
     result = train_run(fabric, spec, 0, corpus, c, tmp_path, progress=False)
-    phases = result["phases"]
+    phases = result.phases
     assert [(p["seq_len"], p["share"]) for p in phases] == [(16, 0.6), (32, 0.4)]
     for key in ("flops", "tokens", "supervised_positions"):  # the phases add up to the run, exactly
-        assert sum(p[key] for p in phases) == result[key]
-    assert sum(p["steps"] for p in phases) == result["steps"]
+        assert sum(p[key] for p in phases) == getattr(result, key)
+    assert sum(p["steps"] for p in phases) == result.steps
     assert all(p["tokens"] == p["steps"] * BATCH * p["seq_len"] for p in phases)
     objective = build_run_objective(spec, c, corpus)
     predicted = predict_phases(c.seq_len_schedule, c.budget_flops, BATCH, objective.expected_flops_per_sequence,
@@ -536,7 +538,7 @@ def test_a_schedule_run_counts_each_phase_as_the_accounting_predicts(spec, corpu
             assert phase["supervised_positions"] == prediction.supervised_positions
         spent += phase["flops"]
         assert end <= spent < end + 1.1 * step_flops  # each phase stops within one of its steps past its end
-    assert result["supervised_per_sequence"] == phases[-1]["supervised_positions"] / (phases[-1]["steps"] * BATCH)
+    assert result.supervised_per_sequence == phases[-1]["supervised_positions"] / (phases[-1]["steps"] * BATCH)
 
 
 def checkpointed(path):
@@ -546,8 +548,8 @@ def checkpointed(path):
 @pytest.mark.slow
 def test_a_schedule_run_resumes_exactly_right_before_and_after_the_switch(corpus, fabric, tmp_path):
     straight = train_run(fabric, "electra", 0, corpus, schedule_config(), tmp_path / "straight", progress=False)
-    switch = straight["phases"][0]["steps"]  # the first step at T = 32
-    assert 0 < switch < straight["steps"] and switch not in [row["step"] for row in straight["curve"]]
+    switch = straight.phases[0]["steps"]  # the first step at T = 32
+    assert 0 < switch < straight.steps and switch not in [row.step for row in straight.curve]
     weights = checkpointed(tmp_path / "straight")["model"]
     c = schedule_config(checkpoint_every=1e-9)  # minutes: the state is saved after every step
     for stop in (switch, switch + 1):  # the last step at T = 16 has run; the first at T = 32 has run
@@ -565,9 +567,9 @@ def test_a_schedule_run_resumes_exactly_right_before_and_after_the_switch(corpus
 
 def test_a_checkpoint_from_before_schedules_resumes_with_its_one_phase(corpus, fabric, tmp_path):
     straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", progress=False)
-    assert straight["phases"] == [{"seq_len": SEQ_LEN, "share": 1.0, "steps": straight["steps"],
-                                   "tokens": straight["tokens"], "flops": straight["flops"],
-                                   "supervised_positions": straight["supervised_positions"]}]
+    assert straight.phases == [{"seq_len": SEQ_LEN, "share": 1.0, "steps": straight.steps,
+                                   "tokens": straight.tokens, "flops": straight.flops,
+                                   "supervised_positions": straight.supervised_positions}]
     c = config(checkpoint_every=1e-9)
     train_run(fabric, "mlm", 0, corpus, c, tmp_path / "old", progress=False, stop_after_steps=5)
     state = checkpointed(tmp_path / "old")
@@ -691,7 +693,7 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
     assert stopped.value.code == EXIT_STOPPED and "stopped by SIGTERM after step" in stopped.value.message
     assert not (tmp_path / "evaluation" / "result.json").exists()  # the final probes were not run ...
     saved = torch.load(tmp_path / "evaluation" / "checkpoint.pt", weights_only=True)["counters"]
-    assert saved["step"] == straight["steps"]  # ... but every step and evaluation is saved
+    assert saved["step"] == straight.steps  # ... but every step and evaluation is saved
     resumed = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False)
     assert without_timings(resumed) == without_timings(straight)
 
@@ -701,7 +703,8 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
             train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False)
     assert "after mlm-seed0 finished" in stopped.value.message
     finished = json.loads((tmp_path / "probes" / "result.json").read_text())  # the probes' work is kept
-    assert without_timings(finished) == without_timings(json.loads(json.dumps(straight)))
+    assert without_timings(from_json(finished, "")) == without_timings(from_json(json.loads(json.dumps(
+        straight.to_json())), ""))
     capsys.readouterr()
 
 
@@ -784,9 +787,9 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
     assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (None, record)  # not again
     assert trained == ["mlm"]
     (tmp_path / "diverged.json").unlink()
-    finished = {"schema": RUN_SCHEMA, "objective": "mlm", "flops": 9}
-    (tmp_path / "result.json").write_text(json.dumps(finished))
-    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (finished, None)
+    (tmp_path / "result.json").write_text(written_record(objective="mlm", flops=9))
+    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (
+        from_json(json.loads(written_record(objective="mlm", flops=9)), ""), None)
     trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=False)  # a fresh comparison trains
     assert trained == ["mlm", "mlm"]
 
@@ -802,12 +805,12 @@ def test_executed_flops_buy_causal_attention_more_steps_and_are_counted_as_charg
         objective = build_run_objective(spec, config(flops="executed"), corpus)
         assert objective.backbone.flops_convention == "executed"
         executed = runs[spec, "executed"]
-        assert executed["flops_per_step"] == BATCH * objective.expected_flops_per_sequence(SEQ_LEN)
-        assert executed["flops"] >= 4e8 > executed["flops"] - executed["flops_per_step"]
-    assert runs["mlm", "executed"]["steps"] == runs["mlm", "dense"]["steps"]  # bidirectional: nothing skipped
+        assert executed.flops_per_step == BATCH * objective.expected_flops_per_sequence(SEQ_LEN)
+        assert executed.flops >= 4e8 > executed.flops - executed.flops_per_step
+    assert runs["mlm", "executed"].steps == runs["mlm", "dense"].steps  # bidirectional: nothing skipped
     backbone_flops = build_run_objective("ar", config(), corpus).backbone.flops(BATCH, SEQ_LEN, 0, "causal")
     saved = backbone_flops.attention * 6 // 16 * 7 // 2  # 6 of 16 blocks, forward and backward (3.5 ×)
-    assert runs["ar", "dense"]["flops_per_step"] - runs["ar", "executed"]["flops_per_step"] == saved
-    assert saved > 0 and all(run["steps"] == math.ceil(4e8 / run["flops_per_step"]) for run in runs.values())
+    assert runs["ar", "dense"].flops_per_step - runs["ar", "executed"].flops_per_step == saved
+    assert saved > 0 and all(run.steps == math.ceil(4e8 / run.flops_per_step) for run in runs.values())
     with pytest.raises(ConfigError, match="--flops must be one of dense, executed"):
         check_config(config(flops="sparse"), 1)

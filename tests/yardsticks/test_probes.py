@@ -1,6 +1,7 @@
 import json
 import tempfile
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,11 +95,11 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
                 for spec in ("mlm", "electra", "ar")}
     # scored directly: the backbone a run of that seed starts from, before its first step
     direct = run_probes(setup_run(fabric, "mlm", 1, corpus, config, tmp_path / "run").objective, corpus, CONFIG)
-    assert controls["mlm"]["probes"] == direct and controls["mlm"]["flops"] == 0
-    assert (controls["mlm"]["control"], controls["ar"]["control"]) == ("untrained, bidirectional", "untrained, causal")
+    assert controls["mlm"].probes == direct and controls["mlm"].flops == 0
+    assert (controls["mlm"].control, controls["ar"].control) == ("untrained, bidirectional", "untrained, causal")
     # the objective matters only through how its backbone is read: electra reads as mlm does
-    assert controls["electra"]["probes"] == controls["mlm"]["probes"] != controls["ar"]["probes"]
-    assert json.loads((tmp_path / "ar" / "result.json").read_text()) == controls["ar"]
+    assert controls["electra"].probes == controls["mlm"].probes != controls["ar"].probes
+    assert json.loads((tmp_path / "ar" / "result.json").read_text()) == controls["ar"].to_json()
     # bench.downstream --run rebuilds a control from its seed alone: the same weights
     settings = {"config": {"model": {"model": config.model}}}
     rebuilt = control_objective(controls["ar"], settings, TaskContext(corpus.seq_len, corpus.vocab))
@@ -106,7 +107,7 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
     assert all(torch.equal(a, b) for a, b in zip(rebuilt.backbone.state_dict().values(),
                                                  started.backbone.state_dict().values()))
     assert not torch.equal(rebuilt.backbone.token_embedding.weight,
-                           control_objective({**controls["ar"], "seed": 2}, settings,
+                           control_objective(replace(controls["ar"], seed=2), settings,
                                              TaskContext(corpus.seq_len, corpus.vocab)).backbone.token_embedding.weight)
 
 
