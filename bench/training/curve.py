@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.files import read_jsonl
+from bench.training.counters import Counters
 
 COUNTERS = ("checkpoint", "step", "flops", "tokens", "supervised_positions")
 
@@ -41,9 +42,9 @@ class CurvePoint:
         return cls(**row)
 
 
-def curve_row(counters: dict, metrics: dict[str, float]) -> dict:
+def curve_row(counters: Counters, checkpoint: float, metrics: dict[str, float]) -> dict:
     """A checkpoint's row before the yardsticks add their parts."""
-    return {**{key: counters[key] for key in COUNTERS}, "metrics": metrics}
+    return {"checkpoint": checkpoint, **{key: getattr(counters, key) for key in COUNTERS[1:]}, "metrics": metrics}
 
 
 def read_curve(path: Path) -> tuple[CurvePoint, ...]:

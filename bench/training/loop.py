@@ -89,12 +89,12 @@ def train_step(fabric: Fabric, run: Run, rows: Corrupted, loss_counts: dict[str,
     windows whose gradients add up to the share's; `loss_counts`: the global batch's (step_counts). Returns this
     process's part of the global batch's loss (the processes' parts sum to it) as a tensor on the device: nothing in
     the step reads a value back from the device (fit reads this one, once)."""
-    world, rank, step = fabric.world_size, fabric.global_rank, run.counters["step"]
+    world, rank, step = fabric.world_size, fabric.global_rank, run.counters.step
     objective, config = run.objective, run.config
     per_rank = config.batch_size // world
     size = config.micro_batch or per_rank
     for group in run.optimizer.param_groups:
-        group["lr"] = learning_rate(run.counters["flops"] / config.budget_flops, config)
+        group["lr"] = learning_rate(run.counters.flops / config.budget_flops, config)
     seed_step(fabric.device, derive_seed(run.seed, step, rank))  # the step's draws (ELECTRA's sampling) are its own
     run.optimizer.zero_grad(set_to_none=True)
     parts = []
@@ -142,21 +142,19 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], gr
                           yardsticks: Sequence[Yardstick], started: float) -> None:
     """Evaluate at the FLOP checkpoint just passed, append the row to curve.jsonl and checkpoint the state."""
     counters = run.counters
-    while counters["next_eval"] < len(grid) and counters["flops"] >= grid[counters["next_eval"]]:
-        counters["next_eval"] += 1
-    row = curve_row({**counters, "checkpoint": grid[counters["next_eval"] - 1]},
-                    evaluate(fabric, run.module, heldout, run.objective))
+    while counters.next_eval < len(grid) and counters.flops >= grid[counters.next_eval]:
+        counters.next_eval += 1
+    row = curve_row(counters, grid[counters.next_eval - 1], evaluate(fabric, run.module, heldout, run.objective))
     loss = row["metrics"]["loss"]
     if not math.isfinite(loss):  # the last update broke the weights: not a finished run
-        raise TrainingDiverged(run.spec, run.seed, counters["step"], loss, counters["last_finite_loss"],
-                               counters["flops"])
+        raise TrainingDiverged(run.spec, run.seed, counters.step, loss, counters.last_finite_loss, counters.flops)
     if run.config.probe_every_eval and fabric.is_global_zero:  # only rank 0 writes the row; the others need not wait
         with fabric.autocast():  # the readouts run on the device, under the run's precision
             for yardstick in yardsticks:
                 point = yardstick.at_checkpoint(run.objective)
                 if point is not None:  # a diagnostic has no curve
                     row[yardstick.result_key] = point
-    counters["wall_seconds"] = time.perf_counter() - started
+    counters.wall_seconds = time.perf_counter() - started
     if fabric.is_global_zero:
         append_jsonl(run.curve_path, row)
     save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
@@ -186,15 +184,15 @@ class TrainingLoop:
         self.bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
                         disable=not (progress and fabric.is_global_zero),
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
-        self.bar.update(min(100.0, 100 * counters["flops"] / config.budget_flops))
-        self.started, self.last_save = time.perf_counter() - counters["wall_seconds"], time.monotonic()
-        self.live = LiveMetrics(run.run_dir, counters["step"], config.log_every, fabric.device,
+        self.bar.update(min(100.0, 100 * counters.flops / config.budget_flops))
+        self.started, self.last_save = time.perf_counter() - counters.wall_seconds, time.monotonic()
+        self.live = LiveMetrics(run.run_dir, counters.step, config.log_every, fabric.device,
                                 fabric.strategy.precision.precision, fabric.world_size, enabled=fabric.is_global_zero)
         per_rank = config.batch_size // fabric.world_size
         self.share = slice(fabric.global_rank * per_rank, (fabric.global_rank + 1) * per_rank)
         self.prefetch = Prefetcher(self.build)
         self.carried: tuple[tuple[int, int], StepCounts] | None = None  # a step's global counts, from the step before
-        self.upcoming = (counters["step"], 0)  # the (step, phase) being built ahead
+        self.upcoming = (counters.step, 0)  # the (step, phase) being built ahead
         run.module.train()
 
     def build(self, step: int, phase: int) -> tuple[Corrupted, StepCounts]:
@@ -210,12 +208,12 @@ class TrainingLoop:
         # step. Its windows are indexed by the run's step, so a later phase does not continue the token stream
         # where the previous one stopped: it starts at window s·B of its own windowing, as a run at its length
         # throughout would read at step s.
-        step, phase = counters["step"], schedule.phase_at(counters["flops"], budget)
+        step, phase = counters.step, schedule.phase_at(counters.flops, budget)
         rows, local = self.prefetch.take(step, phase)
         carried = self.carried
         spent = carried[1] if carried and carried[0] == (step, phase) else step_counts(self.fabric, local)
         # the next step's phase is known now: its rows are corrupted while this step runs
-        self.upcoming = (step + 1, schedule.phase_at(counters["flops"] + spent.flops, budget))
+        self.upcoming = (step + 1, schedule.phase_at(counters.flops + spent.flops, budget))
         self.prefetch.start(*self.upcoming)
         return Step(step, phase, rows, spent)
 
@@ -237,29 +235,24 @@ class TrainingLoop:
         run, counters, spent = self.run, self.run.counters, step.spent
         if not math.isfinite(loss):
             self.bar.close()
-            raise TrainingDiverged(run.spec, run.seed, step.index, loss, counters["last_finite_loss"],
-                                   counters["flops"] + spent.flops)
+            raise TrainingDiverged(run.spec, run.seed, step.index, loss, counters.last_finite_loss,
+                                   counters.flops + spent.flops)
         tokens = run.config.batch_size * step.rows.inputs.shape[1]
-        counts = {"tokens": tokens, "supervised_positions": spent.supervised_positions, "flops": spent.flops}
-        for totals in (counters, counters["phases"][step.phase]):  # the run's totals, and its phase's
-            for key, value in counts.items():
-                totals[key] += value
-        counters["phases"][step.phase]["steps"] += 1
-        counters.update(step=step.index + 1, last_finite_loss=loss)
-        self.bar.update(min(100.0, 100 * counters["flops"] / run.config.budget_flops) - self.bar.n)
+        counters.add_step(step.phase, tokens, spent.supervised_positions, spent.flops, loss)
+        self.bar.update(min(100.0, 100 * counters.flops / run.config.budget_flops) - self.bar.n)
         self.bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
-        self.live.step(counters["step"], loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
+        self.live.step(counters.step, loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
                        run.grad_norm, getattr(self.fabric.strategy.precision, "scaler", None))
 
     def evaluate_or_save(self, agreed: Agreement) -> None:
         """At a FLOP checkpoint: evaluate and save; else save when a process asked (a signal, --checkpoint-every)."""
         counters = self.run.counters
-        if counters["flops"] >= self.grid[counters["next_eval"]]:
+        if counters.flops >= self.grid[counters.next_eval]:
             checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid, self.yardsticks, self.started)
             self.last_save = time.monotonic()
             self.live.restart()
         elif agreed.stop or agreed.save:
-            counters["wall_seconds"] = time.perf_counter() - self.started
+            counters.wall_seconds = time.perf_counter() - self.started
             save_checkpoint(self.fabric, self.run.checkpoint_path, self.run.state(self.fabric))
             self.last_save = time.monotonic()
 
@@ -283,19 +276,19 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick
     counters, early = run.counters, False
     with stop_on_signals() as request, closing(TrainingLoop(fabric, run, corpus, yardsticks, progress,
                                                             request)) as loop:
-        while not early and counters["flops"] < run.config.budget_flops:
+        while not early and counters.flops < run.config.budget_flops:
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
             # --- the step: its rows, the update, the one all-reduce
             step = loop.take_batch()
             agreed = loop.update(step)
-            counters["train_seconds"] += time.perf_counter() - tick
+            counters.train_seconds += time.perf_counter() - tick
             # --- what it counted, then an evaluation at each FLOP checkpoint (or a save when asked)
             loop.count(step, agreed.loss)
             loop.evaluate_or_save(agreed)
             loop.stop_if_asked(agreed.stop)
-            early = stop_after_steps is not None and counters["step"] >= stop_after_steps
+            early = stop_after_steps is not None and counters.step >= stop_after_steps
         if not early:
-            counters["wall_seconds"] = time.perf_counter() - loop.started
+            counters.wall_seconds = time.perf_counter() - loop.started
             # a signal that arrived during the last evaluation: its checkpoint (at the budget) is saved, so stop now,
             # before the final probes; --resume runs them from there
             loop.stop_if_asked(stop_agreed(fabric, request))
@@ -304,5 +297,5 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick
 
 def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
     """Say (once, on rank 0) that the state is saved and how to go on; the exception ends the command."""
-    return stop_message(fabric, f"after step {run.counters['step']} of {run.spec} seed {run.seed}: the state is saved "
+    return stop_message(fabric, f"after step {run.counters.step} of {run.spec} seed {run.seed}: the state is saved "
                                 f"in {run.checkpoint_path}", signal_name)

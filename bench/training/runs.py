@@ -31,20 +31,19 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> RunRecord:
     sizes, the analytic counts and the curve. Per-sequence numbers are at the final length, the one the signal-density
     table and the evaluation are at: measured over the last phase's sequences (over all, should it have run none)."""
     counters, objective, batch_size = run.counters, run.objective, run.config.batch_size
-    final = counters["phases"][-1]
-    measured = final if final["steps"] else {"steps": counters["step"], **counters}
+    measured_positions, measured_steps = counters.per_sequence_basis()
     return RunRecord(
         schema=RUN_SCHEMA, objective=run.spec, seed=run.seed, attention=objective.attention, lr=run.config.lr,
         control=control_name(objective), signals=sorted(objective.signals), sees=objective.tagging_ceiling,
         # a run resumed by other code (--allow-stale) names each revision in turn
-        revision=" → ".join(counters["revisions"]),
+        revision=" → ".join(counters.revisions),
         threads=torch.get_num_threads(),  # sums split by thread: a run's numbers hold at this count
-        steps=counters["step"], flops=counters["flops"], tokens=counters["tokens"],
-        supervised_positions=counters["supervised_positions"], phases=[dict(phase) for phase in counters["phases"]],
-        supervised_per_sequence=measured["supervised_positions"] / (measured["steps"] * batch_size),
-        flops_per_step=counters["flops"] / counters["step"],
-        wall_seconds=counters["wall_seconds"], train_seconds=counters["train_seconds"],
-        tokens_per_second=counters["tokens"] / counters["train_seconds"],
+        steps=counters.step, flops=counters.flops, tokens=counters.tokens,
+        supervised_positions=counters.supervised_positions, phases=[phase.to_json() for phase in counters.phases],
+        supervised_per_sequence=measured_positions / (measured_steps * batch_size),
+        flops_per_step=counters.flops / counters.step,
+        wall_seconds=counters.wall_seconds, train_seconds=counters.train_seconds,
+        tokens_per_second=counters.tokens / counters.train_seconds,
         parameters=sum(p.numel() for p in objective.parameters()),
         backbone_parameters=objective.backbone.num_parameters(),
         expected_supervised_per_sequence=objective.expected_supervised_positions(run.schedule.final),
@@ -76,9 +75,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     with stop_on_signals() as request:  # the command's, when it installed one
         run = setup_run(fabric, spec, seed, corpus, config, run_dir)
         restore(fabric, run)
-        revisions = run.counters.setdefault("revisions", [])
-        if not revisions or revisions[-1] != code_revision():  # this session's code, saved with the next checkpoint
-            revisions.append(code_revision())
+        run.counters.mark_revision(code_revision())
         if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
             return None
         result = run_result(fabric, run, corpus)

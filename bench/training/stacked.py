@@ -150,9 +150,7 @@ def seeds_trained(fabric: Fabric, spec: str, seeds: list[int], corpus: Corpus, c
         for seed, run_dir in zip(seeds, run_dirs):
             runs.append(setup_run(fabric, spec, seed, corpus, config, run_dir))
             restore(fabric, runs[-1])
-            revisions = runs[-1].counters.setdefault("revisions", [])  # as train_run marks a session's code
-            if not revisions or revisions[-1] != code_revision():
-                revisions.append(code_revision())
+            runs[-1].counters.mark_revision(code_revision())  # as train_run marks a session's code
         with closing(SeedGroup(fabric, runs, corpus, yardsticks, progress, request)) as group:
             group.fit(stop_after_steps)
         return group.outcomes
@@ -170,15 +168,15 @@ class SeedGroup:
         self.fabric, self.runs, self.corpus, self.yardsticks = fabric, runs, corpus, yardsticks
         self.progress, self.request, self.config = progress, request, runs[0].config
         self.outcomes: list[Outcome] = [(None, None)] * len(runs)
-        self.active = [i for i, run in enumerate(runs) if run.counters["flops"] < self.config.budget_flops]
+        self.active = [i for i, run in enumerate(runs) if run.counters.flops < self.config.budget_flops]
         self.stack = SeedStack([runs[i].objective for i in self.active],
                                [runs[i].optimizer for i in self.active]) if self.active else None
         self.windows = [corpus.windows("train", phase.seq_len) for phase in runs[0].schedule.phases]
         self.heldout, self.grid = eval_batches(runs[0].objective, corpus, self.config), eval_grid(self.config)
-        self.wall = [run.counters["wall_seconds"] for run in runs]
+        self.wall = [run.counters.wall_seconds for run in runs]
         self.rates = [run.optimizer.param_groups[0]["lr"] for run in runs]  # the last step's, as restored
         precision = fabric.strategy.precision.precision
-        self.live = [LiveMetrics(run.run_dir, run.counters["step"], self.config.log_every, fabric.device, precision,
+        self.live = [LiveMetrics(run.run_dir, run.counters.step, self.config.log_every, fabric.device, precision,
                                  fabric.world_size, enabled=fabric.is_global_zero) for run in runs]
         first, last = runs[0], runs[-1]
         self.bar = tqdm(total=100, desc=f"{run_name(first.spec, first.seed)}..{last.seed} ({len(runs)} stacked)",
@@ -205,8 +203,8 @@ class SeedGroup:
         for k, i in enumerate(self.active):
             counters, schedule = self.runs[i].counters, self.runs[i].schedule
             ahead = 0 if spent is None else 1
-            flops = counters["flops"] + (0 if spent is None else spent[k])
-            keys.append((i, counters["step"] + ahead, schedule.phase_at(flops, self.config.budget_flops)))
+            flops = counters.flops + (0 if spent is None else spent[k])
+            keys.append((i, counters.step + ahead, schedule.phase_at(flops, self.config.budget_flops)))
         return tuple(keys)
 
     def fit(self, stop_after_steps: int | None) -> None:
@@ -215,7 +213,7 @@ class SeedGroup:
             if i not in self.active and self.outcomes[i] == (None, None):
                 self.finish(i)  # restored from its checkpoint at the budget: only its result is missing
         while self.active and not (stop_after_steps is not None and all(
-                self.runs[i].counters["step"] >= stop_after_steps for i in self.active)):
+                self.runs[i].counters.step >= stop_after_steps for i in self.active)):
             tick = time.perf_counter()
             keys = self.keys()
             built = self.prefetch.take(keys, 0)
@@ -231,7 +229,7 @@ class SeedGroup:
         seeds are in, per-seed clipping and AdamW. Reads the losses from the device, once."""
         budget, groups = self.config.budget_flops, {}
         for k, (i, step, phase) in enumerate(keys):
-            self.rates[i] = learning_rate(self.runs[i].counters["flops"] / budget, self.config)
+            self.rates[i] = learning_rate(self.runs[i].counters.flops / budget, self.config)
             groups.setdefault(phase, []).append(k)
         stacked = [(members, stack_batches([built[k][0] for k in members], self.fabric.device),
                     self.generators([keys[k] for k in members])) for members in groups.values()]
@@ -257,19 +255,14 @@ class SeedGroup:
         divergence when the loss is not finite."""
         run, (rows, spent) = self.runs[i], built
         counters = run.counters
-        counters["train_seconds"] += seconds
+        counters.train_seconds += seconds
         if not math.isfinite(loss):
-            self.diverged(i, TrainingDiverged(run.spec, run.seed, counters["step"], loss, counters["last_finite_loss"],
-                                              counters["flops"] + spent.flops))
+            self.diverged(i, TrainingDiverged(run.spec, run.seed, counters.step, loss, counters.last_finite_loss,
+                                              counters.flops + spent.flops))
             return
         tokens = self.config.batch_size * rows.inputs.shape[1]
-        counts = {"tokens": tokens, "supervised_positions": spent.supervised_positions, "flops": spent.flops}
-        for totals in (counters, counters["phases"][phase]):
-            for key, value in counts.items():
-                totals[key] += value
-        counters["phases"][phase]["steps"] += 1
-        counters.update(step=counters["step"] + 1, last_finite_loss=loss)
-        self.live[i].step(counters["step"], loss, self.rates[i], tokens, spent.flops, norm, None)
+        counters.add_step(phase, tokens, spent.supervised_positions, spent.flops, loss)
+        self.live[i].step(counters.step, loss, self.rates[i], tokens, spent.flops, norm, None)
 
     def after_step(self) -> None:
         """Evaluations at the FLOP checkpoints just passed, then every other seed saves too (and all save when a
@@ -277,7 +270,7 @@ class SeedGroup:
         stop signal ends the command once every seed still training has saved."""
         self.share()
         evaluated = [i for i in self.active if self.outcomes[i] == (None, None)
-                     and self.runs[i].counters["flops"] >= self.grid[self.runs[i].counters["next_eval"]]]
+                     and self.runs[i].counters.flops >= self.grid[self.runs[i].counters.next_eval]]
         for i in evaluated:
             self.evaluate(i)
         due = self.config.checkpoint_every is not None and \
@@ -285,10 +278,10 @@ class SeedGroup:
         saved = bool(evaluated or due or self.request.signal_name)
         if saved:
             self.save(evaluated)
-        self.bar.update(sum(min(100.0, 100 * run.counters["flops"] / self.config.budget_flops) for run in self.runs)
+        self.bar.update(sum(min(100.0, 100 * run.counters.flops / self.config.budget_flops) for run in self.runs)
                         / len(self.runs) - self.bar.n)
         for i in list(self.active):
-            if self.outcomes[i] == (None, None) and self.runs[i].counters["flops"] >= self.config.budget_flops:
+            if self.outcomes[i] == (None, None) and self.runs[i].counters.flops >= self.config.budget_flops:
                 self.finish(i)
         self.leave()
         if self.request.signal_name:
@@ -312,7 +305,7 @@ class SeedGroup:
         try:
             checkpoint_evaluation(self.fabric, run, self.heldout, self.grid, self.yardsticks,
                                   time.perf_counter() - self.wall[i])
-            self.wall[i] = run.counters["wall_seconds"]
+            self.wall[i] = run.counters.wall_seconds
         except TrainingDiverged as error:
             self.diverged(i, error)
         for live in self.live:  # throughput is of training steps
@@ -325,7 +318,7 @@ class SeedGroup:
             if i not in evaluated and self.outcomes[i] == (None, None):
                 run = self.runs[i]
                 self.stack.into_run(k, run.objective, run.optimizer, self.rates[i])
-                run.counters["wall_seconds"] = self.wall[i]
+                run.counters.wall_seconds = self.wall[i]
                 save_checkpoint(self.fabric, run.checkpoint_path, run.state(self.fabric))
         self.last_save = time.monotonic()
         self.share()
@@ -334,7 +327,7 @@ class SeedGroup:
         """Run i reached the budget: its result.json, as train_run writes it (the yardsticks read its own objective,
         which its last evaluation filled), its final readouts timed as its own."""
         run = self.runs[i]
-        run.counters["wall_seconds"] = self.wall[i]
+        run.counters.wall_seconds = self.wall[i]
         result = run_result(self.fabric, run, self.corpus)
         with self.fabric.autocast():
             result = read_at_end(result, self.yardsticks if self.fabric.is_global_zero else (), run.objective,
@@ -361,7 +354,7 @@ class SeedGroup:
 
     def stopped(self):
         names = ", ".join(str(self.runs[i].seed) for i in self.active) or "none left"
-        where = (f"after step {max(self.runs[i].counters['step'] for i in self.active)} of {self.runs[0].spec} "
+        where = (f"after step {max(self.runs[i].counters.step for i in self.active)} of {self.runs[0].spec} "
                  f"seeds {names}, stacked: each state is saved in its run folder's checkpoint.pt" if self.active else
                  f"after the seeds of {self.runs[0].spec} finished (their result.json files are written)")
         return stop_message(self.fabric, where, self.request.signal_name)

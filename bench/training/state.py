@@ -18,6 +18,7 @@ from bench.files import append_jsonl, read_jsonl
 from bench.training.batches import build_run_objective, run_schedule
 from bench.training.config import (TrainConfig, check_config, configure_matmuls, make_optimizer,
                                    match_optimizer_to_device)
+from bench.training.counters import Counters, PhaseCounters
 from bench.training.schedule import Phase, SeqLenSchedule
 from objectives import Objective
 
@@ -32,7 +33,7 @@ class Run:
     objective: Objective
     module: torch.nn.Module  # the objective as Fabric wrapped it
     optimizer: torch.optim.Optimizer
-    counters: dict
+    counters: Counters
     run_dir: Path
     schedule: SeqLenSchedule
     grad_norm: Tensor | None = None  # of the last step, on the device: read only when it is logged
@@ -47,7 +48,7 @@ class Run:
 
     def state(self, fabric: Fabric) -> dict:
         # the precision plugin holds the loss scaler under 16-mixed, whose state must resume too
-        return {"model": self.module, "optimizer": self.optimizer, "counters": self.counters,
+        return {"model": self.module, "optimizer": self.optimizer, "counters": self.counters.to_state(),
                 "precision": fabric.strategy.precision.state_dict()}
 
 
@@ -81,25 +82,14 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
                 block.compile()
     module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
     schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
-    counters = {"step": 0, "flops": 0, "tokens": 0, "supervised_positions": 0, "train_seconds": 0.0,
-                "wall_seconds": 0.0, "next_eval": 0, "last_finite_loss": None, "revisions": [],
-                "phases": [phase_counters(phase.seq_len, phase.share, piece_spec(objective, phase))
-                           for phase in schedule.phases]}
+    counters = Counters([PhaseCounters(phase.seq_len, phase.share, piece_spec(objective, phase))
+                         for phase in schedule.phases])
     return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule)
 
 
 def piece_spec(objective: Objective, phase: Phase) -> str | None:
     """The objective a phase trains, under an objective schedule; None (not recorded) for every other objective."""
     return objective.piece(phase.piece).spec() if len(objective.starts) > 1 else None
-
-
-def phase_counters(seq_len: int, share: float, objective: str | None = None, steps: int = 0, tokens: int = 0,
-                   supervised_positions: int = 0, flops: int = 0) -> dict:
-    """What one phase of the schedule has spent; the phases' counts add up to the run's. `objective`: the piece of
-    an objective schedule it trains (recorded only under one, so other runs' records are as they were)."""
-    piece = {} if objective is None else {"objective": objective}
-    return {"seq_len": seq_len, "share": share, **piece, "steps": steps, "tokens": tokens,
-            "supervised_positions": supervised_positions, "flops": flops}
 
 
 def restore(fabric: Fabric, run: Run) -> None:
@@ -111,20 +101,17 @@ def restore(fabric: Fabric, run: Run) -> None:
     state = run.state(fabric)
     fabric.load(run.checkpoint_path, state, weights_only=True)
     match_optimizer_to_device(run.optimizer, fabric.device)
-    run.counters = state["counters"]  # Fabric replaces plain entries of `state` rather than updating them
-    run.counters.setdefault("last_finite_loss", None)
-    counters, schedule = run.counters, run.schedule
-    if "phases" not in counters and schedule.is_fixed:  # saved before schedules: all of it at one length
-        counters["phases"] = [phase_counters(schedule.final, 1.0, None, counters["step"], counters["tokens"],
-                                             counters["supervised_positions"], counters["flops"])]
-    saved = [(phase["seq_len"], phase["share"], phase.get("objective")) for phase in counters.get("phases", [])]
+    # Fabric replaces plain entries of `state` rather than updating them
+    run.counters = Counters.from_state(state["counters"], run.checkpoint_path)
+    schedule = run.schedule
+    saved = [(phase.seq_len, phase.share, phase.objective) for phase in run.counters.phases]
     if saved != [(phase.seq_len, phase.share, piece_spec(run.objective, phase)) for phase in schedule.phases]:
         lengths = run.config.seq_len_schedule.text if run.config.seq_len_schedule else schedule.longest
         raise ConfigError(f"{run.checkpoint_path} was trained with another --seq-len than {lengths} or another "
                           "objective schedule; resume it with the ones it started with")
     fabric.strategy.precision.load_state_dict(state["precision"])
     if fabric.is_global_zero:
-        kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters["step"]]
+        kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters.step]
         run.curve_path.unlink(missing_ok=True)
         for row in kept:
             append_jsonl(run.curve_path, row)

@@ -160,7 +160,7 @@ def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, 
 
     def diverging(fabric, run, batch, loss_counts):
         loss = real_step(fabric, run, batch, loss_counts)
-        return loss * float("nan") if run.spec == "ar" and run.counters["step"] == 2 else loss
+        return loss * float("nan") if run.spec == "ar" and run.counters.step == 2 else loss
 
     monkeypatch.setattr(bench.training.loop, "train_step", diverging)
     out = tmp_path / "out"

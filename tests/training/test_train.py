@@ -27,6 +27,7 @@ from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective,
                                     training_batch)
 from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, eval_grid,
                                    learning_rate, make_optimizer, tf32_matmuls)
+from bench.training.counters import COUNTERS_SCHEMA
 from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
 from bench.training.memory import check_memory
@@ -332,7 +333,7 @@ def test_a_training_step_reads_one_number_from_the_device(spec, micro_batch, cor
     run = setup_run(fabric, spec, 0, corpus, config(micro_batch=micro_batch), tmp_path)
     windows = corpus.windows("train")
     for step in range(2):  # the first step creates the optimizer state, the second runs with it
-        run.counters["step"] = step
+        run.counters.step = step
         batch = training_batch(run.objective, windows, 0, step, BATCH)  # corruption is host-side, before the step
         with DeviceReads() as reads:
             spent = step_counts(fabric, local_counts(run.objective, batch))
@@ -565,18 +566,19 @@ def test_a_schedule_run_resumes_exactly_right_before_and_after_the_switch(corpus
         assert final.keys() == weights.keys() and all(torch.equal(final[k], weights[k]) for k in weights)
 
 
-def test_a_checkpoint_from_before_schedules_resumes_with_its_one_phase(corpus, fabric, tmp_path):
+def test_a_checkpoint_of_another_counters_layout_is_refused_with_one_line(corpus, fabric, tmp_path):
     straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", progress=False)
     assert straight.phases == [{"seq_len": SEQ_LEN, "share": 1.0, "steps": straight.steps,
-                                   "tokens": straight.tokens, "flops": straight.flops,
-                                   "supervised_positions": straight.supervised_positions}]
+                                   "tokens": straight.tokens, "supervised_positions": straight.supervised_positions,
+                                   "flops": straight.flops}]
     c = config(checkpoint_every=1e-9)
     train_run(fabric, "mlm", 0, corpus, c, tmp_path / "old", progress=False, stop_after_steps=5)
     state = checkpointed(tmp_path / "old")
-    del state["counters"]["phases"]  # as saved before schedules existed
+    assert state["counters"]["schema"] == COUNTERS_SCHEMA and state["counters"]["step"] == 5
+    del state["counters"]["schema"], state["counters"]["phases"]  # as saved before schedules existed
     torch.save(state, tmp_path / "old" / "checkpoint.pt")
-    assert without_timings(train_run(fabric, "mlm", 0, corpus, c, tmp_path / "old", progress=False)) == \
-        without_timings(straight)
+    with pytest.raises(ConfigError, match="training counters of another layout .schema 1"):
+        train_run(fabric, "mlm", 0, corpus, c, tmp_path / "old", progress=False)
 
 
 def test_a_schedule_is_evaluated_on_the_batches_of_its_final_length(corpus):
@@ -685,7 +687,7 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
     straight = train_run(fabric, "mlm", 0, corpus, config(), tmp_path / "straight", probe, progress=False)
     # the evaluation at the budget, after the last step
     at_budget = signalling(bench.training.loop.checkpoint_evaluation,
-                           lambda fabric, run, *args, **kwargs: run.counters["flops"] >= run.config.budget_flops)
+                           lambda fabric, run, *args, **kwargs: run.counters.flops >= run.config.budget_flops)
     with monkeypatch.context() as patch:
         patch.setattr(bench.training.loop, "checkpoint_evaluation", at_budget)
         with pytest.raises(RunStopped) as stopped:
