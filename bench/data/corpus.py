@@ -249,17 +249,27 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     return corpus
 
 
-def speller(num_words: int) -> Callable[[int], str]:
-    """How synthetic:text writes word w of a language with `num_words` words: w in base 70 at a fixed width of
-    two-letter syllables (so every spelling is unique), then 0-2 more syllables so that word lengths vary."""
-    syllables = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]  # 70, two letters each
+SYLLABLES = tuple(c + v for c in "bdfgklmnprstvz" for v in "aeiou")  # 70, two letters each
+
+
+@dataclass(frozen=True)
+class Speller:
+    """How synthetic:text writes word w: w in base 70 at a fixed width of two-letter syllables (so every spelling is
+    unique), then 0-2 more syllables so that word lengths vary. A dataclass rather than a closure so that a task
+    context holding it crosses to the worker processes of --jobs (pickle cannot carry a local function)."""
+
+    width: int
+
+    def __call__(self, word: int) -> str:
+        base = len(SYLLABLES)
+        digits = [(word // base ** i) % base for i in range(self.width)]
+        extra = [(word * 7919 + i * 31) % base for i in range(word % 3)]
+        return "".join(SYLLABLES[d] for d in digits + extra)
+
+
+def speller(num_words: int) -> Speller:
+    """The spelling of a language with `num_words` words: as few syllables per word as make every word unique."""
     width = 1
-    while len(syllables) ** width < num_words:
+    while len(SYLLABLES) ** width < num_words:
         width += 1
-
-    def spell(word: int) -> str:
-        digits = [(word // len(syllables) ** i) % len(syllables) for i in range(width)]
-        extra = [(word * 7919 + i * 31) % len(syllables) for i in range(word % 3)]
-        return "".join(syllables[d] for d in digits + extra)
-
-    return spell
+    return Speller(width)

@@ -1,4 +1,5 @@
 import json
+import pickle
 import random
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from tokenizers import Tokenizer, models
 from backbone import ConfigError
 from bench.cli import run
 from bench.compare import main
-from bench.data.corpus import load_corpus
+from bench.data.corpus import load_corpus, speller
 from bench.data.text import TextOptions, train_tokenizer
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import TrainConfig
@@ -110,6 +111,20 @@ def test_jsonl_parquet_folders_and_globs(tmp_path, text_file):
         (tmp_path / "t" / f"part{i}.txt").write_text("\n".join(lines[i * 200:(i + 1) * 200]))
     by_glob = load_corpus(f"text:{tmp_path / 't' / 'part*.txt'}", 16, TextOptions(vocab_size=200))
     assert by_glob.documents == {"train": 570, "heldout": 30}
+
+
+def test_synthetic_text_spells_words_in_base_70_syllables_with_a_hashed_tail():
+    # by hand: syllables are consonant-major ("ba", "be", ..., "bu", "da", ...); word w gets w % 3 extra syllables,
+    # the i-th at (7919 w + 31 i) mod 70
+    short, long = speller(70), speller(71)  # 70 words fit in one syllable; 71 need two
+    assert [short(0), short(1), short(2)] == ["ba", "be" + "du", "bi" + "go" + "ru"]  # 7919 = 9, 2·7919 = 18, +31 = 49
+    assert [long(0), long(70)] == ["baba", "babe" + "ba"]  # 70 = (0, 1) in base 70, plus 70·7919 = 0 mod 70
+
+
+def test_a_synthetic_text_corpus_crosses_to_worker_processes(synthetic_text):
+    """--jobs pickles the corpus and task contexts for its workers: the spelling must survive it unchanged."""
+    copied = pickle.loads(pickle.dumps(synthetic_text))
+    assert [copied.spell(w) for w in range(200)] == [synthetic_text.spell(w) for w in range(200)]
 
 
 def test_synthetic_text_has_multi_piece_words_and_whole_word_masking_keeps_them_whole(synthetic_text):
