@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
+from bench.analysis.findings import Gain, GainAt, YardstickVerdict
 from bench.analysis.frontier import LOG_LINEAR, POWER_LAW, Curves, crossover, fit_frontier, gain_trend, multipliers
 from bench.analysis.measures import yardsticks
 from bench.analysis.results import Measured, by_control, by_objective, runs_of, stat
@@ -42,14 +43,14 @@ def seed_scores(by_budget: dict[float, dict], yardstick, spec: str) -> dict[int,
     return {seed: scores for seed, scores in found.items() if len(scores) == len(by_budget)}
 
 
-def verdict_items(by_budget: dict[float, dict], name: str) -> list[dict | None]:
+def verdict_items(by_budget: dict[float, dict], name: str) -> list[YardstickVerdict | None]:
     """Per budget, that comparison's verdict on this yardstick."""
-    return [next((item for item in (by_budget[b].get("verdict") or {}).get("yardsticks", [])
-                  if item["yardstick"] == name), None) for b in sorted(by_budget)]
+    return [verdict.item(name) if verdict else None for b in sorted(by_budget) for verdict in
+            [by_budget[b].get("verdict")]]
 
 
-def gain_at(item: dict | None, spec: str) -> dict | None:
-    return next((g for g in (item or {}).get("gains", []) if g["objective"] == spec), None)
+def gain_at(item: YardstickVerdict | None, spec: str) -> Gain | None:
+    return item.gain_of(spec) if item else None
 
 
 def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict[int, list[float]]],
@@ -63,16 +64,16 @@ def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict
     for spec, by_seed in scores.items():
         gains = [gain_at(item, spec) for item in items]
         last = gains[-1]
-        control = [r.value for run in controls.get(last["control"], []) if last
-                   for r in [yardstick.final(run)] if r is not None] if last else []
+        control = [r.value for run in controls.get(last.control, []) for r in [yardstick.final(run)]
+                   if r is not None] if last else []
         if len(control) < 2 or len(by_seed) < 2:
             continue
         trend = gain_trend(tuple(budgets), sign * np.array(list(by_seed.values()), dtype=float),
                            sign * np.array(control, dtype=float), resamples)
-        found[spec] = {"control": last["control"], "trend": trend,
-                       "per_budget": [None if g is None else {key: g[key] for key in ("estimate", "ci_low", "ci_high",
-                                                                                        "p_holm", "family")}
-                                      for g in gains]}
+        found[spec] = {"control": last.control, "trend": trend,
+                       "per_budget": [None if g is None else GainAt(estimate=g.estimate, ci_low=g.ci_low,
+                                                                     ci_high=g.ci_high, p_holm=g.p_holm,
+                                                                     family=g.family) for g in gains]}
     return found
 
 
@@ -84,7 +85,7 @@ def control_summary(by_budget: dict[float, dict], yardstick) -> dict[str, dict]:
             for values in [[r.value for run in group for r in [yardstick.final(run)] if r is not None]] if values}
 
 
-def beaten(items: list[dict | None], spec: str) -> list[bool]:
+def beaten(items: list[YardstickVerdict | None], spec: str) -> list[bool]:
     """Per budget, whether `spec` beat its own untrained control on this yardstick there."""
     return [beats_control(gain_at(item, spec)) for item in items]
 
@@ -137,7 +138,7 @@ def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | 
         if baseline not in scores or len(scores) < 2:
             continue
         items = verdict_items(by_budget, yardstick.name)
-        mirrors = next((i["mirrors"] for i in items if i is not None), [])
+        mirrors = next((i.mirrors for i in items if i is not None), [])
         item = {"yardstick": yardstick.name, "label": yardstick.label, "higher_is_better": yardstick.higher_is_better,
                 "mirrors": mirrors,
                 "means": {spec: [stat([s[i] for s in by_seed.values()]) for i in range(len(budgets))]
@@ -145,7 +146,7 @@ def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | 
                 "seeds": {spec: sorted(by_seed) for spec, by_seed in scores.items()},
                 "controls": control_summary(by_budget, yardstick),
                 "beats_control": {spec: beaten(items, spec) for spec in scores},
-                "measures_pretraining": [None if i is None else i["measures_pretraining"] for i in items],
+                "measures_pretraining": [None if i is None else i.measures_pretraining for i in items],
                 "gains": gains_across(by_budget, yardstick, scores, resamples)}
         found.append(item)
         if not mirrors and any(item["measures_pretraining"]):

@@ -10,11 +10,24 @@ family under ALPHA.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from typing import Protocol, TypeVar
+
+from bench.analysis.findings import AHEAD, BEHIND, NOT_MEASURABLE, NOT_SEPARATED, Comparison, Family, Gain
+
+__all__ = ["ALPHA", "AHEAD", "BEHIND", "NOT_MEASURABLE", "NOT_SEPARATED", "beats_control", "family", "holm",
+           "measurable", "outcome", "significant"]
 
 ALPHA = 0.05
 
-# outcomes of a comparison of A and B (outcome())
-AHEAD, BEHIND, NOT_SEPARATED, NOT_MEASURABLE = "ahead", "behind", "not separated", "not measurable"
+T = TypeVar("T", Gain, Comparison)
+
+
+class Tested(Protocol):
+    """A test after Holm: a Gain, a Comparison, a sweep's GainAt."""
+
+    estimate: float
+    p_holm: float | None
 
 
 def finite_or_none(x: float | None) -> float | None:
@@ -34,33 +47,29 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
-def family(name: str, tests: list[dict]) -> dict:
-    """Holm-adjust the tests' "p" into "p_holm" (in place) and name the family: {"family", "size"}, its size being the
+def family(name: str, tests: list[T]) -> tuple[list[T], Family]:
+    """The tests with their "p" Holm-adjusted into "p_holm" and the family named, and the family: its size is the
     number of tests that have a p-value."""
-    for test, adjusted in zip(tests, holm([t.get("p") for t in tests])):
-        test["p_holm"], test["family"] = adjusted, name
-    return {"family": name, "size": sum(t.get("p") is not None for t in tests)}
+    adjusted = [replace(test, p_holm=p_holm, family=name) for test, p_holm in zip(tests, holm([t.p for t in tests]))]
+    return adjusted, Family(name, sum(t.p is not None for t in tests))
 
 
-def significant(test: dict | None) -> bool:
-    return bool(test) and test.get("p_holm") is not None and test["p_holm"] < ALPHA
+def significant(test: Tested | None) -> bool:
+    return test is not None and test.p_holm is not None and test.p_holm < ALPHA
 
 
-def beats_control(gain: dict | None) -> bool:
+def beats_control(gain: Tested | None) -> bool:
     """A gain over the untrained control, positive and significant within its family."""
-    return bool(gain) and gain["estimate"] > 0 and significant(gain)
+    return gain is not None and gain.estimate > 0 and significant(gain)
 
 
-def measurable(gains: dict[str, dict], first: str, second: str) -> bool:
+def measurable(gains: dict[str, Gain], first: str, second: str) -> bool:
     """Whether A and B may be compared on a yardstick: both beat their own untrained control on it."""
     return beats_control(gains.get(first)) and beats_control(gains.get(second))
 
 
-def outcome(test: dict) -> str:
-    """A judged comparison's outcome for its first objective: ahead or behind (Holm p < ALPHA), else not separated;
-    "not measurable" where it was not judged."""
-    if test.get("outcome") == NOT_MEASURABLE:
-        return NOT_MEASURABLE
+def outcome(test: Tested) -> str:
+    """A judged comparison's outcome for its first objective: ahead or behind (Holm p < ALPHA), else not separated."""
     if not significant(test):
         return NOT_SEPARATED
-    return AHEAD if test["estimate"] > 0 else BEHIND
+    return AHEAD if test.estimate > 0 else BEHIND

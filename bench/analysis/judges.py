@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from scipy import stats
 
 from bench.analysis import uncertainty
-from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, family
+from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, holm
+from bench.analysis.findings import Family, Unread, YardstickVerdict
 from bench.analysis.measures import Yardstick, group, yardsticks
 from bench.analysis.results import runs_of
 
@@ -39,10 +40,10 @@ class Evidence:
                                                                        bayes.get("input_only"), result.get("tasks"))}
         return self._yardsticks[variant].get(name)
 
-    def item(self, variant: str, name: str) -> dict | None:
+    def item(self, variant: str, name: str) -> YardstickVerdict | None:
         """That comparison's verdict on the yardstick."""
-        return next((y for y in ((self.results.get(variant) or {}).get("verdict") or {}).get("yardsticks", [])
-                     if y["yardstick"] == name), None)
+        verdict = (self.results.get(variant) or {}).get("verdict")
+        return verdict.item(name) if verdict else None
 
     def group(self, variant: str, spec: str, name: str):
         yardstick = self.yardstick(variant, name) if variant in self.results else None
@@ -51,13 +52,13 @@ class Evidence:
 
     def main(self, finetuned: bool = False) -> str:
         """The comparisons' main yardstick (the neutral tasks read frozen), or its fine-tuned twin."""
-        name = next(((r.get("verdict") or {}).get("main") for r in self.results.values()
-                     if (r.get("verdict") or {}).get("main")), None) or "neutral_average_frozen"
+        name = next((r["verdict"].main for r in self.results.values() if r.get("verdict") and r["verdict"].main),
+                    None) or "neutral_average_frozen"
         return name.replace("frozen", "finetuned") if finetuned else name
 
     def beats(self, variant: str, spec: str, name: str) -> bool:
         item = self.item(variant, name)
-        return beats_control(next((g for g in (item or {}).get("gains", []) if g["objective"] == spec), None))
+        return beats_control(item.gain_of(spec) if item else None)
 
 
 def side_label(side: tuple[str, str]) -> str:
@@ -70,9 +71,9 @@ def claim(evidence: Evidence, text: str, name: str, first: tuple[str, str], seco
     """A claim about `first` against `second` ((variant, spec) pairs) on yardstick `name`: its test, unjudged
     ("not measurable") unless both beat their own untrained controls there; Holm is applied by judge()."""
     a, b = evidence.group(*first, name), evidence.group(*second, name)
+    item = evidence.item(first[0], name)
     found = {"claim": text, "kind": kind, "objectives": [side_label(first), side_label(second)], "yardstick": name,
-             "mirrors": sorted(set((evidence.item(first[0], name) or {}).get("mirrors", []))
-                               & {first[1], second[1]})}
+             "mirrors": sorted(set(item.mirrors if item else []) & {first[1], second[1]})}
     if a is None or b is None:
         return {**found, "outcome": "not measured"}
     estimate = uncertainty.difference(a, b)
@@ -98,21 +99,22 @@ def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, aga
     found = {"claim": text, "kind": "multiplier", "objectives": [side_label((variant, spec)),
                                                                  side_label((variant, against))],
              "yardstick": evidence.main(), "mirrors": []}
-    result = evidence.results.get(variant) or {}
-    m = next((m for m in (result.get("verdict") or {}).get("multipliers", []) if m["objective"] == spec
-              and m["against"] == against and m["yardstick"] == evidence.main()), None)
+    verdict = (evidence.results.get(variant) or {}).get("verdict")
+    m = next((m for m in (verdict.multipliers if verdict else []) if m.objective == spec and m.against == against
+              and m.yardstick == evidence.main()), None)
     if m is None:
         return {**found, "outcome": "not measured"}
-    if m.get("outcome") == NOT_MEASURABLE:
+    if isinstance(m, Unread):
         return {**found, "p": None, "outcome": NOT_MEASURABLE}
-    p = None if "log_se" not in m else one_sided(math.log(m["multiplier"] / factor), m["log_se"], m["df"])
+    p = None if m.log_se is None else one_sided(math.log(m.multiplier / factor), m.log_se, m.df)
     return {**found, "multiplier": m, "factor": factor, "p": p}
 
 
-def judge(findings: list[dict], name: str) -> tuple[list[dict], dict]:
+def judge(findings: list[dict], name: str) -> tuple[list[dict], Family]:
     """Holm over the claims' tests, then each claim's outcome."""
     tested = [f for f in findings if f.get("p") is not None]
-    named = family(name, tested)
+    for found, p_holm in zip(tested, holm([f["p"] for f in tested])):
+        found["p_holm"], found["family"] = p_holm, name
     for found in tested:
         significant = found["p_holm"] < ALPHA
         if found["kind"] == "beats":
@@ -122,7 +124,7 @@ def judge(findings: list[dict], name: str) -> tuple[list[dict], dict]:
             found["outcome"] = "reproduced" if significant else "inconclusive"
     for found in findings:
         found.setdefault("outcome", "not measured" if "estimate" not in found else "untested (one seed)")
-    return findings, named
+    return findings, Family(name, len(tested))
 
 
 def setting(text: str, evidence_text: str) -> dict:

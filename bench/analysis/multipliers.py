@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+from bench.analysis.findings import Multiplier
 from bench.analysis.uncertainty import RESAMPLES, Group, draws, resampled
 
 # crossing kinds: "=" reached at that many FLOPs; ">" not within the run (the value is the last checkpoint, a lower
@@ -74,7 +75,7 @@ def resampled_curve(curve: Curve, weights: dict, seeds: np.ndarray) -> tuple[np.
 
 
 def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool = True,
-               resamples: int = RESAMPLES, seed: int = 0) -> dict:
+               resamples: int = RESAMPLES, seed: int = 0) -> Multiplier:
     """The compute multiplier of `other` against `base` (2: other is worth twice the compute), its reading, and its
     95 % interval: log-multiplier ± t(0.975, fewest seeds − 1) × the bootstrap's SD; an end is open (None) where more
     than 2.5 % of the resamples give only a bound on that side."""
@@ -90,7 +91,7 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
                                                            means(base)[1], higher_is_better)[1][0]))
         found["range"] = [at_base / float(other.flops[-1]), at_base / float(other.flops[0])]
     if min(found["seeds"]) < 2 or resamples < 1:
-        return found
+        return Multiplier(**found)
     groups = [*base.points, base.final, *other.points, other.final]
     weights, _ = draws(groups, resamples, seed)
     rng = np.random.default_rng(seed + 1)
@@ -108,4 +109,4 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
                  test_sampling=all(g.parts is not None for g in groups),
                  ci_low=None if open_low else float(math.exp(log_m - half)), ci_low_kind="<" if open_low else "=",
                  ci_high=None if open_high else float(math.exp(log_m + half)), ci_high_kind=">" if open_high else "=")
-    return found
+    return Multiplier(**found)

@@ -11,6 +11,8 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
+from bench.analysis import findings
+from bench.analysis.findings import Answer, Verdict
 from bench.analysis.stats import summarize, welch_p_value
 from bench.analysis.verdict import verdict
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
@@ -189,6 +191,12 @@ class Measured:
         return cls(**{**found, "runs": runs_of(results), "controls": runs_of(results, "controls")})
 
 
+def load_results(data: dict) -> dict:
+    """A results.json read back for the report stage, its findings typed (bench.analysis.findings)."""
+    return {**data, "answer": findings.from_json(Answer | None, data.get("answer")),
+            "verdict": findings.from_json(Verdict | None, data.get("verdict"))}
+
+
 def build_results(measured: Measured) -> dict:
     """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
     its runs diverged, nothing is tested against it (rather than silently against another one). Each objective's
@@ -208,11 +216,11 @@ def build_results(measured: Measured) -> dict:
     untrained = [{"control": name, "seeds": len(group), "read_as": group[0].read_as,
                   "probes": probe_summary(group, ceilings, input_only)} for name, group in control_groups.items()]
     has_probes = any(r.probes or r.downstream for r in runs)
-    found = verdict(grouped, baseline, ceilings, positions, objectives, budget_flops, control_groups, input_only,
-                    tasks) if has_probes and baseline in grouped else None
+    found, answer = verdict(grouped, baseline, ceilings, positions, objectives, budget_flops, control_groups,
+                            input_only, tasks) if has_probes and baseline in grouped else (None, None)
     return {"schema": SCHEMA, "budget_flops": budget_flops, "seq_len": measured.seq_len, "baseline": baseline,
             "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": measured.setup,
-            "answer": found.pop("answer") if found else None, "verdict": found,
+            "answer": answer, "verdict": found,
             "lr_sweep": measured.lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
             "untrained": untrained,
             "downstream": downstream_summary({**grouped, **control_groups}, tasks),

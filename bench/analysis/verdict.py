@@ -9,21 +9,25 @@ yardstick (bench.analysis.measures.main_yardstick). Findings only: the report wo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 import numpy as np
 from scipy import stats
 
 from bench.analysis import uncertainty
-from bench.analysis.claims import NOT_MEASURABLE, beats_control, family, finite_or_none, measurable, outcome
+from bench.analysis.claims import (AHEAD, BEHIND, NOT_MEASURABLE, beats_control, family, finite_or_none, measurable,
+                                   outcome)
+from bench.analysis.findings import (Answer, Comparison, ControlMean, DensityRatio, Family, Gain, Mean, Multiplier,
+                                     Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins, YardstickVerdict)
 from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
 from bench.analysis.multipliers import Curve, multiplier
 from bench.analysis.uncertainty import Group
 from bench.training.records import ControlRecord, RunRecord
 
 
-def signed(estimate: uncertainty.Estimate, sign: float) -> dict:
-    """An Estimate as a record, turned so that a positive estimate is an improvement whatever the direction."""
+def signed(estimate: uncertainty.Estimate, sign: float = 1.0) -> dict:
+    """An Estimate's fields, turned so that a positive estimate is an improvement whatever the direction."""
     record = estimate.record()
     low, high = record["ci_low"], record["ci_high"]
     record["estimate"] *= sign
@@ -32,12 +36,12 @@ def signed(estimate: uncertainty.Estimate, sign: float) -> dict:
     return record
 
 
-def test_size(found: Group | None) -> dict | None:
+def test_size(found: Group | None) -> ScoredExamples | None:
     """How many test examples and scored units a yardstick's score rests on (summed over its tasks)."""
     if found is None or found.parts is None:
         return None
-    return {"examples": int(sum(p.units.shape[0] for p in found.parts)), "units": int(sum(p.units.sum()
-                                                                                          for p in found.parts))}
+    return ScoredExamples(examples=int(sum(p.units.shape[0] for p in found.parts)),
+                    units=int(sum(p.units.sum() for p in found.parts)))
 
 
 def rise_with_compute(flops: list[float], values: list[float]) -> float | None:
@@ -49,44 +53,46 @@ def rise_with_compute(flops: list[float], values: list[float]) -> float | None:
 
 
 def gains(yardstick: Yardstick, groups: dict[str, Group], controls: dict[str, Group], control_of: dict[str, str],
-          sees: dict[str, str], curves: dict) -> list[dict]:
+          sees: dict[str, str], curves: dict) -> list[Gain]:
     """Each objective's gain over its own untrained control: the difference (test examples paired), its interval
-    and p, the share of the gain available up to the ceiling, and ρ of its curve with compute."""
+    and p, the share of the gain available up to the ceiling, and ρ of its curve with compute (before Holm)."""
     sign, found = (1.0 if yardstick.higher_is_better else -1.0), []
     for spec, mine in groups.items():
         control = controls.get(control_of[spec])
         if control is None:
             continue
-        gain = {"objective": spec, "control": control_of[spec], **signed(uncertainty.difference(mine, control), sign)}
+        difference = signed(uncertainty.difference(mine, control), sign)
         ceiling, base = yardstick.ceiling(sees[spec]), float(control.values.mean())
         available = None if ceiling is None else sign * (ceiling - base)
-        gain["share_of_gain"] = gain["estimate"] / available if available and available > 0 else None
+        rise = None
         if curves.get(spec):
             flops, points = curves[spec]
-            gain["rise"] = rise_with_compute([0.0, *flops], [sign * base, *(sign * g.values.mean() for g in points)])
-        found.append(gain)
+            rise = rise_with_compute([0.0, *flops], [sign * base, *(sign * g.values.mean() for g in points)])
+        found.append(Gain(objective=spec, control=control_of[spec], **difference,
+                          share_of_gain=difference["estimate"] / available if available and available > 0 else None,
+                          rise=rise))
     return found
 
 
-def comparisons(label: str, groups: dict[str, Group], gained: dict[str, dict], sign: float) -> tuple[list, dict]:
+def comparisons(label: str, groups: dict[str, Group], gained: dict[str, Gain],
+                sign: float) -> tuple[list[Comparison | Unjudged], Family]:
     """Every pair of objectives under the one claim rule, and their Holm family."""
-    found = []
+    found: list[Comparison | Unjudged] = []
     for first, second in combinations(groups, 2):
-        pair = {"objectives": [first, second]}
         if measurable(gained, first, second):
-            pair.update(signed(uncertainty.difference(groups[first], groups[second]), sign))
+            found.append(Comparison(objectives=[first, second],
+                                    **signed(uncertainty.difference(groups[first], groups[second]), sign)))
         else:
-            pair.update(outcome=NOT_MEASURABLE, estimate=sign * float(groups[first].values.mean()
-                                                                      - groups[second].values.mean()))
-        found.append(pair)
-    named = family(f"comparisons of objectives on {label}", [p for p in found if "p" in p])
-    for pair in found:
-        pair["outcome"] = outcome(pair)
-    return found, named
+            found.append(Unjudged(objectives=[first, second], outcome=NOT_MEASURABLE,
+                                  estimate=sign * float(groups[first].values.mean() - groups[second].values.mean())))
+    judged, named = family(f"comparisons of objectives on {label}",
+                           [pair for pair in found if isinstance(pair, Comparison)])
+    tested = iter(replace(pair, outcome=outcome(pair)) for pair in judged)
+    return [next(tested) if isinstance(pair, Comparison) else pair for pair in found], named
 
 
 def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
-                      signals: dict[str, list[str]]) -> dict | None:
+                      signals: dict[str, list[str]]) -> YardstickVerdict | None:
     """One yardstick's findings; None where some objective has no reading on it."""
     groups = {spec: group(runs, yardstick.final) for spec, runs in grouped.items()}
     if any(g is None for g in groups.values()):
@@ -97,24 +103,23 @@ def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]],
     sees = {spec: runs[0].sees for spec, runs in grouped.items()}
     curves = {spec: curve_groups(runs, yardstick) for spec, runs in grouped.items()}
     sign = 1.0 if yardstick.higher_is_better else -1.0
-    found_gains = gains(yardstick, groups, control_groups, control_of, sees, curves)
-    gain_family = family(f"gains over the untrained controls on {yardstick.label}", found_gains)
-    gained = {g["objective"]: g for g in found_gains}
-    pairs, pair_family = comparisons(yardstick.label, groups, gained, sign)
-    rows = sorted(({"objective": spec, **uncertainty.mean(g).record(), "seeds": g.seeds} for spec, g in groups.items()),
-                  key=lambda row: -sign * row["estimate"])
-    return {"yardstick": yardstick.name, "label": yardstick.label, "higher_is_better": yardstick.higher_is_better,
-            "mirrors": yardstick.mirrors(signals), "copies": list(yardstick.copies),
-            "n_test": test_size(next(iter(groups.values()))), "rows": rows,
-            "controls": [{"control": name, **uncertainty.mean(g).record(), "seeds": g.seeds}
-                         for name, g in control_groups.items()],
-            "input_only": {s: v for s in dict.fromkeys(sees.values()) for v in [yardstick.input_only(s)]
-                           if v is not None},
-            "ceilings": {s: v for s in dict.fromkeys(sees.values()) for v in [yardstick.ceiling(s)] if v is not None},
-            "gains": found_gains, "gain_family": gain_family,
-            "measures_pretraining": True if any(beats_control(g) for g in found_gains) else
-            (False if found_gains and all(g["p"] is not None for g in found_gains) else None),
-            "comparisons": pairs, "comparison_family": pair_family}
+    found_gains, gain_family = family(f"gains over the untrained controls on {yardstick.label}",
+                                      gains(yardstick, groups, control_groups, control_of, sees, curves))
+    pairs, pair_family = comparisons(yardstick.label, groups, {g.objective: g for g in found_gains}, sign)
+    rows = sorted((Mean(objective=spec, **uncertainty.mean(g).record(), seeds=g.seeds) for spec, g in groups.items()),
+                  key=lambda row: -sign * row.estimate)
+    return YardstickVerdict(
+        yardstick=yardstick.name, label=yardstick.label, higher_is_better=yardstick.higher_is_better,
+        mirrors=yardstick.mirrors(signals), copies=list(yardstick.copies),
+        n_test=test_size(next(iter(groups.values()))), rows=rows,
+        controls=[ControlMean(control=name, **uncertainty.mean(g).record(), seeds=g.seeds)
+                  for name, g in control_groups.items()],
+        input_only={s: v for s in dict.fromkeys(sees.values()) for v in [yardstick.input_only(s)] if v is not None},
+        ceilings={s: v for s in dict.fromkeys(sees.values()) for v in [yardstick.ceiling(s)] if v is not None},
+        gains=found_gains, gain_family=gain_family,
+        measures_pretraining=True if any(beats_control(g) for g in found_gains) else
+        (False if found_gains and all(g.p is not None for g in found_gains) else None),
+        comparisons=pairs, comparison_family=pair_family)
 
 
 def curve_of(runs: list[RunRecord], yardstick: Yardstick) -> Curve | None:
@@ -124,41 +129,42 @@ def curve_of(runs: list[RunRecord], yardstick: Yardstick) -> Curve | None:
     return Curve(np.array(found[0], dtype=float), tuple(found[1]), final)
 
 
-def multipliers_on(item: dict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], baseline: str,
-                   budget: float) -> list[dict]:
+def multipliers_on(item: YardstickVerdict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], baseline: str,
+                   budget: float) -> list[Multiplier | Unread]:
     """Against the baseline, every objective's multiplier on a neutral yardstick with curves, where the pair is
     measurable (both beat their controls); the rest are recorded as not measurable."""
-    gained = {g["objective"]: g for g in item["gains"]}
-    found = []
+    gained = {g.objective: g for g in item.gains}
+    found: list[Multiplier | Unread] = []
     for spec in grouped:
         if spec == baseline:
             continue
-        record = {"objective": spec, "against": baseline, "yardstick": item["yardstick"]}
         if not measurable(gained, spec, baseline):
-            found.append({**record, "outcome": NOT_MEASURABLE})
+            found.append(Unread(objective=spec, against=baseline, yardstick=item.yardstick))
             continue
         base, other = curve_of(grouped[baseline], yardstick), curve_of(grouped[spec], yardstick)
         if base is not None and other is not None:
-            found.append({**record, **multiplier(base, other, budget, yardstick.higher_is_better)})
+            found.append(replace(multiplier(base, other, budget, yardstick.higher_is_better), objective=spec,
+                                 against=baseline, yardstick=item.yardstick))
     return found
 
 
-def density_ratios(positions: list[dict], objectives: list[dict], baseline: str) -> dict[str, dict]:
+def density_ratios(positions: list[dict], objectives: list[dict], baseline: str) -> dict[str, DensityRatio]:
     """Per objective against the baseline: supervised positions per sequence (analytic, at the final length) and per
     FLOP (measured over the runs: a schedule's pieces and ELECTRA's generator all counted) over the baseline's."""
     per_sequence = {row["objective"]: row["supervised_positions"] for row in positions}
     per_flop = {o["objective"]: o["compute"]["supervised_positions"] / o["compute"]["flops"] for o in objectives}
-    return {spec: {"per_sequence": per_sequence[spec] / per_sequence[baseline] if spec in per_sequence and
-                   per_sequence.get(baseline) else None,
-                   "per_flop": per_flop[spec] / per_flop[baseline] if per_flop.get(baseline) else None}
+    return {spec: DensityRatio(per_sequence=per_sequence[spec] / per_sequence[baseline] if spec in per_sequence and
+                               per_sequence.get(baseline) else None,
+                               per_flop=per_flop[spec] / per_flop[baseline] if per_flop.get(baseline) else None)
             for spec in per_flop if baseline in per_flop}
 
 
 def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, positions: list[dict],
             objectives: list[dict], budget: float, controls: dict[str, list[ControlRecord]] | None = None,
-            input_only: dict | None = None, tasks: list[dict] | None = None) -> dict:
+            input_only: dict | None = None, tasks: list[dict] | None = None) -> tuple[Verdict, Answer]:
     """Every yardstick's findings, the main one named, the multipliers on the neutral yardsticks with curves, the
-    signal density per sequence and per FLOP, and per objective its wins over its control on neutral yardsticks."""
+    signal density per sequence and per FLOP, and per objective its wins over its control on neutral yardsticks;
+    and the answer."""
     signals = {spec: runs[0].signals for spec, runs in grouped.items()}
     found, measured = [], {}
     for yardstick in yardsticks([r for runs in grouped.values() for r in runs], ceilings, input_only, tasks):
@@ -166,51 +172,48 @@ def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, 
         if item is not None:
             found.append(item)
             measured[yardstick.name] = yardstick
-    main = main_yardstick(list(measured.values()), {item["yardstick"]: item["mirrors"] for item in found})
-    multipliers = [m for item in found if not item["mirrors"] and measured[item["yardstick"]].point is not None
-                   for m in multipliers_on(item, measured[item["yardstick"]], grouped, baseline, budget)]
-    neutral = [item for item in found if not item["mirrors"] and item["measures_pretraining"] is not None]
-    wins = {spec: [item["yardstick"] for item in neutral for g in item["gains"]
-                   if g["objective"] == spec and beats_control(g)] for spec in grouped}
-    found = {"baseline": baseline, "main": main, "yardsticks": found, "multipliers": multipliers,
-             "wins": {"neutral_yardsticks": len(neutral), "by_objective": wins},
-             "signal_density_ratio": density_ratios(positions, objectives, baseline)}
-    found["answer"] = answer(found, measured, grouped, budget)
-    return found
+    main = main_yardstick(list(measured.values()), {item.yardstick: item.mirrors for item in found})
+    multipliers = [m for item in found if not item.mirrors and measured[item.yardstick].point is not None
+                   for m in multipliers_on(item, measured[item.yardstick], grouped, baseline, budget)]
+    neutral = [item for item in found if not item.mirrors and item.measures_pretraining is not None]
+    wins = {spec: [item.yardstick for item in neutral if beats_control(item.gain_of(spec))] for spec in grouped}
+    found_verdict = Verdict(baseline=baseline, main=main, yardsticks=found, multipliers=multipliers,
+                            wins=Wins(neutral_yardsticks=len(neutral), by_objective=wins),
+                            signal_density_ratio=density_ratios(positions, objectives, baseline))
+    return found_verdict, answer(found_verdict, measured, grouped, budget)
 
 
-def answer(v: dict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float) -> dict:
+def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float) -> Answer:
     """Which objective leads on the main yardstick, by what multiplier against the runner-up, which are not separated
     from it, which did not beat their control, and the scale the answer speaks for."""
     runs = [run for spec_runs in grouped.values() for run in spec_runs]
-    scale = {"parameters": runs[0].backbone_parameters, "tokens": sum(r.tokens for r in runs) / len(runs),
-             "flops": budget}
-    item = next((i for i in v["yardsticks"] if i["yardstick"] == v["main"]), None)
+    scale = Scale(parameters=runs[0].backbone_parameters, tokens=sum(r.tokens for r in runs) / len(runs),
+                  flops=budget)
+    item = v.item(v.main) if v.main else None
     if item is None:
-        return {"yardstick": None, "leader": None, "separated": False, "scale": scale}
-    gained = {g["objective"]: g for g in item["gains"]}
-    beat = [row["objective"] for row in item["rows"] if beats_control(gained.get(row["objective"]))]
-    found = {"yardstick": item["yardstick"], "label": item["label"], "leader": beat[0] if beat else None,
-             "did_not_beat_control": [row["objective"] for row in item["rows"] if row["objective"] not in beat],
-             "beat_control": beat, "scale": scale, "separated": False, "not_separated_from": [],
-             "runner_up": None, "multiplier": None, "family": item["comparison_family"]}
+        return Answer(yardstick=None, label=None, leader=None, did_not_beat_control=[], beat_control=[], scale=scale,
+                      separated=False, not_separated_from=[], runner_up=None, multiplier=None, family=None)
+    beat = [row.objective for row in item.rows if beats_control(item.gain_of(row.objective))]
+    found = Answer(yardstick=item.yardstick, label=item.label, leader=beat[0] if beat else None,
+                   did_not_beat_control=[row.objective for row in item.rows if row.objective not in beat],
+                   beat_control=beat, scale=scale, separated=False, not_separated_from=[], runner_up=None,
+                   multiplier=None, family=item.comparison_family)
     if len(beat) < 2:
         return found
     leader, others = beat[0], beat[1:]
-    tests = {tuple(p["objectives"]): p for p in item["comparisons"]}
-    behind = [spec for spec in others if outcome_for(tests, leader, spec) == "ahead"]
-    found.update(runner_up=others[0], separated=len(behind) == len(others),
-                 not_separated_from=[spec for spec in others if spec not in behind])
-    yardstick = measured[item["yardstick"]]
+    tests = {tuple(p.objectives): p for p in item.comparisons}
+    behind = [spec for spec in others if outcome_for(tests, leader, spec) == AHEAD]
+    yardstick = measured[item.yardstick]
     base, other = curve_of(grouped[others[0]], yardstick), curve_of(grouped[leader], yardstick)
-    if base is not None and other is not None:
-        found["multiplier"] = multiplier(base, other, budget, yardstick.higher_is_better)
-    return found
+    return replace(found, runner_up=others[0], separated=len(behind) == len(others),
+                   not_separated_from=[spec for spec in others if spec not in behind],
+                   multiplier=None if base is None or other is None else
+                   multiplier(base, other, budget, yardstick.higher_is_better))
 
 
-def outcome_for(tests: dict, first: str, second: str) -> str:
+def outcome_for(tests: dict[tuple[str, ...], Comparison | Unjudged], first: str, second: str) -> str:
     """A pair's outcome read for `first` (a pair is stored in one order)."""
     if (first, second) in tests:
-        return tests[(first, second)]["outcome"]
-    found = tests[(second, first)]["outcome"]
-    return {"ahead": "behind", "behind": "ahead"}.get(found, found)
+        return tests[(first, second)].outcome
+    found = tests[(second, first)].outcome
+    return {AHEAD: BEHIND, BEHIND: AHEAD}.get(found, found)

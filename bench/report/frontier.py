@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
+from bench.analysis.findings import GainAt, to_json
 from bench.files import write_atomic, write_json
 from bench.report.plots import plt, save_figure
 from bench.report.paper import paper_text
@@ -55,11 +56,11 @@ def crossover_text(found: dict, budgets: list[float]) -> str:
             f"(95 % CI {interval(found['ci_low'], found['ci_high'], '.3g')}), within the sweep {sweep}.")
 
 
-def gain_text(gain: dict | None) -> str:
+def gain_text(gain: GainAt | None) -> str:
     if gain is None:
         return "untested"
-    ci = "" if gain["ci_low"] is None else f" ({gain['ci_low']:+.3f} to {gain['ci_high']:+.3f})"
-    return f"**{gain['estimate']:+.3f}**{ci}" if beats_control(gain) else f"{gain['estimate']:+.3f}{ci}"
+    ci = "" if gain.ci_low is None else f" ({gain.ci_low:+.3f} to {gain.ci_high:+.3f})"
+    return f"**{gain.estimate:+.3f}**{ci}" if beats_control(gain) else f"{gain.estimate:+.3f}{ci}"
 
 
 def meets_text(meets: dict) -> str:
@@ -182,9 +183,9 @@ def plot_gains(frontier: dict, path: Path) -> bool:
     for item, ax in zip(shown, axes):
         for spec, found in item["gains"].items():
             points = [(b, g) for b, g in zip(budgets, found["per_budget"]) if g is not None]
-            low = [g["estimate"] - g["ci_low"] if g["ci_low"] is not None else 0 for _, g in points]
-            high = [g["ci_high"] - g["estimate"] if g["ci_high"] is not None else 0 for _, g in points]
-            line = ax.errorbar([b for b, _ in points], [g["estimate"] for _, g in points], yerr=[low, high],
+            low = [g.estimate - g.ci_low if g.ci_low is not None else 0 for _, g in points]
+            high = [g.ci_high - g.estimate if g.ci_high is not None else 0 for _, g in points]
+            line = ax.errorbar([b for b, _ in points], [g.estimate for _, g in points], yerr=[low, high],
                                fmt="o", capsize=3, label=spec)
             alpha, beta = found["trend"]["line"]
             ax.plot(grid, alpha + beta * np.log(grid), color=line[0].get_color(), linestyle="--")
@@ -200,7 +201,7 @@ def plot_gains(frontier: dict, path: Path) -> bool:
 
 def write_frontier_report(out: Path, frontier: dict) -> Path:
     """results.json, the plots and report.md of a budget sweep, in `out`."""
-    write_json(out / "results.json", {"frontier": frontier})
+    write_json(out / "results.json", {"frontier": to_json(frontier)})
     plots = []
     if plot_frontier(frontier, out / "frontier.png"):
         plots.append("![score against FLOPs across the budgets](frontier.png)")

@@ -4,7 +4,10 @@ preset's own report.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+
+from bench.analysis.findings import to_json
 
 from bench.files import write_atomic, write_json
 from bench.report.plots import write_plots
@@ -36,8 +39,8 @@ def write_report(out: Path, results: dict) -> Path:
     """Write results.json (the answer's sentence in it), the PNG plots and report.md into `out`; return report.md's
     path."""
     if results.get("answer") is not None:
-        results["answer"]["sentence"] = answer_sentence(results["answer"])
-    write_json(out / "results.json", results)
+        results["answer"] = replace(results["answer"], sentence=answer_sentence(results["answer"]))
+    write_json(out / "results.json", to_json(results))
     plots = write_plots(results, out)
     report = out / "report.md"
     write_atomic(report, render(results, plots))
@@ -47,7 +50,7 @@ def write_report(out: Path, results: dict) -> Path:
 def write_preset_report(out: Path, paper: dict) -> Path:
     """A multi-comparison preset's own results.json and report.md: the paper section and a link to each
     comparison's full report."""
-    write_json(out / "results.json", {"paper": paper})
+    write_json(out / "results.json", {"paper": to_json(paper)})
     variants = list(dict.fromkeys(row["variant"] for row in paper["ours"]))
     links = "\n".join(f"- [{name}]({name}/report.md)" for name in variants)
     report = out / "report.md"

@@ -59,7 +59,7 @@ def finding_text(found: dict) -> str:
         return f"no finished runs on `{found['yardstick']}`"
     first, second = found["objectives"]
     text = (f"{first} {found['means'][0]:.3f} vs {second} {found['means'][1]:.3f} on `{found['yardstick']}`: "
-            f"difference {estimate_text(found, signed=True)}")
+            f"difference {estimate_text(found['estimate'], found['ci_low'], found['ci_high'], signed=True)}")
     if found.get("margin") is not None:
         text += f", margin −{found['margin']:.3f}"
     text += "" if found.get("p_holm") is None else f", Holm p = {p_text(found['p_holm'])}"

@@ -72,14 +72,14 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
     figure, axes = plt.subplots(rows_, columns, figsize=(5 * columns, 4 * rows_), squeeze=False)
     for ax in axes.flat[len(labels):]:
         ax.set_visible(False)
-    controls = {y["label"]: y.get("controls", []) for y in (results["verdict"] or {}).get("yardsticks", [])}
+    controls = {y.label: y.controls for y in (results["verdict"].yardsticks if results["verdict"] else [])}
     for label, ax in zip(labels, axes.flat):
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
                      errorbar=("ci", 95), ax=ax)
         for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
-            ax.axhline(control["estimate"], color="grey", linestyle=style, label=control["control"])
-            if control["ci_low"] is not None:
-                ax.axhspan(control["ci_low"], control["ci_high"], color="grey", alpha=0.15)
+            ax.axhline(control.estimate, color="grey", linestyle=style, label=control.control)
+            if control.ci_low is not None:
+                ax.axhspan(control.ci_low, control.ci_high, color="grey", alpha=0.15)
         if controls.get(label):
             ax.legend(fontsize="small")
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
@@ -91,23 +91,22 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
 def plot_gains(results: dict, path: Path) -> bool:
     """A forest plot: every objective's gain over its own untrained control, per yardstick, with its 95 % interval
     (seeds and test examples); the mirroring yardsticks marked as diagnostics."""
-    v = results.get("verdict") or {}
-    rows = [(f"{y['label']}" + (" [diagnostic]" if y["mirrors"] else "") + (" [main]" if y["yardstick"] == v["main"]
-                                                                             else ""), g)
-            for y in v.get("yardsticks", []) for g in y["gains"]]
+    v = results.get("verdict")
+    rows = [(y.label + (" [diagnostic]" if y.mirrors else "") + (" [main]" if y.yardstick == v.main else ""), g)
+            for y in (v.yardsticks if v else []) for g in y.gains]
     if not rows:
         return False
     labels = list(dict.fromkeys(label for label, _ in rows))
-    specs = list(dict.fromkeys(g["objective"] for _, g in rows))
+    specs = list(dict.fromkeys(g.objective for _, g in rows))
     figure, axes = plt.subplots(figsize=(8, 0.45 * len(rows) + 1.5))
     palette = sns.color_palette(n_colors=len(specs))
     for position, (label, gain) in enumerate(reversed(rows)):
-        color = palette[specs.index(gain["objective"])]
-        if gain["ci_low"] is not None:
-            axes.plot([gain["ci_low"], gain["ci_high"]], [position, position], color=color)
-        axes.plot(gain["estimate"], position, "o", color=color)
+        color = palette[specs.index(gain.objective)]
+        if gain.ci_low is not None:
+            axes.plot([gain.ci_low, gain.ci_high], [position, position], color=color)
+        axes.plot(gain.estimate, position, "o", color=color)
     axes.axvline(0, color="grey", linestyle="--")
-    axes.set_yticks(range(len(rows)), [f"{label}: {g['objective']}" for label, g in reversed(rows)], fontsize=7)
+    axes.set_yticks(range(len(rows)), [f"{label}: {g.objective}" for label, g in reversed(rows)], fontsize=7)
     axes.set(xlabel="gain over the untrained control (95 % CI)", title="What pretraining bought, per yardstick")
     save_figure(figure, path)
     return bool(labels)

@@ -6,6 +6,7 @@ from tabulate import tabulate
 
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
+from bench.analysis.findings import Comparison, DensityRatio, Gain, Unjudged, Verdict, YardstickVerdict
 from bench.analysis.results import by_objective, runs_of
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)
@@ -42,10 +43,10 @@ def verdict_section(results: dict) -> str:
     text = ["## Verdict\n", VERDICT_GUIDE]
     if results["seeds"] < 2:
         text.append("One seed per objective: nothing below can be tested; run with `--seeds 5`.\n")
-    order = sorted(v["yardsticks"], key=lambda y: (y["yardstick"] != v["main"], bool(y["mirrors"])))
+    order = sorted(v.yardsticks, key=lambda y: (y.yardstick != v.main, bool(y.mirrors)))
     for y in order:
-        text.append(yardstick_block(y, y["yardstick"] == v["main"]))
-    if v["multipliers"]:
+        text.append(yardstick_block(y, y.yardstick == v.main))
+    if v.multipliers:
         text.append(multiplier_table(v))
     return "\n".join(text)
 
@@ -62,30 +63,29 @@ VERDICT_GUIDE = (
     "compute, the control at 0 FLOPs first.\n")
 
 
-def yardstick_block(y: dict, main: bool) -> str:
-    gains = {g["objective"]: g for g in y["gains"]}
-    ceilings = ", ".join(f"{READERS.get(s, s)} {c:.3f}" for s, c in y.get("ceilings", {}).items())
-    rows = [[row["objective"], estimate_text(row), *gain_cells(gains.get(row["objective"]))] for row in y["rows"]]
-    rows += [[f"*{c['control']}*", estimate_text(c), "", "", "", ""] for c in y["controls"]]
+def yardstick_block(y: YardstickVerdict, main: bool) -> str:
+    ceilings = ", ".join(f"{READERS.get(s, s)} {c:.3f}" for s, c in y.ceilings.items())
+    rows = [[row.objective, estimate_text(row.estimate, row.ci_low, row.ci_high), *gain_cells(y.gain_of(row.objective))]
+            for row in y.rows]
+    rows += [[f"*{c.control}*", estimate_text(c.estimate, c.ci_low, c.ci_high), "", "", "", ""] for c in y.controls]
     rows += [[f"*input only ({READERS.get(s, s)})*", f"{value:.3f}", "", "", "", ""]
-             for s, value in y.get("input_only", {}).items()]
-    n_test = y.get("n_test")
-    about = [f"n test: {n_test['examples']:,} examples, {n_test['units']:,} scored positions" if n_test else
+             for s, value in y.input_only.items()]
+    about = [f"n test: {y.n_test.examples:,} examples, {y.n_test.units:,} scored positions" if y.n_test else
              "n test: not resampled (the metric is not a mean over examples)"]
     if ceilings:
         about.append(f"Bayes ceiling: {ceilings}")
-    head = f"**{'Main yardstick: ' if main else ''}{y['label'][:1].upper() + y['label'][1:]}** (`{y['yardstick']}`)."
-    judged = [p for p in y["comparisons"] if p["outcome"] != "not measurable"]
-    unjudged = [" vs ".join(p["objectives"]) for p in y["comparisons"] if p["outcome"] == "not measurable"]
-    pairs = [[" vs ".join(p["objectives"]), p["outcome"], estimate_text(p, signed=True), p_text(p.get("p_holm"))]
-             for p in judged]
-    notes = [f"Gains: {family_text(y['gain_family'])}."]
+    head = f"**{'Main yardstick: ' if main else ''}{y.label[:1].upper() + y.label[1:]}** (`{y.yardstick}`)."
+    judged = [p for p in y.comparisons if isinstance(p, Comparison)]
+    unjudged = [" vs ".join(p.objectives) for p in y.comparisons if isinstance(p, Unjudged)]
+    pairs = [[" vs ".join(p.objectives), p.outcome, estimate_text(p.estimate, p.ci_low, p.ci_high, signed=True),
+              p_text(p.p_holm)] for p in judged]
+    notes = [f"Gains: {family_text(y.gain_family)}."]
     if pairs:
-        notes.append(f"Comparisons: {family_text(y['comparison_family'])}.")
+        notes.append(f"Comparisons: {family_text(y.comparison_family)}.")
     if unjudged:
         notes.append(f"Not measurable (one of the two does not beat its control): {', '.join(unjudged)}.")
     return "\n".join([
-        " ".join(part for part in (head, mirrors_text(y) if y["mirrors"] else "", measurement_text(y),
+        " ".join(part for part in (head, mirrors_text(y) if y.mirrors else "", measurement_text(y),
                                    f"({'; '.join(about)})") if part) + "\n",
         table(rows, ["objective", "mean (95 % CI)", "gain over control (95 % CI)", "Holm p of gain",
                      "share of gain", "ρ"]),
@@ -94,16 +94,17 @@ def yardstick_block(y: dict, main: bool) -> str:
         "\n" + " ".join(notes), ""])
 
 
-def multiplier_table(v: dict) -> str:
-    names = list(dict.fromkeys(m["yardstick"] for m in v["multipliers"]))
-    labels = [next(y["label"] for y in v["yardsticks"] if y["yardstick"] == name) for name in names]
-    density = v["signal_density_ratio"]
-    rows = [[spec] + [multiplier_text(next((m for m in v["multipliers"] if m["objective"] == spec and
-                                            m["yardstick"] == name), None)) for name in names]
-            + [ratio_text(density.get(spec, {}).get("per_sequence")), ratio_text(density.get(spec, {}).get("per_flop"))]
-            for spec in dict.fromkeys(m["objective"] for m in v["multipliers"])]
-    return (f"**Compute multiplier against `{v['baseline']}`** on the neutral yardsticks with curves: the factor of "
-            f"compute `{v['baseline']}` needs to reach each objective's value at the budget, read off its mean curve "
+def multiplier_table(v: Verdict) -> str:
+    names = list(dict.fromkeys(m.yardstick for m in v.multipliers))
+    labels = [v.item(name).label for name in names]
+    unknown = DensityRatio(per_sequence=None, per_flop=None)
+    rows = [[spec] + [multiplier_text(next((m for m in v.multipliers if m.objective == spec and m.yardstick == name),
+                                           None)) for name in names]
+            + [ratio_text(density.per_sequence), ratio_text(density.per_flop)]
+            for spec in dict.fromkeys(m.objective for m in v.multipliers)
+            for density in [v.signal_density_ratio.get(spec, unknown)]]
+    return (f"**Compute multiplier against `{v.baseline}`** on the neutral yardsticks with curves: the factor of "
+            f"compute `{v.baseline}` needs to reach each objective's value at the budget, read off its mean curve "
             "over the FLOP checkpoints (linear in log-FLOPs); where it never gets there, both curves are read at its "
             "own final value (the ELECTRA paper's reading). Intervals: the log-multiplier ± t × the SD of a bootstrap "
             "over seeds and test examples; an end is open where neither reading reached it within the run. Only "
@@ -120,12 +121,12 @@ def ratio_text(value: float | None) -> str:
 READERS = {"smoothing": "whole window", "filtering": "left context"}
 
 
-def gain_cells(gain: dict | None) -> list[str]:
+def gain_cells(gain: Gain | None) -> list[str]:
     if gain is None:
         return ["", "", "", ""]
-    share = "" if gain["share_of_gain"] is None else f"{gain['share_of_gain']:.2f}"
-    rise = "" if gain.get("rise") is None else f"{gain['rise']:.2f}"
-    return [estimate_text(gain, signed=True), p_text(gain["p_holm"]), share, rise]
+    share = "" if gain.share_of_gain is None else f"{gain.share_of_gain:.2f}"
+    rise = "" if gain.rise is None else f"{gain.rise:.2f}"
+    return [estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True), p_text(gain.p_holm), share, rise]
 
 
 def setup_section(setup: dict) -> str:

@@ -3,7 +3,8 @@ them (p-values, intervals, multipliers, the answer, each yardstick's outcome).""
 
 from __future__ import annotations
 
-from bench.analysis.claims import ALPHA, NOT_MEASURABLE
+from bench.analysis.claims import ALPHA, beats_control
+from bench.analysis.findings import Answer, Family, Multiplier, Unread, YardstickVerdict
 
 # the scale of the smallest published comparison of these objectives (ANCHORS.md: ELECTRA-Small's 1.4e18 FLOPs and
 # 6.25 % of it, 8.9e16): below it nothing published says which objective wins
@@ -23,13 +24,12 @@ def interval_text(low: float | None, high: float | None, signed: bool = False) -
     return f"({low:{form}} to {high:{form}})"
 
 
-def estimate_text(record: dict | None, signed: bool = False, digits: int = 3) -> str:
-    """"0.812 (0.790 to 0.834)" from an estimate record (bench.analysis.uncertainty.Estimate.record)."""
-    if not record:
-        return ""
+def estimate_text(estimate: float, ci_low: float | None = None, ci_high: float | None = None, signed: bool = False,
+                  digits: int = 3) -> str:
+    """"0.812 (0.790 to 0.834)": an estimate and its interval, if it has one."""
     form = f"+.{digits}f" if signed else f".{digits}f"
-    interval = interval_text(record.get("ci_low"), record.get("ci_high"), signed)
-    return f"{record['estimate']:{form}}" + (f" {interval}" if interval else "")
+    interval = interval_text(ci_low, ci_high, signed)
+    return f"{estimate:{form}}" + (f" {interval}" if interval else "")
 
 
 def times(m: float) -> str:
@@ -37,25 +37,25 @@ def times(m: float) -> str:
     return f"{m:.0f}" if m >= 100 else f"{m:.1f}" if m >= 10 else f"{m:.2g}"
 
 
-def multiplier_text(m: dict | None) -> str:
-    """"2.3× (1.8–3.1)", "> 1× (not reached within the run)", "not measurable", ..."""
-    if not m:
+def multiplier_text(m: Multiplier | Unread | None, reading: str | None = None) -> str:
+    """"2.3× (1.8–3.1)", "> 1× (not reached within the run)", "not measurable", ...; `reading` overrides m's own."""
+    if m is None:
         return ""
-    if m.get("outcome") == NOT_MEASURABLE:
+    if isinstance(m, Unread):
         return "not measurable (one of the two does not beat its control)"
-    value, kind, reversed_reading = m["multiplier"], m["kind"], m.get("reading") == "reversed"
+    value, kind, reversed_reading = m.multiplier, m.kind, (reading or m.reading) == "reversed"
     if kind == ">":
         return f"> {times(value)}× (" + ("reached at its first checkpoint)" if reversed_reading else
                                           "not reached within the run)")
     if kind == "<":
         return f"< {times(value)}× (" + ("it never reached the other's value)" if reversed_reading else
                                           "already reached at the other's first checkpoint)")
-    if m.get("ci_low_kind") is None:
+    if m.ci_low_kind is None:
         return f"{times(value)}× (one seed: no CI)"
-    low_bound, high_bound = m["range"]
-    low = times(m["ci_low"]) if m["ci_low"] is not None else f"< {times(low_bound)}"
-    high = times(m["ci_high"]) if m["ci_high"] is not None else f"> {times(high_bound)}"
-    separator = "–" if m["ci_low"] is not None and m["ci_high"] is not None else " to "
+    low_bound, high_bound = m.range
+    low = times(m.ci_low) if m.ci_low is not None else f"< {times(low_bound)}"
+    high = times(m.ci_high) if m.ci_high is not None else f"> {times(high_bound)}"
+    separator = "–" if m.ci_low is not None and m.ci_high is not None else " to "
     return f"{times(value)}× ({low}{separator}{high})" + (", read at the other's final value" if reversed_reading
                                                           else "")
 
@@ -64,64 +64,67 @@ def listing(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
 
 
-def answer_sentence(answer: dict | None) -> str:
+def answer_sentence(answer: Answer | None) -> str:
     """The report's first lines: who leads on the main yardstick, by what multiplier, who is not separated, who did
     not beat its control, and the scale this speaks for."""
-    if not answer or answer.get("yardstick") is None:
+    if answer is None or answer.yardstick is None:
         return ("No neutral yardstick ran (a labelled task that copies no objective's training input or task), so "
                 "this comparison gives no answer: its yardsticks only diagnose each objective's own homework.")
-    scale = answer["scale"]
-    where = f"On the main yardstick, {answer['label']}"
-    if answer["leader"] is None:
+    where = f"On the main yardstick, {answer.label}"
+    if answer.leader is None:
         text = (f"{where}, no objective beats its untrained control (Holm p < {ALPHA}): at this scale pretraining has "
                 "not paid on it, so it names no leader")
-    elif not answer["runner_up"]:
-        text = (f"{where}, only {answer['leader']} beats its untrained control; no other objective's gain can be "
+    elif not answer.runner_up:
+        text = (f"{where}, only {answer.leader} beats its untrained control; no other objective's gain can be "
                 "compared with it")
     else:
-        text = f"{where}, **{answer['leader']} leads**"
-        m = answer.get("multiplier")
-        if m:
-            leader, runner_up, times_text = answer["leader"], answer["runner_up"], multiplier_text({**m, "reading": None})
-            if m.get("reading") == "reversed" and m.get("kind") not in (">", "<"):
-                # read inside both runs: where the runner-up got to by the budget, and when the leader got there
-                text += (f": it reaches {runner_up}'s final value with {times_text} less compute than {runner_up} "
-                         f"({runner_up} does not reach {leader}'s within its run)")
-            else:
-                text += f": {runner_up} would need {times_text} of its compute to match it"
-        if answer["separated"]:
-            text += f", separated from {listing(answer['beat_control'][1:])} (Holm, {family_text(answer['family'])})"
+        text = f"{where}, **{answer.leader} leads**" + lead_text(answer)
+        if answer.separated:
+            text += f", separated from {listing(answer.beat_control[1:])} (Holm, {family_text(answer.family)})"
         else:
-            text += (f", but it is not separated from {listing(answer['not_separated_from'])} (Holm, "
-                     f"{family_text(answer['family'])})")
-    late = answer.get("did_not_beat_control") or []
-    if late and answer["leader"] is not None:
+            text += (f", but it is not separated from {listing(answer.not_separated_from)} (Holm, "
+                     f"{family_text(answer.family)})")
+    late = answer.did_not_beat_control
+    if late and answer.leader is not None:
         text += f"; {listing(late)} did not beat {'its' if len(late) == 1 else 'their'} untrained control"
-    size = (f"{scale['parameters']:,}-parameter backbones trained on {scale['tokens']:,.0f} tokens "
-            f"({scale['flops']:.2g} FLOPs) each" if scale.get("parameters") else f"runs of {scale['flops']:.2g} FLOPs")
+    scale = answer.scale
+    size = (f"{scale.parameters:,}-parameter backbones trained on {scale.tokens:,.0f} tokens "
+            f"({scale.flops:.2g} FLOPs) each" if scale.parameters else f"runs of {scale.flops:.2g} FLOPs")
     return (f"{text}. This speaks for {size}; the published comparisons of these objectives sit at "
             f"{PUBLISHED_FLOPS:.0e} FLOPs and beyond, which a run of this size cannot tell.")
 
 
-def family_text(named: dict) -> str:
-    return f"family \"{named['family']}\", {named['size']} test{'s' if named['size'] != 1 else ''}"
+def lead_text(answer: Answer) -> str:
+    """By how much the leader leads the runner-up, in compute ("" without a multiplier)."""
+    m = answer.multiplier
+    if m is None:
+        return ""
+    leader, runner_up, times_text = answer.leader, answer.runner_up, multiplier_text(m, reading="direct")
+    if m.reading == "reversed" and m.kind not in (">", "<"):
+        # read inside both runs: where the runner-up got to by the budget, and when the leader got there
+        return (f": it reaches {runner_up}'s final value with {times_text} less compute than {runner_up} "
+                f"({runner_up} does not reach {leader}'s within its run)")
+    return f": {runner_up} would need {times_text} of its compute to match it"
 
 
-def mirrors_text(item: dict) -> str:
+def family_text(named: Family) -> str:
+    return f"family \"{named.family}\", {named.size} test{'s' if named.size != 1 else ''}"
+
+
+def mirrors_text(item: YardstickVerdict) -> str:
     """Why a yardstick ranks nobody: the objectives whose training input or task it copies."""
-    return (f"Diagnostic: its question copies the training input or task of {listing(item['mirrors'])}, so no answer, "
+    return (f"Diagnostic: its question copies the training input or task of {listing(item.mirrors)}, so no answer, "
             "win or multiplier is drawn from it.")
 
 
-def measurement_text(item: dict) -> str:
+def measurement_text(item: YardstickVerdict) -> str:
     """Whether a yardstick measured pretraining at this setup."""
-    if item["measures_pretraining"] is None:
+    if item.measures_pretraining is None:
         return "With one seed (or no untrained control) no gain over a control can be tested."
-    if item["measures_pretraining"]:
-        beat = [g["objective"] for g in item["gains"] if g.get("p_holm") is not None and g["p_holm"] < ALPHA
-                and g["estimate"] > 0]
-        return f"Beats its untrained control: {listing(beat)} ({family_text(item['gain_family'])})."
-    best = max(item["gains"], key=lambda g: g["estimate"])
-    return (f"No objective beats its untrained control (the largest gain, {best['objective']}'s, is "
-            f"{best['estimate']:+.3g}, Holm p = {p_text(best['p_holm'])}): at this setup it does not measure "
+    if item.measures_pretraining:
+        beat = [g.objective for g in item.gains if beats_control(g)]
+        return f"Beats its untrained control: {listing(beat)} ({family_text(item.gain_family)})."
+    best = max(item.gains, key=lambda g: g.estimate)
+    return (f"No objective beats its untrained control (the largest gain, {best.objective}'s, is "
+            f"{best.estimate:+.3g}, Holm p = {p_text(best.p_holm)}): at this setup it does not measure "
             "pretraining, and nothing is ranked on it.")

@@ -10,6 +10,7 @@ from PIL import Image
 
 from backbone import ConfigError
 from bench.analysis.budgets import frontier_results
+from bench.analysis.results import load_results
 from bench.analysis.frontier import POWER_LAW
 from bench.compare import main
 from bench.report.frontier import write_frontier_report
@@ -59,7 +60,7 @@ def with_known_scores(results: dict, budget: float, shift: dict[str, float]) -> 
 
 
 def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(probed, tmp_path):
-    by_budget = {budget: with_known_scores(probed, budget, {"mlm": 1.0, "ar": 2.0}) for budget in BUDGETS}
+    by_budget = {budget: load_results(with_known_scores(probed, budget, {"mlm": 1.0, "ar": 2.0})) for budget in BUDGETS}
     frontier = frontier_results(by_budget, "mlm", resamples=200)
     assert frontier["budgets"] == list(BUDGETS) and frontier["objectives"] == ["mlm", "ar"]
     items = {item["yardstick"]: item for item in frontier["yardsticks"]}

@@ -2,8 +2,8 @@
 
 import pytest
 
-from bench.analysis.claims import (AHEAD, BEHIND, NOT_MEASURABLE, NOT_SEPARATED, beats_control, family, holm,
-                                   measurable, outcome)
+from bench.analysis.claims import AHEAD, BEHIND, NOT_SEPARATED, beats_control, family, holm, measurable, outcome
+from bench.analysis.findings import Comparison, Family, Gain
 
 
 def test_holm_by_hand():
@@ -15,23 +15,32 @@ def test_holm_by_hand():
     assert holm([0.5, 0.6]) == [1.0, 1.0] and holm([]) == []
 
 
+def gain(objective: str, estimate: float, p: float | None, p_holm: float | None = None) -> Gain:
+    return Gain(objective=objective, control="untrained", estimate=estimate, ci_low=None, ci_high=None, p=p, se=0.1,
+                df=4.0, test_sampling=True, share_of_gain=None, p_holm=p_holm)
+
+
 def test_a_family_is_named_and_sized_by_the_tests_it_holds():
-    tests = [{"p": 0.01}, {"p": 0.04}, {"p": None}]
-    named = family("gains on X", tests)
-    assert named == {"family": "gains on X", "size": 2}
-    assert [t["p_holm"] for t in tests] == pytest.approx([0.02, 0.04, None]) and tests[0]["family"] == "gains on X"
+    tests = [gain("a", 0.1, 0.01), gain("b", 0.1, 0.04), gain("c", 0.1, None)]
+    adjusted, named = family("gains on X", tests)
+    assert named == Family("gains on X", 2)
+    assert [t.p_holm for t in adjusted] == pytest.approx([0.02, 0.04, None])
+    assert adjusted[0].family == "gains on X" and tests[0].p_holm is None  # new records; the tests are unchanged
 
 
 def test_a_pair_is_measurable_only_where_both_beat_their_controls():
-    gains = {"a": {"estimate": 0.1, "p_holm": 0.01}, "b": {"estimate": 0.2, "p_holm": 0.2},
-             "c": {"estimate": -0.1, "p_holm": 0.001}, "d": {"estimate": 0.05, "p_holm": 0.049}}
+    gains = {"a": gain("a", 0.1, 0.01, 0.01), "b": gain("b", 0.2, 0.2, 0.2), "c": gain("c", -0.1, 0.001, 0.001),
+             "d": gain("d", 0.05, 0.049, 0.049)}
     assert beats_control(gains["a"]) and not beats_control(gains["b"]) and not beats_control(gains["c"])
     assert measurable(gains, "a", "d") and not measurable(gains, "a", "b") and not measurable(gains, "a", "c")
     assert not measurable(gains, "a", "missing")
 
 
 def test_an_outcome_comes_from_holms_p_and_the_sign():
-    assert outcome({"estimate": 0.1, "p_holm": 0.01}) == AHEAD
-    assert outcome({"estimate": -0.1, "p_holm": 0.01}) == BEHIND
-    assert outcome({"estimate": 0.3, "p_holm": 0.06}) == NOT_SEPARATED
-    assert outcome({"outcome": NOT_MEASURABLE, "estimate": 0.3}) == NOT_MEASURABLE
+    pair = lambda estimate, p_holm: Comparison(objectives=["a", "b"], estimate=estimate, ci_low=None,  # noqa: E731
+                                               ci_high=None, p=p_holm, se=0.1, df=4.0, test_sampling=True,
+                                               p_holm=p_holm)
+    assert outcome(pair(0.1, 0.01)) == AHEAD
+    assert outcome(pair(-0.1, 0.01)) == BEHIND
+    assert outcome(pair(0.3, 0.06)) == NOT_SEPARATED
+    assert outcome(pair(0.3, None)) == NOT_SEPARATED

@@ -33,9 +33,9 @@ def test_a_known_compute_shift_is_read_exactly(higher, k):
     base = curve([line(e, higher) for e in offsets])
     other = curve([lambda f, e=e: line(e, higher)(k * BUDGET) + 0 * f for e in offsets])
     found = multiplier(base, other, BUDGET, higher, resamples=300)
-    assert found["reading"] == "direct" and found["kind"] == "="
-    assert found["multiplier"] == pytest.approx(k, rel=1e-9)
-    assert found["ci_low"] < k < found["ci_high"]
+    assert found.reading == "direct" and found.kind == "="
+    assert found.multiplier == pytest.approx(k, rel=1e-9)
+    assert found.ci_low < k < found.ci_high
 
 
 def test_a_multiplier_the_baseline_never_reaches_is_read_at_its_final_value():
@@ -45,9 +45,9 @@ def test_a_multiplier_the_baseline_never_reaches_is_read_at_its_final_value():
     base = curve([line(e) for e in offsets])
     other = curve([lambda f, e=e: line(e)(4 * f) for e in offsets])
     found = multiplier(base, other, BUDGET, resamples=300)
-    assert found["reading"] == "reversed" and found["kind"] == "="
-    assert found["multiplier"] == pytest.approx(4.0, rel=1e-9)
-    assert found["ci_low"] < 4.0 < found["ci_high"] and found["range"] == pytest.approx([1.0, 100.0])
+    assert found.reading == "reversed" and found.kind == "="
+    assert found.multiplier == pytest.approx(4.0, rel=1e-9)
+    assert found.ci_low < 4.0 < found.ci_high and found.range == pytest.approx([1.0, 100.0])
 
 
 def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing():
@@ -61,17 +61,17 @@ def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing():
     found = multiplier(as_curve(peaked), as_curve(rising), 3.2e12, resamples=20)
     mlm_at = np.exp(np.interp(0.798, [0.770, 0.833], np.log([2.9e11, 5.3e11])))
     other_at = np.exp(np.interp(0.798, [0.689, 0.804], np.log([2.9e11, 5.3e11])))
-    assert found["reading"] == "reversed" and found["multiplier"] == pytest.approx(mlm_at / other_at, rel=1e-9)
+    assert found.reading == "reversed" and found.multiplier == pytest.approx(mlm_at / other_at, rel=1e-9)
 
 
 def test_one_seed_gives_no_interval_and_bounds_are_bounds():
     base = curve([line()])
     found = multiplier(base, curve([lambda f: line()(0.5 * BUDGET) + 0 * f]), BUDGET)
-    assert found["multiplier"] == pytest.approx(0.5) and found["ci_low_kind"] is None
+    assert found.multiplier == pytest.approx(0.5) and found.ci_low_kind is None
     kind, at = crossings(np.array([[0.1, 0.5, 0.3, 0.7]]), np.log([1e9, 1e10, 1e11, 1e12]), np.array([0.4]), True)
     assert kind[0] == 0 and math.log10(math.exp(at[0])) == pytest.approx(9.75)  # the first crossing
     before = multiplier(base, curve([lambda f: line()(1e-3 * BUDGET) + 0 * f]), BUDGET)
-    assert before["kind"] == "<" and before["multiplier"] == pytest.approx(0.01)
+    assert before.kind == "<" and before.multiplier == pytest.approx(0.01)
 
 
 def test_the_interval_covers_a_known_multiplier():
@@ -82,5 +82,5 @@ def test_the_interval_covers_a_known_multiplier():
         base = curve([line(e) for e in rng.normal(0, 0.01, 5)])
         other = curve([lambda f, e=e: line()(true_k * BUDGET) + e + 0 * f for e in rng.normal(0, 0.01, 5)])
         found = multiplier(base, other, BUDGET, resamples=200, seed=trial)
-        covered += found["ci_low"] <= true_k <= found["ci_high"]
+        covered += found.ci_low <= true_k <= found.ci_high
     assert covered / trials >= 0.93

@@ -4,6 +4,7 @@ the one claim rule, the mirrors, the answer and the signal density, each against
 import numpy as np
 import pytest
 
+from bench.analysis.findings import Answer, Family, ScoredExamples, Unread, Verdict, YardstickVerdict
 from bench.analysis.results import by_control, by_objective
 from bench.analysis.verdict import density_ratios, rise_with_compute, verdict
 from tests.analysis.records import BUDGET, control, run, task
@@ -12,7 +13,7 @@ TASKS = [task("states"), task("genre"), task("order", copies=("sentence_order",)
 
 
 def comparison(finals: dict[str, dict[str, float]], control_finals: dict[str, float], seeds: int = 5,
-               signals: dict[str, tuple] | None = None) -> dict:
+               signals: dict[str, tuple] | None = None) -> tuple[Verdict, Answer]:
     rng = np.random.default_rng(0)
     runs = [run(spec, seed, tasks, rng, signals=(signals or {}).get(spec, ())) for spec, tasks in finals.items()
             for seed in range(seeds)]
@@ -23,51 +24,49 @@ def comparison(finals: dict[str, dict[str, float]], control_finals: dict[str, fl
                    None, TASKS)
 
 
-def item(found: dict, name: str) -> dict:
-    return next(y for y in found["yardsticks"] if y["yardstick"] == name)
+def item(found: Verdict, name: str) -> YardstickVerdict:
+    return found.item(name)
 
 
 def test_the_gains_are_differences_from_the_control_tested_in_one_family_per_yardstick():
-    found = comparison({"mlm": {"states": 0.9, "genre": 0.6, "order": 0.5}, "ar": {"states": 0.5, "genre": 0.5,
+    found, _ = comparison({"mlm": {"states": 0.9, "genre": 0.6, "order": 0.5}, "ar": {"states": 0.5, "genre": 0.5,
                                                                                       "order": 0.5}},
                        {"states": 0.5, "genre": 0.5, "order": 0.5})
     states = item(found, "states (frozen)")
-    mine = next(g for g in states["gains"] if g["objective"] == "mlm")
-    row = next(r for r in states["rows"] if r["objective"] == "mlm")
-    assert mine["estimate"] == pytest.approx(row["estimate"] - states["controls"][0]["estimate"])
-    assert states["gain_family"] == {"family": "gains over the untrained controls on task states (frozen probe)",
-                                     "size": 2}
-    assert mine["p_holm"] < 0.05 and states["measures_pretraining"] is True
-    assert states["n_test"] == {"examples": 400, "units": 400} and mine["test_sampling"]
+    mine = next(g for g in states.gains if g.objective == "mlm")
+    row = next(r for r in states.rows if r.objective == "mlm")
+    assert mine.estimate == pytest.approx(row.estimate - states.controls[0].estimate)
+    assert states.gain_family == Family("gains over the untrained controls on task states (frozen probe)", 2)
+    assert mine.p_holm < 0.05 and states.measures_pretraining is True
+    assert states.n_test == ScoredExamples(examples=400, units=400) and mine.test_sampling
     # ar did not beat its control: ar and mlm are not compared
-    assert [p["outcome"] for p in states["comparisons"]] == ["not measurable"]
-    assert found["wins"]["by_objective"]["ar"] == [] and "states (frozen)" in found["wins"]["by_objective"]["mlm"]
+    assert [p.outcome for p in states.comparisons] == ["not measurable"]
+    assert found.wins.by_objective["ar"] == [] and "states (frozen)" in found.wins.by_objective["mlm"]
 
 
 def test_a_yardstick_that_copies_an_objectives_training_ranks_nobody():
-    found = comparison({"mlm": {"states": 0.9, "genre": 0.5, "order": 0.5},
+    found, _ = comparison({"mlm": {"states": 0.9, "genre": 0.5, "order": 0.5},
                         "mlm:pair=sop": {"states": 0.9, "genre": 0.5, "order": 0.9}},
                        {"states": 0.5, "genre": 0.5, "order": 0.5}, signals={"mlm:pair=sop": ("sentence_order",)})
     order = item(found, "order (frozen)")
-    assert order["mirrors"] == ["mlm:pair=sop"] and order["copies"] == ["sentence_order"]
-    assert all("order" not in name for wins in found["wins"]["by_objective"].values() for name in wins)
-    assert all(m["yardstick"] != "order (frozen)" for m in found["multipliers"])
+    assert order.mirrors == ["mlm:pair=sop"] and order.copies == ["sentence_order"]
+    assert all("order" not in name for wins in found.wins.by_objective.values() for name in wins)
+    assert all(m.yardstick != "order (frozen)" for m in found.multipliers)
     # the neutral tasks' average leaves the copying task out and is the main yardstick
-    assert found["main"] == "neutral_average_frozen" and "over 2" in item(found, found["main"])["label"]
+    assert found.main == "neutral_average_frozen" and "over 2" in item(found, found.main).label
 
 
 def test_the_answer_names_the_leader_its_multiplier_and_who_did_not_beat_its_control():
-    found = comparison({"mlm": {"states": 0.95, "genre": 0.7, "order": 0.5}, "ar": {"states": 0.8, "genre": 0.6,
+    found, answer = comparison({"mlm": {"states": 0.95, "genre": 0.7, "order": 0.5}, "ar": {"states": 0.8, "genre": 0.6,
                                                                                        "order": 0.5},
                         "electra": {"states": 0.5, "genre": 0.5, "order": 0.5}},
                        {"states": 0.5, "genre": 0.5, "order": 0.5})
-    answer = found["answer"]
-    assert answer["yardstick"] == "neutral_average_frozen" and answer["leader"] == "mlm"
-    assert answer["runner_up"] == "ar" and answer["separated"] and answer["did_not_beat_control"] == ["electra"]
-    assert answer["multiplier"]["reading"] in ("direct", "reversed") and answer["scale"]["flops"] == BUDGET
-    multiplier = next(m for m in found["multipliers"] if m["objective"] == "electra" and
-                      m["yardstick"] == "neutral_average_frozen")
-    assert multiplier["outcome"] == "not measurable"
+    assert answer.yardstick == "neutral_average_frozen" and answer.leader == "mlm"
+    assert answer.runner_up == "ar" and answer.separated and answer.did_not_beat_control == ["electra"]
+    assert answer.multiplier.reading in ("direct", "reversed") and answer.scale.flops == BUDGET
+    multiplier = next(m for m in found.multipliers if m.objective == "electra" and
+                      m.yardstick == "neutral_average_frozen")
+    assert isinstance(multiplier, Unread) and multiplier.outcome == "not measurable"
 
 
 def test_signal_density_is_per_sequence_and_per_flop():
@@ -76,8 +75,8 @@ def test_signal_density_is_per_sequence_and_per_flop():
     objectives = [{"objective": "mlm", "compute": {"supervised_positions": 9.45e5, "flops": 1e12}},
                   {"objective": "ar", "compute": {"supervised_positions": 5.727e6, "flops": 1e12}}]
     ratios = density_ratios(positions, objectives, "mlm")
-    assert ratios["ar"]["per_sequence"] == pytest.approx(63 / 9.45)
-    assert ratios["ar"]["per_flop"] == pytest.approx(5.727e6 / 9.45e5) and ratios["mlm"]["per_flop"] == 1.0
+    assert ratios["ar"].per_sequence == pytest.approx(63 / 9.45)
+    assert ratios["ar"].per_flop == pytest.approx(5.727e6 / 9.45e5) and ratios["mlm"].per_flop == 1.0
 
 
 def test_rise_with_compute_is_spearmans_rho():

@@ -8,6 +8,7 @@ from scipy.stats import t as scipy_t
 
 from backbone import ConfigError
 from bench.analysis import presets as presets_module
+from bench.analysis.findings import Multiplier, Unread, Verdict, Wins, from_json
 from bench.analysis.judges import Evidence, claim, judge, multiplier_claim
 from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
 from bench.cli import run
@@ -108,10 +109,14 @@ def test_comparable_is_non_inferiority_within_the_margin():
 
 def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor():
     def evidence(m: dict) -> Evidence:
-        return Evidence({v: {"verdict": {"main": "neutral_average_frozen", "multipliers": [m], "yardsticks": []},
-                             "runs": []} for v in ("quarter", "default", "four-times")})
-    base = {"objective": "electra", "against": "mlm", "yardstick": "neutral_average_frozen", "df": 4}
-    five = multiplier_claim(evidence({**base, "multiplier": 8.0, "log_se": 0.1}), "x", "default", "electra", "mlm", 4)
+        found = Verdict(baseline="mlm", main="neutral_average_frozen", yardsticks=[],
+                        multipliers=[from_json(Multiplier | Unread, m)], wins=Wins(0, {}), signal_density_ratio={})
+        return Evidence({v: {"verdict": found, "runs": []} for v in ("quarter", "default", "four-times")})
+    base = {"objective": "electra", "against": "mlm", "yardstick": "neutral_average_frozen"}
+    read = {"kind": "=", "reading": "direct", "seeds": [5, 5], "ci_low": 5.0, "ci_high": 12.0, "ci_low_kind": "=",
+            "ci_high_kind": "=", "resamples": 2000, "range": [0.01, 1.0], "df": 4}
+    five = multiplier_claim(evidence({**base, **read, "multiplier": 8.0, "log_se": 0.1}), "x", "default", "electra",
+                            "mlm", 4)
     assert five["p"] == pytest.approx(scipy_t.sf(math.log(2) / 0.1, 4))
     unmeasured = evidence({**base, "outcome": "not measurable"})
     assert multiplier_claim(unmeasured, "x", "default", "electra", "mlm", 4)["outcome"] == "not measurable"

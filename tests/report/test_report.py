@@ -8,6 +8,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from bench.analysis.results import load_results
 from bench.report.markdown import render, write_report
 from bench.report.wording import estimate_text, multiplier_text, p_text
 
@@ -15,14 +16,14 @@ GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "comparison.json"
 
 
 def golden() -> dict:
-    return json.loads(GOLDEN.read_text())
+    return load_results(json.loads(GOLDEN.read_text()))
 
 
 def test_the_report_writes_results_plots_and_markdown_that_link_only_existing_files(tmp_path):
-    results = golden()
-    report = write_report(tmp_path, copy.deepcopy(results))
+    stored = json.loads(GOLDEN.read_text())
+    report = write_report(tmp_path, load_results(copy.deepcopy(stored)))
     text = report.read_text()
-    assert json.loads((tmp_path / "results.json").read_text()) == results  # what it read is what it keeps
+    assert json.loads((tmp_path / "results.json").read_text()) == stored  # what it read is what it keeps
     linked = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text)
     assert "gains_forest.png" in linked and "loss_vs_flops.png" in linked
     for name in linked:
@@ -36,14 +37,15 @@ def test_the_answer_comes_first_and_carries_the_analysis_numbers():
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
     assert headings[0] == "Answer" and headings.index("Answer") < headings.index("Verdict")
     answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
-    leader = results["answer"]["leader"]
+    leader = results["answer"].leader
     if leader is not None:
         assert leader in answer
-    if results["answer"].get("multiplier"):
-        assert multiplier_text(results["answer"]["multiplier"]) in answer
-    main = next(item for item in results["verdict"]["yardsticks"] if item["yardstick"] == results["verdict"]["main"])
-    for gain in main["gains"]:  # each gain over its control, with its Holm p, is in the verdict as computed
-        assert estimate_text(gain, signed=True) in text and p_text(gain["p_holm"]) in text
+    if results["answer"].multiplier:
+        assert multiplier_text(results["answer"].multiplier, reading="direct") in answer
+    main = results["verdict"].item(results["verdict"].main)
+    for gain in main.gains:  # each gain over its control, with its Holm p, is in the verdict as computed
+        assert estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True) in text
+        assert p_text(gain.p_holm) in text
 
 
 def test_every_objective_is_in_the_results_section():
