@@ -18,6 +18,9 @@ from bench.analysis.measures import yardsticks
 from bench.analysis.results import runs_of
 from bench.training.records import RunRecord
 
+# seaborn's 95 % bands are a bootstrap: a fixed seed draws the same PNG from the same results
+BAND_SEED = 0
+
 
 def curve_frame(runs: list[RunRecord]) -> pd.DataFrame:
     """The objectives' own metrics at every checkpoint, a row per (run, checkpoint)."""
@@ -32,7 +35,7 @@ def plot_loss(runs: list[RunRecord], path: Path) -> None:
     figure, axes = plt.subplots(1, len(specs), figsize=(3.6 * len(specs), 3.6), squeeze=False)
     for spec, ax in zip(specs, axes[0]):
         sns.lineplot(frame[frame["objective"] == spec], x="checkpoint", y="loss", marker="o", errorbar=("ci", 95),
-                     ax=ax)
+                     seed=BAND_SEED, ax=ax)
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective)", title=spec)
     figure.suptitle("Each objective's own held-out loss against compute (band: 95 % CI over seeds)")
     save_figure(figure, path)
@@ -47,7 +50,7 @@ def plot_excess(runs: list[RunRecord], floors: dict, path: Path) -> bool:
         return False
     figure, axes = plt.subplots(figsize=(7, 4.5))
     sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="excess", hue="objective", marker="o", errorbar=("ci", 95),
-                 ax=axes)
+                 seed=BAND_SEED, ax=axes)
     axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss − Bayes floor (nats)",
              title="Excess over the Bayes-optimal loss")
     save_figure(figure, path)
@@ -75,7 +78,7 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
     controls = {y.label: y.controls for y in (results["verdict"].yardsticks if results["verdict"] else [])}
     for label, ax in zip(labels, axes.flat):
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
-                     errorbar=("ci", 95), ax=ax)
+                     errorbar=("ci", 95), seed=BAND_SEED, ax=ax)
         for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
             ax.axhline(control.estimate, color="grey", linestyle=style, label=control.control)
             if control.ci_low is not None:
