@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, resolve_model
-from bench.analysis.results import Measured, build_results
+from bench.analysis.results import Measured, build_results, load_results
 from bench.cli import Parser, run
 from bench.data.corpus import data_source, speller, synthetic_language
 from bench.data.text import vocab_for_tokenizer
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("config.json", "results.json"):
         if not (out / name).is_file():
             raise ConfigError(f"{out} holds no finished comparison (no {name}); run bench.compare --out {out} first")
-    settings, measured = read_settings(out), Measured.from_results(read_json(out / "results.json"))
+    settings, measured = read_settings(out), Measured.from_results(load_results(read_json(out / "results.json")))
     saved = settings["derived"].get("downstream") or {}
     if args.tasks is None and not saved.get("tasks"):
         raise ConfigError(f"{out} was run without --downstream; name the tasks with --tasks")

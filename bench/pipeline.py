@@ -19,7 +19,8 @@ from backbone import ConfigError
 from bench.analysis.budgets import frontier_results
 from bench.analysis.density import position_row
 from bench.analysis.presets import Preset, get_preset, paper_section
-from bench.analysis.results import Measured, build_results, runs_of
+from bench.analysis.summaries import Results
+from bench.analysis.results import Measured, build_results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
@@ -27,7 +28,7 @@ from bench.jobs import SMALL_STEP_TOKENS, Context, Slots, Work, choose_slots, ex
 from bench.launch import submitted
 from bench.planning import Plan, output_folder, plan
 from bench.report.frontier import budget_folder, write_frontier_report
-from bench.report.markdown import write_preset_report, write_report
+from bench.report.markdown import worded, write_preset_report, write_report
 from bench.report.setup import setup_table
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
@@ -55,7 +56,7 @@ class Job:
 class Measurement:
     """What one comparison measured, on rank 0 (results None elsewhere)."""
 
-    results: dict | None
+    results: Results | None
     diverged: list[dict]
     plan: Plan
     fabric: Fabric
@@ -103,13 +104,13 @@ def summarise(config: Config, preset: Preset | None, measured: dict[str, Measure
     if list(found) == [""]:
         results = found[""]
         if preset is not None:
-            results["paper"] = paper_section(preset, {"": results}, seconds)
+            results = replace(results, paper=paper_section(preset, {"": results}, seconds))
         print(f"report: {write_report(measured[''].plan.out, results)}")
         return
     out = output_folder(config.output.out)
     if config.training.budgets:
-        by_budget = {results["budget_flops"]: results for results in found.values()}
-        frontier = frontier_results(by_budget, next(iter(found.values()))["baseline"],
+        by_budget = {results.budget_flops: results for results in found.values()}
+        frontier = frontier_results(by_budget, next(iter(found.values())).baseline,
                                     sweep_setup(config, by_budget, seconds))
         if preset is not None:  # a preset's judge reads every budget's comparison, and the frontier
             frontier["paper"] = paper_section(preset, found, seconds, frontier)
@@ -118,12 +119,12 @@ def summarise(config: Config, preset: Preset | None, measured: dict[str, Measure
         print(f"report: {write_preset_report(out, paper_section(preset, found, seconds))}")
 
 
-def sweep_setup(config: Config, by_budget: dict[float, dict], seconds: float) -> dict:
+def sweep_setup(config: Config, by_budget: dict[float, Results], seconds: float) -> dict:
     largest = by_budget[max(by_budget)]
-    setup = {key: value for key, value in largest["setup"].items() if key not in ("budget (FLOPs)", "written")}
+    setup = {key: value for key, value in largest.setup.items() if key not in ("budget (FLOPs)", "written")}
     minutes = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
-                  for results in by_budget.values() for run in runs_of(results)) / 60
-    return {"command": largest["setup"]["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in sorted(by_budget)),
+                  for results in by_budget.values() for run in results.runs) / 60
+    return {"command": largest.setup["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in sorted(by_budget)),
             **{k: v for k, v in setup.items() if k != "command"},
             "sweep time": f"{minutes:.1f} min in its runs (training, evaluations, probes and tasks, summed over runs "
                           f"and sessions); {seconds:.0f} s of wall time in this session"}
@@ -155,7 +156,7 @@ def measure(config: Config) -> Measurement:
     measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), positions, runs,
                         config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged, lr_sweep,
                         plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
-    return Measurement(build_results(measured), diverged, plan_, fabric)
+    return Measurement(worded(build_results(measured)), diverged, plan_, fabric)
 
 
 def write_settings(fabric: Fabric, plan_: Plan) -> None:

@@ -68,8 +68,19 @@ def recorded_settings(data: str, seq_len: int | str, model: str = "tiny") -> dic
     return {"schema": CONFIG_SCHEMA, "config": config.recorded(SETTING), "derived": {}}
 
 
+GOLDEN = Path(__file__).parent / "fixtures" / "comparison.json"  # tests/fixtures/make_comparison.py writes it
+
+
+@pytest.fixture
+def golden_results():
+    """The golden comparison's results.json, read back typed (bench.analysis.results.load_results)."""
+    from bench.analysis.results import load_results
+
+    return load_results(json.loads(GOLDEN.read_text()))
+
+
 def written_record(**fields) -> str:
     """A result.json's text as a finished run writes it (or, given `read_as`, an untrained control): the golden
     comparison's first run or control (tests/fixtures/comparison.json) with `fields` changed."""
-    golden = json.loads((Path(__file__).parent / "fixtures" / "comparison.json").read_text())
+    golden = json.loads(GOLDEN.read_text())
     return json.dumps({**(golden["controls"] if "read_as" in fields else golden["runs"])[0], **fields})

@@ -14,9 +14,10 @@ import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
 from bench.analysis.findings import Gain, GainAt, YardstickVerdict
+from bench.analysis.summaries import Results, Stat
 from bench.analysis.frontier import LOG_LINEAR, POWER_LAW, Curves, crossover, fit_frontier, gain_trend, multipliers
 from bench.analysis.measures import yardsticks
-from bench.analysis.results import Measured, by_control, by_objective, runs_of, stat
+from bench.analysis.results import by_control, by_objective, stat
 
 FIT_REASONS = {
     POWER_LAW: "a saturating power law toward the ceiling, since the yardstick has one and every seed lies below it",
@@ -24,42 +25,41 @@ FIT_REASONS = {
 }
 
 
-def sweep_yardsticks(by_budget: dict[float, dict]) -> list:
+def sweep_yardsticks(by_budget: dict[float, Results]) -> list:
     """The yardsticks every budget's comparison measured, as the largest budget's results define them."""
-    measured = Measured.from_results(by_budget[max(by_budget)])
-    bayes = measured.bayes or {}
-    return yardsticks(measured.runs, bayes.get("ceilings") or {}, bayes.get("input_only"), measured.tasks)
+    largest = by_budget[max(by_budget)]
+    bayes = largest.bayes or {}
+    return yardsticks(largest.runs, bayes.get("ceilings") or {}, bayes.get("input_only"), largest.tasks)
 
 
-def seed_scores(by_budget: dict[float, dict], yardstick, spec: str) -> dict[int, list[float]]:
+def seed_scores(by_budget: dict[float, Results], yardstick, spec: str) -> dict[int, list[float]]:
     """{seed: its score at every budget} for the seeds that finished at every budget (a diverged run drops its
     seed from the curve rather than leaving a hole in it)."""
     found: dict[int, list[float]] = {}
     for index, budget in enumerate(sorted(by_budget)):
-        for run in by_objective(runs_of(by_budget[budget])).get(spec, []):
+        for run in by_objective(by_budget[budget].runs).get(spec, []):
             reading = yardstick.final(run)
             if reading is not None and len(found.setdefault(run.seed, [])) == index:
                 found[run.seed].append(reading.value)
     return {seed: scores for seed, scores in found.items() if len(scores) == len(by_budget)}
 
 
-def verdict_items(by_budget: dict[float, dict], name: str) -> list[YardstickVerdict | None]:
+def verdict_items(by_budget: dict[float, Results], name: str) -> list[YardstickVerdict | None]:
     """Per budget, that comparison's verdict on this yardstick."""
-    return [verdict.item(name) if verdict else None for b in sorted(by_budget) for verdict in
-            [by_budget[b].get("verdict")]]
+    return [by_budget[b].verdict.item(name) if by_budget[b].verdict else None for b in sorted(by_budget)]
 
 
 def gain_at(item: YardstickVerdict | None, spec: str) -> Gain | None:
     return item.gain_of(spec) if item else None
 
 
-def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict[int, list[float]]],
+def gains_across(by_budget: dict[float, Results], yardstick, scores: dict[str, dict[int, list[float]]],
                  resamples: int) -> dict[str, dict]:
     """Per objective, its gain over its own control at every budget (each budget's verdict) and the gain's trend
     against compute (bench.analysis.frontier.gain_trend)."""
     budgets, sign = sorted(by_budget), 1.0 if yardstick.higher_is_better else -1.0
     items = verdict_items(by_budget, yardstick.name)
-    controls = by_control(runs_of(by_budget[max(by_budget)], "controls"))
+    controls = by_control(by_budget[max(by_budget)].controls)
     found = {}
     for spec, by_seed in scores.items():
         gains = [gain_at(item, spec) for item in items]
@@ -77,10 +77,10 @@ def gains_across(by_budget: dict[float, dict], yardstick, scores: dict[str, dict
     return found
 
 
-def control_summary(by_budget: dict[float, dict], yardstick) -> dict[str, dict]:
+def control_summary(by_budget: dict[float, Results], yardstick) -> dict[str, Stat | None]:
     """The untrained controls (the same initialisations at every budget: they spend no training FLOPs), from the
     largest budget's comparison."""
-    controls = runs_of(by_budget[max(by_budget)], "controls")
+    controls = by_budget[max(by_budget)].controls
     return {name: stat(values) for name, group in by_control(controls).items()
             for values in [[r.value for run in group for r in [yardstick.final(run)] if r is not None]] if values}
 
@@ -125,13 +125,13 @@ def judged_crossover(found: dict, beats: dict[str, list[bool]], budgets: list[fl
     return found
 
 
-def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | None = None,
+def frontier_results(by_budget: dict[float, Results], baseline: str, setup: dict | None = None,
                      resamples: int = 2000) -> dict:
     """Everything the frontier report states, as JSON-ready data: per yardstick the means per budget, the controls,
     whether it measures pretraining, the gains' trends, and where it is neutral and measures pretraining the fit,
     the multipliers against the baseline at every budget and the crossover of every pair."""
     budgets = sorted(by_budget)
-    specs = list(dict.fromkeys(run.objective for budget in budgets for run in runs_of(by_budget[budget])))
+    specs = list(dict.fromkeys(run.objective for budget in budgets for run in by_budget[budget].runs))
     found = []
     for yardstick in sweep_yardsticks(by_budget):
         scores = {spec: by_seed for spec in specs for by_seed in [seed_scores(by_budget, yardstick, spec)] if by_seed}
@@ -152,4 +152,4 @@ def frontier_results(by_budget: dict[float, dict], baseline: str, setup: dict | 
         if not mirrors and any(item["measures_pretraining"]):
             fit_item(item, yardstick, scores, budgets, baseline, resamples, items)
     return {"budgets": budgets, "baseline": baseline, "objectives": specs, "setup": setup or {},
-            "yardsticks": found, "answers": [by_budget[b].get("answer") for b in budgets]}
+            "yardsticks": found, "answers": [by_budget[b].answer for b in budgets]}

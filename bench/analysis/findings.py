@@ -26,6 +26,8 @@ def omitted() -> Any:
 
 def to_json(value: Any) -> Any:
     """A finding (or a list or dict of them) as JSON-ready data, fields in order."""
+    if hasattr(value, "to_json") and not isinstance(value, type):  # a record with a layout of its own
+        return value.to_json()
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)
                 if not (f.metadata.get("omitted") and getattr(value, f.name) is None)}
@@ -51,6 +53,8 @@ def from_json(kind: Any, data: Any) -> Any:
         return [from_json(arguments[0], item) for item in data]
     if origin is dict:
         return {key: from_json(arguments[1], item) for key, item in data.items()}
+    if hasattr(kind, "from_json"):
+        return kind.from_json(data)
     if dataclasses.is_dataclass(kind):
         hints = typing.get_type_hints(kind)
         return kind(**{f.name: from_json(hints[f.name], data[f.name]) for f in dataclasses.fields(kind)

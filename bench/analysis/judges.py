@@ -20,39 +20,39 @@ from bench.analysis import uncertainty
 from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, holm
 from bench.analysis.findings import Family, Unread, YardstickVerdict
 from bench.analysis.measures import Yardstick, group, yardsticks
-from bench.analysis.results import runs_of
+from bench.analysis.summaries import Results
 
 MARGIN = 0.05  # "comparable": a shortfall of at most 5 % of the second's mean
 
 
 @dataclass
 class Evidence:
-    """The finished comparisons a judge reads: per variant ("" for a single comparison) its results.json dict."""
+    """The finished comparisons a judge reads: per variant ("" for a single comparison) its Results."""
 
-    results: dict[str, dict]
+    results: dict[str, Results]
     _yardsticks: dict[str, dict[str, Yardstick]] = field(default_factory=dict)
 
     def yardstick(self, variant: str, name: str) -> Yardstick | None:
         if variant not in self._yardsticks:
             result = self.results[variant]
-            bayes = result.get("bayes") or {}
-            self._yardsticks[variant] = {y.name: y for y in yardsticks(runs_of(result), bayes.get("ceilings") or {},
-                                                                       bayes.get("input_only"), result.get("tasks"))}
+            bayes = result.bayes or {}
+            self._yardsticks[variant] = {y.name: y for y in yardsticks(result.runs, bayes.get("ceilings") or {},
+                                                                       bayes.get("input_only"), result.tasks)}
         return self._yardsticks[variant].get(name)
 
     def item(self, variant: str, name: str) -> YardstickVerdict | None:
         """That comparison's verdict on the yardstick."""
-        verdict = (self.results.get(variant) or {}).get("verdict")
-        return verdict.item(name) if verdict else None
+        result = self.results.get(variant)
+        return result.verdict.item(name) if result and result.verdict else None
 
     def group(self, variant: str, spec: str, name: str):
         yardstick = self.yardstick(variant, name) if variant in self.results else None
-        runs = [run for run in runs_of(self.results.get(variant) or {}) if run.objective == spec]
+        runs = [run for run in self.results[variant].runs if run.objective == spec] if variant in self.results else []
         return None if yardstick is None or not runs else group(runs, yardstick.final)
 
     def main(self, finetuned: bool = False) -> str:
         """The comparisons' main yardstick (the neutral tasks read frozen), or its fine-tuned twin."""
-        name = next((r["verdict"].main for r in self.results.values() if r.get("verdict") and r["verdict"].main),
+        name = next((r.verdict.main for r in self.results.values() if r.verdict and r.verdict.main),
                     None) or "neutral_average_frozen"
         return name.replace("frozen", "finetuned") if finetuned else name
 
@@ -99,8 +99,8 @@ def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, aga
     found = {"claim": text, "kind": "multiplier", "objectives": [side_label((variant, spec)),
                                                                  side_label((variant, against))],
              "yardstick": evidence.main(), "mirrors": []}
-    verdict = (evidence.results.get(variant) or {}).get("verdict")
-    m = next((m for m in (verdict.multipliers if verdict else []) if m.objective == spec and m.against == against
+    result = evidence.results.get(variant)
+    m = next((m for m in (result.verdict.multipliers if result and result.verdict else []) if m.objective == spec and m.against == against
               and m.yardstick == evidence.main()), None)
     if m is None:
         return {**found, "outcome": "not measured"}
@@ -161,7 +161,7 @@ def judge_corruption(evidence: Evidence) -> list[dict]:
 
 
 def judge_static(evidence: Evidence) -> list[dict]:
-    epochs = evidence.results[""]["setup"].get("epochs", "unknown")
+    epochs = evidence.results[""].setup.get("epochs", "unknown")
     return [setting("The data repeat: about 40 epochs, so each of the 10 static copies is seen about 4 times",
                     f"this run: {epochs}")] + [
         claim(evidence, f"RoBERTa: dynamic masking is comparable to or better than static masking ({name})", name,
@@ -171,8 +171,8 @@ def judge_static(evidence: Evidence) -> list[dict]:
 
 def judge_pairs(evidence: Evidence) -> list[dict]:
     nsp, sop = "synthetic:same-source (finetuned)", "synthetic:order (finetuned)"
-    heads = [f"{o['objective']} {o['metrics']['pair_accuracy']['mean']:.3f}"
-             for o in evidence.results[""]["objectives"] if o["metrics"].get("pair_accuracy")]
+    heads = [f"{o.objective} {o.metrics['pair_accuracy'].mean:.3f}"
+             for o in evidence.results[""].objectives if o.metrics.get("pair_accuracy")]
     return [setting("Each pair objective's own head on held-out pairs of its own task (ALBERT's intrinsic accuracy)",
                     "; ".join(heads) or "no pair objective finished"),
             claim(evidence, "A model trained with NSP solves NSP (beats MLM alone)", nsp, ("", "mlm:pair=nsp"),
@@ -209,9 +209,9 @@ def judge_electra(evidence: Evidence) -> list[dict]:
 
 
 def judge_seq_len(evidence: Evidence) -> list[dict]:
-    flowed = [f"{variant} {o['compute']['tokens']:,.0f} token positions ({o['compute']['supervised_positions']:,.0f} "
-              "supervised)" for variant in ("schedule", "fixed")
-              for o in (evidence.results.get(variant) or {}).get("objectives", [])]
+    flowed = [f"{variant} {o.compute.tokens:,.0f} token positions ({o.compute.supervised_positions:,.0f} "
+              "supervised)" for variant in ("schedule", "fixed") if variant in evidence.results
+              for o in evidence.results[variant].objectives]
     return [setting("At equal FLOPs the schedule lets more positions flow (BERT's arithmetic: 4.26e10 of them in "
                     "10^6 steps against 1.31e11 for T = 512 throughout, at a third of the FLOPs)",
                     "per run, mean over seeds: " + "; ".join(flowed))] + [

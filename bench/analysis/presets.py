@@ -21,7 +21,8 @@ from bench.analysis.claims import NOT_MEASURABLE
 from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge,
                                    judge_clm, judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
                                    judge_table8, judge_units)
-from bench.analysis.results import runs_of, stat
+from bench.analysis.summaries import Results
+from bench.analysis.results import stat
 
 
 @dataclass(frozen=True)
@@ -227,7 +228,7 @@ def frontier_findings(preset: Preset, frontier: dict | None, name: str) -> list[
     return found
 
 
-def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float | None,
+def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: float | None,
                   frontier: dict | None = None) -> dict:
     """The "Paper versus this run" data: the paper's rows beside ours, the judged claims (one Holm family, named) and
     what differs; with a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
@@ -241,8 +242,8 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
                         for g in [evidence.group(variant, spec, name)]}})
     findings, named = judge(preset.judge(evidence), f"{preset.name}: the paper's claims")
     first = next(iter(results.values()))
-    setup = first.get("setup", {})
-    runs = [run for result in results.values() for run in runs_of(result)]
+    setup = first.setup
+    runs = [run for result in results.values() for run in result.runs]
     # what the runs cost, however many sessions (--resume) they took: training with its evaluations, probes, tasks
     runs_seconds = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
                        for run in runs)
@@ -253,7 +254,7 @@ def paper_section(preset: Preset, results: dict[str, dict], wall_seconds: float 
             "findings": findings + frontier_findings(preset, frontier, evidence.main()),
             "paper_setting": preset.paper.setting,
             "this_run": f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
-                        + (" (per comparison: " + ", ".join(f"{name} {r['budget_flops']:.3g}" for name, r in
+                        + (" (per comparison: " + ", ".join(f"{name} {r.budget_flops:.3g}" for name, r in
                                                             results.items()) + ")" if len(results) > 1 else "")
-                        + f"; {setup.get('data', '?')}; {first.get('seeds', '?')} seeds",
+                        + f"; {setup.get('data', '?')}; {first.seeds} seeds",
             "wall_seconds": wall_seconds, "runs_seconds": runs_seconds}

@@ -1,5 +1,5 @@
-"""From finished runs to the numbers a comparison reports: one plain dict, written to results.json as it is and
-rendered to markdown by bench.report. Statistics are computed here and nowhere else; formatting happens there.
+"""From finished runs to the numbers a comparison reports: Results (bench.analysis.findings), written to results.json
+and rendered to markdown by bench.report. Statistics are computed here and nowhere else; formatting happens there.
 
 Means are over seeds with the half-width of the 95 % Student-t interval ("ci95", None with one seed); p-values are
 Welch's two-sided test against the baseline (the first objective), None where there is no test.
@@ -8,12 +8,14 @@ Welch's two-sided test against the baseline (the first objective), None where th
 from __future__ import annotations
 
 import math
+import typing
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
 from bench.analysis import findings
-from bench.analysis.findings import Answer, Verdict
 from bench.analysis.stats import summarize, welch_p_value
+from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, ProbeSummary, Results, Stat,
+                                      TaskFlops, TaskRow, TaskSummary, Untrained)
 from bench.analysis.verdict import verdict
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
 from bench.training.schedule import parse_seq_len
@@ -42,13 +44,12 @@ def final_metrics(run: RunRecord) -> dict[str, float]:
     return {k: v for k, v in run.curve[-1].metrics.items() if v is not None}
 
 
-def stat(values: list[float]) -> dict:
-    """{"mean", "ci95", "n"} over seeds; ci95 is None with a single seed; None without any value."""
+def stat(values: list[float]) -> Stat | None:
+    """The mean over seeds and its 95 % half-width (None with a single seed); None without any value."""
     if not values:
         return None
     summary = summarize(values)
-    return {"mean": summary.mean, "ci95": None if math.isnan(summary.half_width) else summary.half_width,
-            "n": summary.n}
+    return Stat(mean=summary.mean, ci95=None if math.isnan(summary.half_width) else summary.half_width, n=summary.n)
 
 
 def p_value(values: list[float], baseline: list[float]) -> float | None:
@@ -56,39 +57,39 @@ def p_value(values: list[float], baseline: list[float]) -> float | None:
     return None if math.isnan(p) else p
 
 
-def compute_summary(runs: list[RunRecord]) -> dict[str, float]:
+def compute_summary(runs: list[RunRecord]) -> Compute:
     mean = {key: sum(getattr(r, key) for r in runs) / len(runs) for key in COMPUTE_KEYS}
     # where the wall time went: the steps, the evaluations at the FLOP checkpoints (held-out loss, curve probes and
     # tasks, checkpointing), and the final probes and tasks on rank 0
     spent = {"train_seconds": [r.train_seconds for r in runs],
              "checkpoint_seconds": [r.wall_seconds - r.train_seconds for r in runs],
              "final_seconds": [(r.probe_seconds or 0) + (r.downstream_seconds or 0) for r in runs]}
-    return {**mean, **{key: sum(values) / len(runs) for key, values in spent.items()},
-            "flops_per_token": mean["flops"] / mean["tokens"],
-            "flops_per_supervised": mean["flops"] / mean["supervised_positions"]}
+    return Compute(**mean, **{key: sum(values) / len(runs) for key, values in spent.items()},
+                   flops_per_token=mean["flops"] / mean["tokens"],
+                   flops_per_supervised=mean["flops"] / mean["supervised_positions"])
 
 
 def loss_summary(runs: list[RunRecord], floors: dict[str, float], unigram: dict[str, float]) -> dict:
     """Own held-out loss, the other metrics, and for each metric that has a Bayes floor: the distance to it, and the
-    share of the learnable range (unigram loss → floor) closed. No test between objectives: their own losses measure
-    different tasks."""
+    share of the learnable range (unigram loss → floor) closed (ObjectiveSummary's loss, metrics and floors). No
+    test between objectives: their own losses measure different tasks."""
     finals = [final_metrics(r) for r in runs]
     column = lambda key, fs=finals: [f[key] for f in fs if key in f]  # noqa: E731
-    summary = {"loss": stat(column("loss")),
-               "metrics": {key: stat(column(key)) for key in sorted({k for f in finals for k in f} - {"loss"})
-                           if key not in floors},
-               "floors": {}}
-    for metric, floor in floors.items():
-        start = unigram.get(metric)
-        summary["floors"][metric] = {
-            "floor": floor, "unigram": start, "value": stat(column(metric)),
-            "excess": stat([v - floor for v in column(metric)]),
-            "closed": None if start is None or start <= floor else stat([(start - v) / (start - floor)
-                                                                        for v in column(metric)])}
-    return summary
+    return {"loss": stat(column("loss")),
+            "metrics": {key: stat(column(key)) for key in sorted({k for f in finals for k in f} - {"loss"})
+                        if key not in floors},
+            "floors": {metric: Floor(floor=floor, unigram=unigram.get(metric), value=stat(column(metric)),
+                                     excess=stat([v - floor for v in column(metric)]),
+                                     closed=closed_share(column(metric), unigram.get(metric), floor))
+                       for metric, floor in floors.items()}}
 
 
-def probe_summary(runs: list[Record], ceilings: dict, input_only: dict | None) -> dict | None:
+def closed_share(values: list[float], start: float | None, floor: float) -> Stat | None:
+    """The share of the learnable range, unigram → floor, the values have closed."""
+    return None if start is None or start <= floor else stat([(start - v) / (start - floor) for v in values])
+
+
+def probe_summary(runs: list[Record], ceilings: dict, input_only: dict | None) -> ProbeSummary | None:
     """The probes' accuracies over seeds, beside the Bayes ceilings that apply to these features (what the backbone
     sees: the whole window or the left context) and what the input alone gives the same questions."""
     probes = [r.probes for r in runs if r.probes]
@@ -96,14 +97,13 @@ def probe_summary(runs: list[Record], ceilings: dict, input_only: dict | None) -
         return None
     values = lambda key, ps=probes: [p[key]["score"] for p in ps if p.get(key) is not None]  # noqa: E731
     sees = probes[0].get("sees", "smoothing")
-    summary = {key: stat(values(key)) for key in PROBE_SCORES if values(key)}
-    summary.update(sees=sees, ceilings={question: ceilings.get(f"{question}_{sees}") for question in QUESTIONS},
-                   input_only=(input_only or {}).get(sees),
-                   probe_flops=sum(p["probe_flops"] for p in probes) / len(probes))
-    return summary
+    return ProbeSummary(**{key: stat(values(key)) for key in PROBE_SCORES if values(key)}, sees=sees,
+                        ceilings={question: ceilings.get(f"{question}_{sees}") for question in QUESTIONS},
+                        input_only=(input_only or {}).get(sees),
+                        probe_flops=sum(p["probe_flops"] for p in probes) / len(probes))
 
 
-def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | None) -> dict | None:
+def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | None) -> DownstreamSummary | None:
     """Per task: what it is and, per objective, the frozen and fine-tuned test scores over seeds, the rates the dev
     split chose and the FLOPs spent (the averages over tasks are the verdict's yardsticks)."""
     runs = [r for rs in grouped.values() for r in rs]
@@ -111,7 +111,7 @@ def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | Non
     if not names:
         return None
     described = {t["task"]: t for t in tasks or []}
-    summary = {"tasks": []}
+    summary = []
     for name in names:
         rows = []
         for spec, spec_runs in grouped.items():
@@ -120,18 +120,17 @@ def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | Non
                 continue
             rates = [r["finetuned"]["lr"] for r in results]
             grid = [float(rate) for rate in results[0]["finetuned"]["dev"]]
-            rows.append({"objective": spec, "pooling": results[0]["pooling"],
-                         "frozen": stat([r["frozen"]["score"] for r in results]),
-                         "finetuned": stat([r["finetuned"]["score"] for r in results]),
-                         "metrics": {key: stat([r["finetuned"][key] for r in results])
-                                     for key in results[0]["finetuned"]
-                                     if key not in ("score", "lr", "dev", "hits", "units")},
-                         "rates": {f"{rate:g}": rates.count(rate) for rate in sorted(set(rates))},
-                         "rate_at_edge": len(grid) > 1 and any(rate in (min(grid), max(grid)) for rate in rates),
-                         "flops": {key: sum(r["flops"][key] for r in results) / len(results)
-                                   for key in ("frozen", "finetune")}})
-        summary["tasks"].append({**described.get(name, {"task": name}), "rows": rows})
-    return summary
+            rows.append(TaskRow(
+                objective=spec, pooling=results[0]["pooling"], frozen=stat([r["frozen"]["score"] for r in results]),
+                finetuned=stat([r["finetuned"]["score"] for r in results]),
+                metrics={key: stat([r["finetuned"][key] for r in results]) for key in results[0]["finetuned"]
+                         if key not in ("score", "lr", "dev", "hits", "units")},
+                rates={f"{rate:g}": rates.count(rate) for rate in sorted(set(rates))},
+                rate_at_edge=len(grid) > 1 and any(rate in (min(grid), max(grid)) for rate in rates),
+                flops=TaskFlops(**{key: sum(r["flops"][key] for r in results) / len(results)
+                                   for key in ("frozen", "finetune")})))
+        summary.append(TaskSummary(described.get(name, {"task": name}), rows))
+    return DownstreamSummary(summary)
 
 
 PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
@@ -183,47 +182,48 @@ class Measured:
     controls: list[ControlRecord] = field(default_factory=list)  # the untrained controls (training.runs.control_run)
 
     @classmethod
-    def from_results(cls, results: dict) -> "Measured":
-        """Read back from results.json (bench.downstream --run); a folder of another schema is refused."""
-        if results.get("schema") != SCHEMA:
-            raise ValueError(f"results.json of schema {results.get('schema', 1)}, not {SCHEMA}: rerun the comparison")
-        found = {f.name: results.get(f.name, f.default) for f in fields(cls)}
-        return cls(**{**found, "runs": runs_of(results), "controls": runs_of(results, "controls")})
+    def from_results(cls, results: Results) -> "Measured":
+        """What a comparison's results were built from (bench.downstream --run rebuilds them with a task added)."""
+        return cls(**{f.name: getattr(results, f.name) for f in fields(cls)})
 
 
-def load_results(data: dict) -> dict:
-    """A results.json read back for the report stage, its findings typed (bench.analysis.findings)."""
-    return {**data, "answer": findings.from_json(Answer | None, data.get("answer")),
-            "verdict": findings.from_json(Verdict | None, data.get("verdict"))}
+def load_results(data: dict) -> Results:
+    """A results.json read back, typed (bench.analysis.findings; its runs and controls through the records' one
+    loader); a file of another schema is refused, never misread."""
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"results.json of schema {data.get('schema', 1)}, not {SCHEMA}: rerun the comparison")
+    hints = typing.get_type_hints(Results)
+    return Results(**{f.name: findings.from_json(hints[f.name], data.get(f.name)) for f in fields(Results)
+                      if f.name not in ("runs", "controls")},
+                   runs=runs_of(data), controls=runs_of(data, "controls"))
 
 
-def build_results(measured: Measured) -> dict:
-    """Everything the report states, as plain JSON-ready data. The baseline is the first objective given; when all
-    its runs diverged, nothing is tested against it (rather than silently against another one). Each objective's
-    gains are measured against its own untrained control."""
+def build_results(measured: Measured) -> Results:
+    """Everything the report states. The baseline is the first objective given; when all its runs diverged,
+    nothing is tested against it (rather than silently against another one). Each objective's gains are measured
+    against its own untrained control."""
     runs, controls, bayes, tasks = measured.runs, measured.controls, measured.bayes, measured.tasks
     budget_flops, positions = measured.budget_flops, measured.positions
     grouped, control_groups = by_objective(runs), by_control(controls)
     baseline = measured.baseline or next(iter(grouped), None)
     floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings") or {}
     unigram, input_only = (bayes or {}).get("unigram", {}), (bayes or {}).get("input_only")
-    objectives = []
-    for spec, spec_runs in grouped.items():
-        objectives.append({"objective": spec, "seeds": len(spec_runs), "compute": compute_summary(spec_runs),
-                           "control": spec_runs[0].control,
-                           **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
-                           "probes": probe_summary(spec_runs, ceilings, input_only)})
-    untrained = [{"control": name, "seeds": len(group), "read_as": group[0].read_as,
-                  "probes": probe_summary(group, ceilings, input_only)} for name, group in control_groups.items()]
+    objectives = [ObjectiveSummary(objective=spec, seeds=len(spec_runs), compute=compute_summary(spec_runs),
+                                   control=spec_runs[0].control,
+                                   **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
+                                   probes=probe_summary(spec_runs, ceilings, input_only))
+                  for spec, spec_runs in grouped.items()]
+    untrained = [Untrained(control=name, seeds=len(group), read_as=group[0].read_as,
+                           probes=probe_summary(group, ceilings, input_only)) for name, group in control_groups.items()]
     has_probes = any(r.probes or r.downstream for r in runs)
-    found, answer = verdict(grouped, baseline, ceilings, positions, objectives, budget_flops, control_groups,
+    # supervised positions per FLOP, measured over the runs: the density ratio beside the multipliers
+    per_flop = {o.objective: o.compute.supervised_positions / o.compute.flops for o in objectives}
+    found, answer = verdict(grouped, baseline, ceilings, positions, per_flop, budget_flops, control_groups,
                             input_only, tasks) if has_probes and baseline in grouped else (None, None)
-    return {"schema": SCHEMA, "budget_flops": budget_flops, "seq_len": measured.seq_len, "baseline": baseline,
-            "seeds": min((len(rs) for rs in grouped.values()), default=0), "setup": measured.setup,
-            "answer": answer, "verdict": found,
-            "lr_sweep": measured.lr_sweep, "positions": positions, "bayes": bayes, "objectives": objectives,
-            "untrained": untrained,
-            "downstream": downstream_summary({**grouped, **control_groups}, tasks),
-            "seq_len_schedule": schedule_summary(grouped, measured.seq_len_accounting),
-            "diverged": measured.diverged, "tasks": tasks, "seq_len_accounting": measured.seq_len_accounting,
-            "runs": [run.to_json() for run in runs], "controls": [control.to_json() for control in controls]}
+    return Results(schema=SCHEMA, budget_flops=budget_flops, seq_len=measured.seq_len, baseline=baseline,
+                   seeds=min((len(rs) for rs in grouped.values()), default=0), setup=measured.setup, answer=answer,
+                   verdict=found, lr_sweep=measured.lr_sweep, positions=positions, bayes=bayes, objectives=objectives,
+                   untrained=untrained, downstream=downstream_summary({**grouped, **control_groups}, tasks),
+                   seq_len_schedule=schedule_summary(grouped, measured.seq_len_accounting),
+                   diverged=measured.diverged, tasks=tasks, seq_len_accounting=measured.seq_len_accounting,
+                   runs=runs, controls=controls)

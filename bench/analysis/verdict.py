@@ -148,11 +148,11 @@ def multipliers_on(item: YardstickVerdict, yardstick: Yardstick, grouped: dict[s
     return found
 
 
-def density_ratios(positions: list[dict], objectives: list[dict], baseline: str) -> dict[str, DensityRatio]:
+def density_ratios(positions: list[dict], per_flop: dict[str, float], baseline: str) -> dict[str, DensityRatio]:
     """Per objective against the baseline: supervised positions per sequence (analytic, at the final length) and per
-    FLOP (measured over the runs: a schedule's pieces and ELECTRA's generator all counted) over the baseline's."""
+    FLOP (`per_flop`, measured over the runs: a schedule's pieces and ELECTRA's generator all counted) over the
+    baseline's."""
     per_sequence = {row["objective"]: row["supervised_positions"] for row in positions}
-    per_flop = {o["objective"]: o["compute"]["supervised_positions"] / o["compute"]["flops"] for o in objectives}
     return {spec: DensityRatio(per_sequence=per_sequence[spec] / per_sequence[baseline] if spec in per_sequence and
                                per_sequence.get(baseline) else None,
                                per_flop=per_flop[spec] / per_flop[baseline] if per_flop.get(baseline) else None)
@@ -160,7 +160,7 @@ def density_ratios(positions: list[dict], objectives: list[dict], baseline: str)
 
 
 def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, positions: list[dict],
-            objectives: list[dict], budget: float, controls: dict[str, list[ControlRecord]] | None = None,
+            per_flop: dict[str, float], budget: float, controls: dict[str, list[ControlRecord]] | None = None,
             input_only: dict | None = None, tasks: list[dict] | None = None) -> tuple[Verdict, Answer]:
     """Every yardstick's findings, the main one named, the multipliers on the neutral yardsticks with curves, the
     signal density per sequence and per FLOP, and per objective its wins over its control on neutral yardsticks;
@@ -179,7 +179,7 @@ def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, 
     wins = {spec: [item.yardstick for item in neutral if beats_control(item.gain_of(spec))] for spec in grouped}
     found_verdict = Verdict(baseline=baseline, main=main, yardsticks=found, multipliers=multipliers,
                             wins=Wins(neutral_yardsticks=len(neutral), by_objective=wins),
-                            signal_density_ratio=density_ratios(positions, objectives, baseline))
+                            signal_density_ratio=density_ratios(positions, per_flop, baseline))
     return found_verdict, answer(found_verdict, measured, grouped, budget)
 
 

@@ -160,10 +160,10 @@ def plot_frontier(frontier: dict, path: Path) -> bool:
             sign = 1.0 if item["higher_is_better"] else -1.0
             fit = sign * (sign * item["ceiling"] - np.exp(g)) if item["fit"].startswith("power") else sign * g
             line, = ax.plot(grid, fit, label=spec)
-            ax.errorbar(budgets, [m["mean"] for m in means], yerr=[m["ci95"] or 0 for m in means], fmt="o",
+            ax.errorbar(budgets, [m.mean for m in means], yerr=[m.ci95 or 0 for m in means], fmt="o",
                         color=line.get_color(), capsize=3)
         for (name, control), style in zip(item["controls"].items(), ("--", ":", "-.")):
-            ax.axhline(control["mean"], color="grey", linestyle=style, label=name)
+            ax.axhline(control.mean, color="grey", linestyle=style, label=name)
         ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=item["label"], title=item["label"])
         ax.legend(fontsize="small")
     figure.suptitle("Score against compute: each budget's runs (mean ± 95 % CI over seeds), the fits, and the "

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.analysis.findings import to_json
+from bench.analysis.summaries import Results
 
 from bench.files import write_atomic, write_json
 from bench.report.plots import write_plots
@@ -18,15 +19,15 @@ from bench.report.sections import (answer_section, compute_section, density_sect
                                    schedule_section, setup_section, sweep_section, verdict_section)
 
 
-def render(results: dict, plots: list[str]) -> str:
-    """report.md from the results dict (bench.analysis.results.build_results)."""
+def render(results: Results, plots: list[str]) -> str:
+    """report.md from the Results (bench.analysis.results.build_results)."""
     sections = [
-        f"# Pretraining objectives at equal compute\n\nBudget: **{results['budget_flops']:.3g} FLOPs** per run; "
-        "objectives: " + ", ".join(f"`{o['objective']}`" for o in results["objectives"]) + ".",
+        f"# Pretraining objectives at equal compute\n\nBudget: **{results.budget_flops:.3g} FLOPs** per run; "
+        "objectives: " + ", ".join(f"`{o.objective}`" for o in results.objectives) + ".",
         answer_section(results),
-        *([paper_text(results["paper"])] if results.get("paper") else []),
+        *([paper_text(results.paper)] if results.paper else []),
         verdict_section(results),
-        setup_section(results["setup"]) + schedule_section(results) + objective_schedule_section(results),
+        setup_section(results.setup) + schedule_section(results) + objective_schedule_section(results),
         density_section(results),
         compute_section(results) + sweep_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),
@@ -35,11 +36,17 @@ def render(results: dict, plots: list[str]) -> str:
     return "\n\n".join(sections) + "\n"
 
 
-def write_report(out: Path, results: dict) -> Path:
+def worded(results: Results) -> Results:
+    """The results with their answer's sentence, as results.json carries it (and a sweep's frontier, each budget's)."""
+    if results.answer is None:
+        return results
+    return replace(results, answer=replace(results.answer, sentence=answer_sentence(results.answer)))
+
+
+def write_report(out: Path, results: Results) -> Path:
     """Write results.json (the answer's sentence in it), the PNG plots and report.md into `out`; return report.md's
     path."""
-    if results.get("answer") is not None:
-        results["answer"] = replace(results["answer"], sentence=answer_sentence(results["answer"]))
+    results = worded(results)
     write_json(out / "results.json", to_json(results))
     plots = write_plots(results, out)
     report = out / "report.md"

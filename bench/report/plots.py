@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from bench.files import write_atomic
 from bench.analysis.measures import yardsticks
-from bench.analysis.results import runs_of
+from bench.analysis.summaries import Results
 from bench.training.records import RunRecord
 
 # seaborn's 95 % bands are a bootstrap: a fixed seed draws the same PNG from the same results
@@ -57,14 +57,14 @@ def plot_excess(runs: list[RunRecord], floors: dict, path: Path) -> bool:
     return True
 
 
-def plot_yardsticks(results: dict, path: Path) -> bool:
+def plot_yardsticks(results: Results, path: Path) -> bool:
     """One panel per yardstick with a curve over FLOPs (the neutral tasks, read frozen at every checkpoint): what the
     compute multipliers are read from."""
-    ceilings = (results["bayes"] or {}).get("ceilings") or {}
-    runs = runs_of(results)
+    ceilings = (results.bayes or {}).get("ceilings") or {}
+    runs = results.runs
     rows = [{"objective": r.objective, "checkpoint": point.checkpoint, "yardstick": yardstick.label,
              "value": found.value}
-            for yardstick in yardsticks(runs, ceilings, None, results.get("tasks")) if yardstick.point is not None
+            for yardstick in yardsticks(runs, ceilings, None, results.tasks) if yardstick.point is not None
             for r in runs for point in r.curve for found in [yardstick.point(point)] if found is not None]
     if not rows:
         return False
@@ -75,7 +75,7 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
     figure, axes = plt.subplots(rows_, columns, figsize=(5 * columns, 4 * rows_), squeeze=False)
     for ax in axes.flat[len(labels):]:
         ax.set_visible(False)
-    controls = {y.label: y.controls for y in (results["verdict"].yardsticks if results["verdict"] else [])}
+    controls = {y.label: y.controls for y in (results.verdict.yardsticks if results.verdict else [])}
     for label, ax in zip(labels, axes.flat):
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
                      errorbar=("ci", 95), seed=BAND_SEED, ax=ax)
@@ -91,10 +91,10 @@ def plot_yardsticks(results: dict, path: Path) -> bool:
     return True
 
 
-def plot_gains(results: dict, path: Path) -> bool:
+def plot_gains(results: Results, path: Path) -> bool:
     """A forest plot: every objective's gain over its own untrained control, per yardstick, with its 95 % interval
     (seeds and test examples); the mirroring yardsticks marked as diagnostics."""
-    v = results.get("verdict")
+    v = results.verdict
     rows = [(y.label + (" [diagnostic]" if y.mirrors else "") + (" [main]" if y.yardstick == v.main else ""), g)
             for y in (v.yardsticks if v else []) for g in y.gains]
     if not rows:
@@ -115,11 +115,11 @@ def plot_gains(results: dict, path: Path) -> bool:
     return bool(labels)
 
 
-def plot_density(results: dict, path: Path) -> None:
+def plot_density(results: Results, path: Path) -> None:
     frame = pd.DataFrame([{"objective": row["objective"], "count": "analytic", "positions": row["supervised_positions"]}
-                          for row in results["positions"]]
-                         + [{"objective": o["objective"], "count": "measured",
-                             "positions": o["compute"]["supervised_per_sequence"]} for o in results["objectives"]])
+                          for row in results.positions]
+                         + [{"objective": o.objective, "count": "measured",
+                             "positions": o.compute.supervised_per_sequence} for o in results.objectives])
     figure, axes = plt.subplots(figsize=(7, 4))
     sns.barplot(frame, x="objective", y="positions", hue="count", ax=axes)
     axes.set(ylabel="supervised positions per sequence", title="Signal density")
@@ -137,16 +137,16 @@ def save_figure(figure: plt.Figure, path: Path) -> None:
     write_atomic(path, buffer.getvalue())
 
 
-def write_plots(results: dict, out: Path) -> list[str]:
+def write_plots(results: Results, out: Path) -> list[str]:
     """The PNG plots beside report.md; returns their markdown links."""
-    runs = runs_of(results)
+    runs = results.runs
     if not runs:  # every run diverged: the report is the table that says so
         return []
     plot_loss(runs, out / "loss_vs_flops.png")
     plot_density(results, out / "signal_density.png")
     plots = ["![held-out loss against FLOPs](loss_vs_flops.png)"]
     plot_gains(results, out / "gains_forest.png")  # linked from the answer, at the top
-    if plot_excess(runs, (results["bayes"] or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
+    if plot_excess(runs, (results.bayes or {}).get("floors", {}), out / "excess_loss_vs_flops.png"):
         plots.append("![excess over the Bayes floor against FLOPs](excess_loss_vs_flops.png)")
     if plot_yardsticks(results, out / "yardsticks_vs_flops.png"):
         plots.insert(0, "![yardsticks against FLOPs](yardsticks_vs_flops.png)")

@@ -1,4 +1,4 @@
-"""The sections and tables of report.md, each a function of the results dict."""
+"""The sections and tables of report.md, each a function of the Results (bench.analysis.findings)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from tabulate import tabulate
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Unjudged, Verdict, YardstickVerdict
-from bench.analysis.results import by_objective, runs_of
+from bench.analysis.summaries import Results, Stat
+from bench.analysis.results import by_objective
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)
 from objectives import REGISTRY, Objective
@@ -17,31 +18,31 @@ def table(rows: list[list], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-def fmt(summary: dict | None, digits: int = 3) -> str:
-    """A stat dict of bench.analysis.results as "mean ± ci95", or the mean alone with one seed."""
-    if not summary:
+def fmt(summary: Stat | None, digits: int = 3) -> str:
+    """A Stat as "mean ± ci95", or the mean alone with one seed."""
+    if summary is None:
         return ""
-    if summary["ci95"] is None:
-        return f"{summary['mean']:.{digits}f}"
-    return f"{summary['mean']:.{digits}f} ± {summary['ci95']:.{digits}f}"
+    if summary.ci95 is None:
+        return f"{summary.mean:.{digits}f}"
+    return f"{summary.mean:.{digits}f} ± {summary.ci95:.{digits}f}"
 
 
-def answer_section(results: dict) -> str:
+def answer_section(results: Results) -> str:
     """The answer first: which objective buys the most per FLOP on the main yardstick, how sure, and at what scale."""
-    plot = "\n\n![gains over the untrained controls](gains_forest.png)" if results.get("verdict") else ""
-    return f"## Answer\n\n{answer_sentence(results.get('answer'))}{plot}"
+    plot = "\n\n![gains over the untrained controls](gains_forest.png)" if results.verdict else ""
+    return f"## Answer\n\n{answer_sentence(results.answer)}{plot}"
 
 
-def verdict_section(results: dict) -> str:
+def verdict_section(results: Results) -> str:
     """Per yardstick, the main one first: who beats its own untrained control, how the objectives compare under the
     one claim rule, and the multipliers on the neutral yardsticks."""
-    v = results["verdict"]
+    v = results.verdict
     if v is None:
         return ("## Verdict\n\nNo verdict: no cross-objective yardstick ran (probes need the embedded language and "
                 "are off with `--no-probes`; on any text, name labelled tasks with `--downstream`), or the baseline "
-                f"`{results['baseline']}` has no finished run; own losses of different objectives cannot be compared.")
+                f"`{results.baseline}` has no finished run; own losses of different objectives cannot be compared.")
     text = ["## Verdict\n", VERDICT_GUIDE]
-    if results["seeds"] < 2:
+    if results.seeds < 2:
         text.append("One seed per objective: nothing below can be tested; run with `--seeds 5`.\n")
     order = sorted(v.yardsticks, key=lambda y: (y.yardstick != v.main, bool(y.mirrors)))
     for y in order:
@@ -134,10 +135,10 @@ def setup_section(setup: dict) -> str:
     return "## 1. Setup\n\n" + table(rows, ["", ""])
 
 
-def schedule_section(results: dict) -> str:
+def schedule_section(results: Results) -> str:
     """Under a sequence-length schedule, the positions that flowed per phase beside what the final length throughout
     would have given for the same FLOPs (bench.training.schedule's accounting)."""
-    schedule = results.get("seq_len_schedule")
+    schedule = results.seq_len_schedule
     if not schedule or not schedule["measured"]:
         return ""
     final = schedule["final_seq_len"]
@@ -158,11 +159,11 @@ def schedule_section(results: dict) -> str:
                            "schedule, total", f"T = {final} throughout", "ratio"]))
 
 
-def objective_schedule_section(results: dict) -> str:
+def objective_schedule_section(results: Results) -> str:
     """Under an objective schedule (objectives.schedule), each piece's share as it ran: where it started and ended
     in FLOPs, against the share asked for (a piece ends at the first step that reaches its end), means over seeds."""
     rows = []
-    for spec, runs in by_objective(runs_of(results)).items():
+    for spec, runs in by_objective(results.runs).items():
         phased = [run.phases for run in runs if any("objective" in phase for phase in run.phases)]
         if not phased:
             continue
@@ -175,7 +176,7 @@ def objective_schedule_section(results: dict) -> str:
             rows.append([spec if index == 0 else "", phases[0]["objective"], phases[0]["seq_len"],
                          f"{phases[0]['share']:.3g}", f"{sum(p['steps'] for p in phases) / len(phases):.1f}",
                          f"{start:.4g}", f"{sum(spent) / len(spent):.4g}",
-                         f"{asked * results['budget_flops']:.4g}"])
+                         f"{asked * results.budget_flops:.4g}"])
     if not rows:
         return ""
     return ("\n\n### Objective schedules\n\nEach piece trains the same backbone, optimizer and learning-rate schedule "
@@ -184,36 +185,36 @@ def objective_schedule_section(results: dict) -> str:
                            "its end asked"]))
 
 
-def density_section(results: dict) -> str:
-    measured = {o["objective"]: o["compute"]["supervised_per_sequence"] for o in results["objectives"]}
-    conventions = all("executed_flops_per_sequence" in row for row in results["positions"])  # older: dense only
+def density_section(results: Results) -> str:
+    measured = {o.objective: o.compute.supervised_per_sequence for o in results.objectives}
+    conventions = all("executed_flops_per_sequence" in row for row in results.positions)  # older: dense only
     rows = [[row["objective"], row["attention"], analytic_count(row),
              f"{measured[row['objective']]:.2f}" if row["objective"] in measured else "",
              f"{row['ratio_to_ar']:.3f}", row["parts"],
              *([f"{row['dense_flops_per_sequence'] / row['executed_flops_per_sequence']:.3f}×"] if conventions
-               else [])] for row in results["positions"]]
-    batches = "every training batch of the last phase" if results.get("seq_len_schedule") else "every training batch"
-    charged = results["setup"].get("FLOPs charged", "dense").split(":")[0]
+               else [])] for row in results.positions]
+    batches = "every training batch of the last phase" if results.seq_len_schedule else "every training batch"
+    charged = results.setup.get("FLOPs charged", "dense").split(":")[0]
     buys = (f" The last column is how many more sequences a FLOP budget buys when causal and prefix attention are "
             f"charged only for the {TILE} × {TILE} blocks a tiled kernel computes (`--flops executed`) than for the "
             f"dense T × T (`--flops dense`); this comparison charged {charged}.") if conventions else ""
-    return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {results['seq_len']} tokens: the "
+    return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {results.seq_len} tokens: the "
             f"analytic count beside the mean measured over {batches}; the ratio is to AR's T − 1.{buys}\n\n"
             + table(rows, ["objective", "attention", "analytic", "measured", "ratio to ar",
                            "[MASK] / random / kept, or parts", *(["budget buys, executed ÷ dense"] if conventions
                                                                  else [])]))
 
 
-def compute_section(results: dict) -> str:
+def compute_section(results: Results) -> str:
     rows, seconds = [], {"train": 0.0, "evaluations": 0.0}
-    for o in results["objectives"]:
-        c = o["compute"]
-        rows.append([o["objective"], o["seeds"], f"{c['flops_per_step']:.4g}", f"{c['flops_per_token']:.4g}",
-                     f"{c['flops_per_supervised']:.4g}", f"{c['steps']:.1f}", f"{c['tokens']:.4g}",
-                     f"{c['supervised_positions']:.4g}", f"{c['flops']:.4g}", f"{c['train_seconds']:.1f}",
-                     f"{c['checkpoint_seconds']:.1f}", f"{c['final_seconds']:.1f}", f"{c['tokens_per_second']:,.0f}"])
-        seconds["train"] += c["train_seconds"] * o["seeds"]
-        seconds["evaluations"] += (c["checkpoint_seconds"] + c["final_seconds"]) * o["seeds"]
+    for o in results.objectives:
+        c = o.compute
+        rows.append([o.objective, o.seeds, f"{c.flops_per_step:.4g}", f"{c.flops_per_token:.4g}",
+                     f"{c.flops_per_supervised:.4g}", f"{c.steps:.1f}", f"{c.tokens:.4g}",
+                     f"{c.supervised_positions:.4g}", f"{c.flops:.4g}", f"{c.train_seconds:.1f}",
+                     f"{c.checkpoint_seconds:.1f}", f"{c.final_seconds:.1f}", f"{c.tokens_per_second:,.0f}"])
+        seconds["train"] += c.train_seconds * o.seeds
+        seconds["evaluations"] += (c.checkpoint_seconds + c.final_seconds) * o.seeds
     total = seconds["train"] + seconds["evaluations"]
     cost = (f" The evaluations took {seconds['evaluations']:,.0f} s of the runs' {total:,.0f} s "
             f"({100 * seconds['evaluations'] / total:.0f} %); on several processes the others wait at a barrier "
@@ -228,8 +229,8 @@ def compute_section(results: dict) -> str:
                            "final evals s", "tokens / s"]))
 
 
-def sweep_section(results: dict) -> str:
-    sweep = results.get("lr_sweep")
+def sweep_section(results: Results) -> str:
+    sweep = results.lr_sweep
     if not sweep:
         return ""
     rates = sorted({rate for item in sweep.values() for rate in item["losses"]}, key=float)
@@ -241,7 +242,7 @@ def sweep_section(results: dict) -> str:
     extended = [f"{spec} ({', '.join(f'{r:g}' for r in item['extended'])})" for spec, item in sweep.items()
                 if item.get("extended")]
     return ("\n\n### Learning-rate sweep\n\nEach objective trained with seed 0 at each peak rate for "
-            f"{first['budget']:.3g} FLOPs ({first['budget'] / results['budget_flops']:.0%} of the budget, the schedule "
+            f"{first['budget']:.3g} FLOPs ({first['budget'] / results.budget_flops:.0%} of the budget, the schedule "
             "compressed to it); own held-out loss at its end, and the rate chosen (the lowest loss). A choice at an "
             "edge of the grid extends it there, one step of its own ratio at a time"
             + (f": extended for {', '.join(extended)}" if extended else "") + ". Sweep FLOPs are spent on top of the "
@@ -249,21 +250,21 @@ def sweep_section(results: dict) -> str:
                                                                                 "sweep FLOPs"]))
 
 
-def diverged_section(results: dict) -> str:
-    if not results["diverged"]:
+def diverged_section(results: Results) -> str:
+    if not results.diverged:
         return ""
     rows = [[d["objective"], d["seed"], d["step"], "" if d["last_finite_loss"] is None else
-             f"{d['last_finite_loss']:.4f}"] for d in results["diverged"]]
+             f"{d['last_finite_loss']:.4f}"] for d in results.diverged]
     return ("\n\n### Diverged runs\n\nThese runs stopped when their loss became NaN or infinite; they are left out "
             "of every table below. Rerun them with a lower learning rate.\n\n"
             + table(rows, ["objective", "seed", "step", "last finite loss"]))
 
 
-def loss_table(results: dict) -> str:
-    note = ("mean ± half-width of the 95 % t-interval over seeds" if results["seeds"] >= 2 else
+def loss_table(results: Results) -> str:
+    note = ("mean ± half-width of the 95 % t-interval over seeds" if results.seeds >= 2 else
             "one seed per objective: run with `--seeds 2` or more for confidence intervals and tests")
-    rows = [[o["objective"], o["seeds"], fmt(o["loss"], 4),
-             "; ".join(f"{key} {fmt(value)}" for key, value in o["metrics"].items())] for o in results["objectives"]]
+    rows = [[o.objective, o.seeds, fmt(o.loss, 4), "; ".join(f"{key} {fmt(value)}" for key, value in o.metrics.items())]
+            for o in results.objectives]
     return ("## 4. Results at equal compute\n\nEach objective's own held-out loss at the budget (" + note + "). "
             "The losses measure different tasks (a masked-token, a next-token, a replaced-token loss), so they "
             "compare seeds and budgets of one objective, not objectives with each other: the two yardsticks below "
@@ -271,10 +272,10 @@ def loss_table(results: dict) -> str:
             + table(rows, ["objective", "seeds", "held-out loss", "other held-out metrics"]))
 
 
-def floor_table(results: dict) -> str:
-    rows = [[o["objective"], metric, "" if item.get("unigram") is None else f"{item['unigram']:.4f}",
-             fmt(item["value"], 4), f"{item['floor']:.4f}", fmt(item["excess"], 4), fmt(item.get("closed"), 2)]
-            for o in results["objectives"] for metric, item in o["floors"].items()]
+def floor_table(results: Results) -> str:
+    rows = [[o.objective, metric, "" if item.unigram is None else f"{item.unigram:.4f}", fmt(item.value, 4),
+             f"{item.floor:.4f}", fmt(item.excess, 4), fmt(item.closed, 2)]
+            for o in results.objectives for metric, item in o.floors.items()]
     if not rows:
         return ""
     return ("\n\n### Distance to the Bayes floor\n\nThe best loss any model could reach on exactly these "
@@ -290,36 +291,37 @@ def floor_table(results: dict) -> str:
             + objective_notes(results))
 
 
-def objective_notes(results: dict) -> str:
+def objective_notes(results: Results) -> str:
     """What each objective says of its own metrics (Objective.report_note: ELECTRA's discriminator against its
     trivial answer, say), one paragraph per objective that has something to say."""
     lines = []
-    for o in results["objectives"]:
-        cls = REGISTRY.get(o["objective"].partition(":")[0], Objective)  # a results.json of an objective since gone
-        closed = {metric: fmt(floor["closed"], 2) for metric, floor in o["floors"].items() if floor.get("closed")}
-        note = cls.report_note({name: fmt(value) for name, value in o["metrics"].items()}, closed)
+    for o in results.objectives:
+        cls = REGISTRY.get(o.objective.partition(":")[0], Objective)  # a results.json of an objective since gone
+        closed = {metric: fmt(floor.closed, 2) for metric, floor in o.floors.items() if floor.closed}
+        note = cls.report_note({name: fmt(value) for name, value in o.metrics.items()}, closed)
         if note:
-            lines.append(f"`{o['objective']}`: {note}")
+            lines.append(f"`{o.objective}`: {note}")
     return ("\n\n" + "\n\n".join(lines)) if lines else ""
 
 
 PROBE_COLUMNS = ("hidden_state", "replaced_word", "replaced_word_finetuned")
 
 
-def probe_table(results: dict) -> str:
-    probed = [(o["objective"], o["probes"]) for o in results["objectives"] if o["probes"]]
+def probe_table(results: Results) -> str:
+    probed = [(o.objective, o.probes) for o in results.objectives if o.probes]
     if not probed:
         return ""
-    probed += [(f"*{u['control']}*", u["probes"]) for u in results.get("untrained", []) if u["probes"]]
-    readers = dict.fromkeys(p["sees"] for _, p in probed)
-    input_only = (results["bayes"] or {}).get("input_only") or {}
-    ceilings = (results["bayes"] or {}).get("ceilings") or {}
+    probed += [(f"*{u.control}*", u.probes) for u in results.untrained if u.probes]
+    readers = dict.fromkeys(p.sees for _, p in probed)
+    input_only = (results.bayes or {}).get("input_only") or {}
+    ceilings = (results.bayes or {}).get("ceilings") or {}
 
     def cells(values: dict, digits: int = 3) -> list[str]:
-        return [fmt(values.get(key)) if isinstance(values.get(key), dict) else
+        return [fmt(values.get(key)) if isinstance(values.get(key), Stat) else
                 "" if values.get(key) is None else f"{values[key]:.{digits}f}" for key in PROBE_COLUMNS]
 
-    rows = [[name, READERS.get(p["sees"], p["sees"]), *cells(p), f"{p['probe_flops']:.3g}"] for name, p in probed]
+    rows = [[name, READERS.get(p.sees, p.sees), *cells({key: getattr(p, key) for key in PROBE_COLUMNS}),
+             f"{p.probe_flops:.3g}"] for name, p in probed]
     rows += [["*input only*", READERS.get(sees, sees), *cells(input_only.get(sees, {})), ""] for sees in readers]
     rows += [["Bayes ceiling", READERS.get(sees, sees),
               *cells({"hidden_state": ceilings.get(f"hidden_state_{sees}"),
@@ -338,8 +340,8 @@ def probe_table(results: dict) -> str:
             + table(rows, ["", "reads", "hidden state", "replaced word", "replaced word (fine-tuned)", "probe FLOPs"]))
 
 
-def downstream_table(results: dict) -> str:
-    summary = results.get("downstream")
+def downstream_table(results: Results) -> str:
+    summary = results.downstream
     if not summary:
         return ""
     text = ["\n\n### Downstream tasks\n\nEvery final backbone on every labelled task, with one recipe for all: a "
@@ -348,29 +350,35 @@ def downstream_table(results: dict) -> str:
             "on the test split. A causal backbone reads left to right and represents a sequence by its last token; "
             "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % "
             "t-interval over seeds (the verdict's intervals add the test set's sampling); downstream FLOPs are not "
-            f"charged to the budget. Recipe: {results['setup'].get('downstream', '')}. A task's Bayes ceiling is the "
+            f"charged to the budget. Recipe: {results.setup.get('downstream', '')}. A task's Bayes ceiling is the "
             "accuracy expected of the exact posterior of the language that generated its test examples, for a "
             "reader of the whole window or of the left context; *input only* is what the input alone gives; "
             "*copies* names the training signal a task's question copies (a pair objective's own task, a [MASK] "
             "in its inputs): such a task diagnoses and does not rank."]
-    for task in summary["tasks"]:
-        about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}; "
-                 f"majority-class accuracy {task['majority_accuracy']:.3f}" if "source" in task else "")
-        if task.get("ceilings"):
-            about += "; Bayes ceiling " + ", ".join(f"{READERS.get(k, k)} {v:.3f}" for k, v in task["ceilings"].items())
-        if task.get("input_only") is not None:
-            about += f"; input only {task['input_only']:.3f}"
-        if task.get("copies"):
-            about += f"; copies {', '.join(task['copies'])}"
-        edge = [row["objective"] for row in task["rows"] if row["rate_at_edge"]]
+    for task in summary.tasks:
+        about = task_about(task.description)
+        edge = [row.objective for row in task.rows if row.rate_at_edge]
         if edge:
             about += (f". The rate chosen on dev lies at the edge of the grid for {', '.join(edge)}: a wider "
                       "--finetune-lrs may score higher")
-        rows = [[row["objective"], fmt(row["frozen"]), fmt(row["finetuned"]),
-                 ", ".join(f"{fmt(stat)} {key}" for key, stat in row["metrics"].items()) if len(row["metrics"]) > 1
-                 else "", ", ".join(f"{rate} ×{count}" for rate, count in row["rates"].items()),
-                 f"{row['flops']['frozen']:.3g} / {row['flops']['finetune']:.3g}"] for row in task["rows"]]
-        text.append(f"\n**`{task['task']}`** ({about})\n\n"
+        rows = [[row.objective, fmt(row.frozen), fmt(row.finetuned),
+                 ", ".join(f"{fmt(stat)} {key}" for key, stat in row.metrics.items()) if len(row.metrics) > 1
+                 else "", ", ".join(f"{rate} ×{count}" for rate, count in row.rates.items()),
+                 f"{row.flops.frozen:.3g} / {row.flops.finetune:.3g}"] for row in task.rows]
+        text.append(f"\n**`{task.name}`** ({about})\n\n"
                     + table(rows, ["objective", "frozen probe", "fine-tuned", "fine-tuned, each metric",
                                    "rate chosen on dev (× seeds)", "FLOPs frozen / fine-tune"]))
     return "\n".join(text)
+
+
+def task_about(task: dict) -> str:
+    """A downstream task as described (Task.describe): level, classes, metric, source, ceilings, what it copies."""
+    about = (f"{task['level']} level, {task['classes']} classes, metric {task['metric']}; {task['source']}; "
+             f"majority-class accuracy {task['majority_accuracy']:.3f}" if "source" in task else "")
+    if task.get("ceilings"):
+        about += "; Bayes ceiling " + ", ".join(f"{READERS.get(k, k)} {v:.3f}" for k, v in task["ceilings"].items())
+    if task.get("input_only") is not None:
+        about += f"; input only {task['input_only']:.3f}"
+    if task.get("copies"):
+        about += f"; copies {', '.join(task['copies'])}"
+    return about

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.analysis.summaries import Results
 from bench.files import pack_counts
 from bench.training.curve import CurvePoint
 from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord
@@ -34,7 +35,7 @@ def run(spec: str, seed: int, finals: dict[str, float], rng: np.random.Generator
         points = (curve or {}).get(task) or list(np.linspace(0.3, accuracy, len(CHECKPOINTS)))
         for row, value in zip(rows, points):
             row["downstream"][task] = score(examples(value, count, rng))
-        downstream[task] = {"frozen": rows[-1]["downstream"][task], "finetuned": score(examples(accuracy, count, rng))}
+        downstream[task] = evaluated(rows[-1]["downstream"][task], score(examples(accuracy, count, rng)))
     return RunRecord(
         schema=RUN_SCHEMA, objective=spec, seed=seed, attention="bidirectional", lr=1e-3, control=control,
         signals=list(signals), sees="smoothing", revision="test", threads=1, steps=10, flops=flops, tokens=1000,
@@ -49,8 +50,14 @@ def control(name: str, read_as: str, seed: int, finals: dict[str, float], rng: n
     return ControlRecord(
         schema=RUN_SCHEMA, control=name, read_as=read_as, seed=seed, attention="bidirectional", flops=0,
         sees="smoothing", revision="test", threads=1,
-        downstream={task: {"frozen": score(examples(a, count, rng)), "finetuned": score(examples(a, count, rng))}
+        downstream={task: evaluated(score(examples(a, count, rng)), score(examples(a, count, rng)))
                     for task, a in finals.items()})
+
+
+def evaluated(frozen: dict, finetuned: dict) -> dict:
+    """A task's final scores as Downstream.at_end stores them: one rate of the grid, chosen on dev."""
+    return {"frozen": frozen, "finetuned": {**finetuned, "lr": 1e-3, "dev": {"0.001": finetuned["score"]}},
+            "pooling": "mean over tokens", "flops": {"frozen": 1.0, "finetune": 2.0}}
 
 
 def task(name: str, copies: tuple[str, ...] = ()) -> dict:
@@ -59,18 +66,14 @@ def task(name: str, copies: tuple[str, ...] = ()) -> dict:
 
 
 def results(finals: dict[str, dict[str, float]], control_finals: dict[str, float], seeds: int = 5,
-            tasks: list[dict] | None = None, seed: int = 0) -> dict:
-    """A comparison's results.json dict (runs, controls, tasks and its verdict) from hand-made records."""
-    from bench.analysis.results import by_control, by_objective
-    from bench.analysis.verdict import verdict
+            tasks: list[dict] | None = None, seed: int = 0) -> Results:
+    """A comparison's Results (runs, controls, tasks, the summaries and the verdict) from hand-made records."""
+    from bench.analysis.results import Measured, build_results
 
     rng = np.random.default_rng(seed)
     tasks = tasks or [task(name) for name in next(iter(finals.values()))]
     runs = [run(spec, s, scores, rng) for spec, scores in finals.items() for s in range(seeds)]
     controls = [control("untrained, x", "mlm", s, control_finals, rng) for s in range(seeds)]
-    objectives = [{"objective": spec, "compute": {"supervised_positions": 1e5, "flops": BUDGET}} for spec in finals]
     positions = [{"objective": spec, "supervised_positions": 10.0} for spec in finals]
-    found = verdict(by_objective(runs), next(iter(finals)), {}, positions, objectives, BUDGET, by_control(controls),
-                    None, tasks)
-    return {"runs": [r.to_json() for r in runs], "controls": [c.to_json() for c in controls], "tasks": tasks, "bayes": None, "setup": {}, "budget_flops": BUDGET,
-            "objectives": [], "answer": found.pop("answer"), "verdict": found}
+    return build_results(Measured(setup={}, positions=positions, runs=runs, budget_flops=BUDGET, seq_len=64,
+                                  tasks=tasks, controls=controls))

@@ -2,6 +2,7 @@
 (bench.analysis.budgets), checked on scores with a known compute shift written into real comparison records."""
 
 import copy
+from dataclasses import replace
 import json
 
 import numpy as np
@@ -68,7 +69,7 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
     assert states["fit"] == POWER_LAW and states["measures_pretraining"] == [True] * 3 and states["lack_of_fit"]
     assert states["seeds"] == {"mlm": [0, 1, 2], "ar": [0, 1, 2]}
     ceiling = max(next(t for t in probed["tasks"] if t["task"] == STATES)["ceilings"].values())
-    assert [m["mean"] for m in states["means"]["ar"]] == pytest.approx(ceiling * truth(2 * np.array(BUDGETS)),
+    assert [m.mean for m in states["means"]["ar"]] == pytest.approx(ceiling * truth(2 * np.array(BUDGETS)),
                                                                        rel=1e-9)
     # ar reaches at B what mlm reaches at 2B: the multiplier is 2 at every budget, inside its interval
     rows = states["multipliers"]["ar"]
@@ -85,7 +86,8 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
     gains = states["gains"]["ar"]
     assert gains["control"] == "untrained, causal" and len(gains["per_budget"]) == 3
     # a seed that diverged at one budget leaves the curve, not a hole in it
-    by_budget[4e8]["runs"] = [run for run in by_budget[4e8]["runs"] if (run["objective"], run["seed"]) != ("ar", 1)]
+    by_budget[4e8] = replace(by_budget[4e8], runs=[run for run in by_budget[4e8].runs
+                                                   if (run.objective, run.seed) != ("ar", 1)])
     dropped = {i["yardstick"]: i for i in frontier_results(by_budget, "mlm", resamples=50)["yardsticks"]}
     assert dropped[f"{STATES} (frozen)"]["seeds"]["ar"] == [0, 2]
 

@@ -4,20 +4,21 @@ out, each checked against arithmetic done here."""
 import json
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from backbone import ConfigError
 from bench.analysis.findings import to_json
-from bench.analysis.results import (SCHEMA, Measured, build_results, compute_summary, final_metrics, loss_summary,
-                                    p_value, stat)
+from bench.analysis.summaries import Compute, Floor, ObjectiveSummary, Results, Stat
+from bench.analysis.results import (SCHEMA, Measured, build_results, compute_summary, final_metrics, load_results,
+                                    loss_summary, p_value, stat)
 from bench.files import write_json
+from bench.report.markdown import worded
 from bench.report.sections import compute_section, fmt, loss_table, table
 from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord, from_json
 from bench.training.runs import finished_result
 
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "comparison.json"  # tests/fixtures/make_comparison.py
+from tests.conftest import GOLDEN
 
 
 def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> RunRecord:
@@ -44,9 +45,10 @@ def test_a_run_s_final_metrics_are_its_objective_s_own_never_counters_probes_or_
 def test_stat_and_p_value_are_the_t_interval_and_welch_test_worked_by_hand():
     values, baseline = [1.0, 2.0, 4.0], [0.5, 0.75, 1.0, 1.25]
     mean, sd = 7 / 3, math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2)
-    assert stat(values) == {"mean": pytest.approx(mean), "ci95": pytest.approx(4.302653 * sd / math.sqrt(3),
-                                                                              rel=1e-6), "n": 3}
-    assert stat([0.5]) == {"mean": 0.5, "ci95": None, "n": 1} and stat([]) is None
+    found = stat(values)
+    assert found.mean == pytest.approx(mean) and found.n == 3
+    assert found.ci95 == pytest.approx(4.302653 * sd / math.sqrt(3), rel=1e-6)
+    assert stat([0.5]) == Stat(mean=0.5, ci95=None, n=1) and stat([]) is None
     # Welch: t = (m1 − m2) / sqrt(s1²/n1 + s2²/n2), Welch–Satterthwaite degrees of freedom
     s1, s2 = sd ** 2 / 3, (((0.5 - 0.875) ** 2 + (0.75 - 0.875) ** 2 + (1 - 0.875) ** 2 + (1.25 - 0.875) ** 2) / 3) / 4
     t, dof = (mean - 0.875) / math.sqrt(s1 + s2), (s1 + s2) ** 2 / (s1 ** 2 / 2 + s2 ** 2 / 3)
@@ -58,28 +60,27 @@ def test_stat_and_p_value_are_the_t_interval_and_welch_test_worked_by_hand():
 def test_compute_summary_means_over_seeds_and_splits_the_wall_time():
     runs = [run_record("mlm", 0, 1.5, 0.5, 4.0), run_record("mlm", 1, 1.7, 0.7, 6.0)]
     summary = compute_summary(runs)
-    assert summary["train_seconds"] == 5.0 and summary["checkpoint_seconds"] == 3.0
-    assert summary["final_seconds"] == 1.5  # the probes; no downstream tasks ran
-    assert summary["flops_per_token"] == 2e9 / 1280 and summary["flops_per_supervised"] == 2e9 / 192
+    assert summary.train_seconds == 5.0 and summary.checkpoint_seconds == 3.0
+    assert summary.final_seconds == 1.5  # the probes; no downstream tasks ran
+    assert summary.flops_per_token == 2e9 / 1280 and summary.flops_per_supervised == 2e9 / 192
 
 
 def test_loss_summary_closes_the_learnable_range_from_unigram_to_floor():
     runs = [run_record("ar", 0, 1.5, 0.5, 4.0), run_record("ar", 1, 2.0, 0.7, 6.0)]
     summary = loss_summary(runs, floors={"loss": 1.0}, unigram={"loss": 3.0})
-    assert summary["loss"]["mean"] == 1.75 and summary["metrics"] == {"accuracy": stat([0.5, 0.7])}
+    assert summary["loss"].mean == 1.75 and summary["metrics"] == {"accuracy": stat([0.5, 0.7])}
     floor = summary["floors"]["loss"]
-    assert floor["excess"]["mean"] == 0.75  # (0.5 + 1.0) / 2
-    assert floor["closed"]["mean"] == pytest.approx((0.75 + 0.5) / 2)  # (3 − 1.5) / 2 and (3 − 2) / 2
+    assert floor.excess.mean == 0.75  # (0.5 + 1.0) / 2
+    assert floor.closed.mean == pytest.approx((0.75 + 0.5) / 2)  # (3 − 1.5) / 2 and (3 − 2) / 2
 
 
 def test_report_tables_are_the_results_numbers_formatted():
-    assert fmt({"mean": 0.12345, "ci95": 0.01, "n": 3}) == "0.123 ± 0.010" and fmt(None) == ""
-    assert fmt({"mean": 0.5, "ci95": None, "n": 1}, 2) == "0.50"
+    assert fmt(Stat(mean=0.12345, ci95=0.01, n=3)) == "0.123 ± 0.010" and fmt(None) == ""
+    assert fmt(Stat(mean=0.5, ci95=None, n=1), 2) == "0.50"
     assert table([["a", "1.50"]], ["x", "y"]).splitlines() == ["| x   | y    |", "|-----|------|", "| a   | 1.50 |"]
     runs = [run_record("mlm", 0, 1.5, 0.5, 4.0), run_record("mlm", 1, 1.7, 0.7, 6.0)]
-    compute = {**compute_summary(runs), "tokens_per_second": 256.0}
-    results = {"seeds": 2, "objectives": [{"objective": "mlm", "seeds": 2, "compute": compute,
-                                           "loss": stat([1.5, 1.7]), "metrics": {"accuracy": stat([0.5, 0.7])}}]}
+    compute = replace(compute_summary(runs), tokens_per_second=256.0)
+    results = golden_with([summary("mlm", {"accuracy": [0.5, 0.7]}, {}, compute=compute, loss=[1.5, 1.7])])
     section = compute_section(results)
     # evaluations: (3 s checkpoints + 1.5 s final) × 2 seeds = 9 s of 9 + 10 s training
     assert "The evaluations took 9 s of the runs' 19 s (47 %)" in section
@@ -92,7 +93,7 @@ def test_report_tables_are_the_results_numbers_formatted():
 
 def test_records_of_another_layout_are_refused_not_misread(tmp_path):
     with pytest.raises(ValueError, match="schema"):
-        Measured.from_results({"runs": []})
+        load_results({"runs": []})
     flat = {"objective": "mlm", "curve": [{"checkpoint": 1e9, "step": 5, "loss": 2.5}]}  # before the rows had parts
     write_json(tmp_path / "result.json", flat)
     with pytest.raises(ConfigError, match="schema 1, not 2"):
@@ -119,32 +120,39 @@ def test_records_read_back_field_for_field_in_the_order_they_were_written(tmp_pa
 def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
     from bench.report.sections import objective_notes
 
-    def summary(spec: str, metrics: dict, floors: dict) -> dict:
-        return {"objective": spec, "metrics": {k: stat(v) for k, v in metrics.items()}, "floors": floors}
-
-    results = {"objectives": [
+    results = golden_with([
         summary("mlm", {"accuracy": [0.4, 0.5]}, {}),
         summary("electra:rate=0.25", {"discriminator_auc": [0.8, 0.9], "discriminator_loss": [0.3, 0.3],
                                       "label_entropy": [0.5, 0.5], "replaced_fraction": [0.2, 0.2],
                                       "discriminator_accuracy": [0.85, 0.87], "trivial_accuracy": [0.8, 0.8],
-                                      "generator_accuracy": [0.3, 0.4]}, {"generator_loss": {"closed": stat([0.612])}}),
-        summary("gone", {"accuracy": [0.1]}, {})]}  # a results.json of an objective no longer registered
+                                      "generator_accuracy": [0.3, 0.4]}, {"generator_loss": Floor(floor=1.0, unigram=2.0, value=None, excess=None, closed=stat([0.612]))}),
+        summary("gone", {"accuracy": [0.1]}, {})])  # a results.json of an objective no longer registered
     text = objective_notes(results)
     assert "`mlm`" not in text and "`gone`" not in text
     assert text.startswith("\n\n`electra:rate=0.25`: discriminator ROC AUC (replaced against original) "
                            f"{fmt(stat([0.8, 0.9]))} (0.5 is chance)")
     assert "closed 0.61 of its learnable range" in text and f"reached {fmt(stat([0.3, 0.4]))} accuracy" in text
-    assert objective_notes({"objectives": [summary("ar", {"accuracy": [0.3]}, {})]}) == ""
+    assert objective_notes(golden_with([summary("ar", {"accuracy": [0.3]}, {})])) == ""
 
 
 def test_the_golden_results_json_rebuilds_to_itself():
     # what bench.downstream --run does before adding a task: read the measurements back, build the results again
     stored = json.loads(GOLDEN.read_text())
     assert stored["schema"] == SCHEMA, "a stale fixture: python tests/fixtures/make_comparison.py"
-    rebuilt = build_results(Measured.from_results(stored))
-    # the report's wording, added as it is written
-    rebuilt["answer"] = replace(rebuilt["answer"], sentence=stored["answer"]["sentence"])
+    rebuilt = worded(build_results(Measured.from_results(load_results(stored))))  # the answer's sentence, as written
     assert without_seconds(to_json(rebuilt)) == without_seconds(stored)
+
+
+def golden_with(objectives: list[ObjectiveSummary]) -> Results:
+    """The golden comparison's results with these objective summaries (two seeds)."""
+    return replace(load_results(json.loads(GOLDEN.read_text())), objectives=objectives, seeds=2)
+
+
+def summary(spec: str, metrics: dict[str, list[float]], floors: dict[str, Floor], compute: Compute | None = None,
+            loss: list[float] | None = None) -> ObjectiveSummary:
+    return ObjectiveSummary(objective=spec, seeds=2, compute=compute, control="untrained, bidirectional",
+                            loss=stat(loss or []), metrics={k: stat(v) for k, v in metrics.items()}, floors=floors,
+                            probes=None)
 
 
 def without_seconds(value):

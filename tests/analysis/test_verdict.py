@@ -18,9 +18,9 @@ def comparison(finals: dict[str, dict[str, float]], control_finals: dict[str, fl
     runs = [run(spec, seed, tasks, rng, signals=(signals or {}).get(spec, ())) for spec, tasks in finals.items()
             for seed in range(seeds)]
     controls = [control("untrained, x", "mlm", seed, control_finals, rng) for seed in range(seeds)]
-    objectives = [{"objective": spec, "compute": {"supervised_positions": 1e5, "flops": BUDGET}} for spec in finals]
+    per_flop = {spec: 1e5 / BUDGET for spec in finals}
     positions = [{"objective": spec, "supervised_positions": 10.0} for spec in finals]
-    return verdict(by_objective(runs), next(iter(finals)), {}, positions, objectives, BUDGET, by_control(controls),
+    return verdict(by_objective(runs), next(iter(finals)), {}, positions, per_flop, BUDGET, by_control(controls),
                    None, TASKS)
 
 
@@ -72,9 +72,7 @@ def test_the_answer_names_the_leader_its_multiplier_and_who_did_not_beat_its_con
 def test_signal_density_is_per_sequence_and_per_flop():
     # ar: 63 positions per sequence against mlm's 9.45, but 1.1× mlm's FLOPs per supervised position
     positions = [{"objective": "mlm", "supervised_positions": 9.45}, {"objective": "ar", "supervised_positions": 63.0}]
-    objectives = [{"objective": "mlm", "compute": {"supervised_positions": 9.45e5, "flops": 1e12}},
-                  {"objective": "ar", "compute": {"supervised_positions": 5.727e6, "flops": 1e12}}]
-    ratios = density_ratios(positions, objectives, "mlm")
+    ratios = density_ratios(positions, {"mlm": 9.45e5 / 1e12, "ar": 5.727e6 / 1e12}, "mlm")
     assert ratios["ar"].per_sequence == pytest.approx(63 / 9.45)
     assert ratios["ar"].per_flop == pytest.approx(5.727e6 / 9.45e5) and ratios["mlm"].per_flop == 1.0
 

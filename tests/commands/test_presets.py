@@ -1,5 +1,6 @@
 import json
 import math
+from dataclasses import replace
 import re
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def test_preset_list_names_every_preset(capsys):
 def judged(finals: dict, controls: dict, claims) -> dict[str, dict]:
     """The findings of `claims(evidence)` on a hand-made comparison (tests/analysis/records.py), by claim."""
     found, named = judge(claims(Evidence({"": results(finals, controls)})), "test claims")
-    return {f["claim"]: {**f, "family_size": named["size"]} for f in found}
+    return {f["claim"]: {**f, "family_size": named.size} for f in found}
 
 
 @pytest.mark.slow
@@ -107,11 +108,12 @@ def test_comparable_is_non_inferiority_within_the_margin():
     assert found["c ~ b"]["outcome"] == "inconclusive"
 
 
-def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor():
+def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor(golden_results):
     def evidence(m: dict) -> Evidence:
         found = Verdict(baseline="mlm", main="neutral_average_frozen", yardsticks=[],
                         multipliers=[from_json(Multiplier | Unread, m)], wins=Wins(0, {}), signal_density_ratio={})
-        return Evidence({v: {"verdict": found, "runs": []} for v in ("quarter", "default", "four-times")})
+        return Evidence({v: replace(golden_results, verdict=found, runs=[])
+                         for v in ("quarter", "default", "four-times")})
     base = {"objective": "electra", "against": "mlm", "yardstick": "neutral_average_frozen"}
     read = {"kind": "=", "reading": "direct", "seeds": [5, 5], "ci_low": 5.0, "ci_high": 12.0, "ci_low_kind": "=",
             "ci_high_kind": "=", "resamples": 2000, "range": [0.01, 1.0], "df": 4}
@@ -208,7 +210,7 @@ def test_the_mlm_against_clm_judge_reads_every_budget():
     found, named = judge(judge_clm(Evidence(comparisons)), "clm")
     claims = {f["claim"]: f for f in found}
     assert list(claims)[0] == "MLM (40 %) beats CLM at equal FLOPs (1e+09)" and len(claims) == 2 * 4 + 1
-    assert named["size"] == 9 and all(f["yardstick"] == "neutral_average_finetuned" for f in found)
+    assert named.size == 9 and all(f["yardstick"] == "neutral_average_finetuned" for f in found)
     assert claims["MLM (40 %) beats CLM at equal FLOPs (4e+09)"]["outcome"] == "not reproduced"  # CLM is ahead
     assert claims["CLM is the more data-efficient: it leads MLM at the smallest budget (1e+09)"]["outcome"] == \
         "reproduced"

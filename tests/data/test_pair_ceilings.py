@@ -8,10 +8,12 @@ out exactly since emission rows sum to one. It shares no code with the scaled fo
 """
 import itertools
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
+from bench.analysis.summaries import DownstreamSummary, Stat, TaskFlops, TaskRow, TaskSummary
 from bench.data.synthetic import (Language, LanguageConfig, binary_ceiling, component_posterior, log_likelihood,
                                   log_likelihood_from, make_language, order_posterior, same_source_posterior, sample)
 from bench.report.sections import downstream_table
@@ -245,16 +247,16 @@ def test_long_sequences_give_finite_likelihoods_and_posteriors():
 
 
 # ----------------------------------------------------------------------------------------------- the report
-def test_downstream_table_shows_the_ceilings_beside_the_majority_class():
-    row = {"objective": "mlm", "frozen": {"mean": 0.51, "ci95": None}, "finetuned": {"mean": 0.52, "ci95": None},
-           "metrics": {}, "rates": {"0.001": 1}, "rate_at_edge": False, "flops": {"frozen": 1.0, "finetune": 2.0}}
+def test_downstream_table_shows_the_ceilings_beside_the_majority_class(golden_results):
+    row = TaskRow(objective="mlm", pooling="mean over tokens", frozen=Stat(0.51, None, 1), finetuned=Stat(0.52, None, 1),
+                  metrics={}, rates={"0.001": 1}, rate_at_edge=False, flops=TaskFlops(frozen=1.0, finetune=2.0))
     described = {"level": "sequence", "classes": 2, "metric": "accuracy", "source": "sampled",
                  "majority_accuracy": 0.494}
-    results = {"setup": {"downstream": "recipe"}, "downstream": {"tasks": [
-        {"task": "synthetic:order", **described, "ceilings": {"smoothing": 0.9587, "filtering": 0.9587},
-         "input_only": 0.52, "copies": ["sentence_order"], "rows": [row]},
-        {"task": "file.csv", **described, "ceilings": {}, "rows": [row]},
-    ]}}
+    tasks = [TaskSummary({"task": "synthetic:order", **described, "ceilings": {"smoothing": 0.9587, "filtering": 0.9587},
+                          "input_only": 0.52, "copies": ["sentence_order"]}, [row]),
+             TaskSummary({"task": "file.csv", **described, "ceilings": {}}, [row])]
+    results = replace(golden_results, setup={"downstream": "recipe"},
+                      downstream=DownstreamSummary(tasks))
     intro, order, plain = downstream_table(results).split("\n**`")
     assert "Bayes ceiling" in intro  # what it means, said once
     assert "majority-class accuracy 0.494; Bayes ceiling whole window 0.959, left context 0.959" in order

@@ -5,7 +5,6 @@ import copy
 from dataclasses import replace
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
@@ -15,13 +14,7 @@ from bench.report.markdown import render, write_report
 from bench.report.plots import plot_loss
 from bench.report.wording import estimate_text, multiplier_text, p_text
 from tests.analysis.records import run
-
-GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "comparison.json"
-
-
-def golden() -> dict:
-    return load_results(json.loads(GOLDEN.read_text()))
-
+from tests.conftest import GOLDEN
 
 def test_the_report_writes_results_plots_and_markdown_that_link_only_existing_files(tmp_path):
     stored = json.loads(GOLDEN.read_text())
@@ -35,28 +28,28 @@ def test_the_report_writes_results_plots_and_markdown_that_link_only_existing_fi
             assert image.size[0] > 100 and image.size[1] > 100
 
 
-def test_the_answer_comes_first_and_carries_the_analysis_numbers():
-    results = golden()
+def test_the_answer_comes_first_and_carries_the_analysis_numbers(golden_results):
+    results = golden_results
     text = render(results, [])
     headings = re.findall(r"^## (.+)$", text, flags=re.M)
     assert headings[0] == "Answer" and headings.index("Answer") < headings.index("Verdict")
     answer = text.split("## Answer", 1)[1].split("\n## ", 1)[0]
-    leader = results["answer"].leader
+    leader = results.answer.leader
     if leader is not None:
         assert leader in answer
-    if results["answer"].multiplier:
-        assert multiplier_text(results["answer"].multiplier, reading="direct") in answer
-    main = results["verdict"].item(results["verdict"].main)
+    if results.answer.multiplier:
+        assert multiplier_text(results.answer.multiplier, reading="direct") in answer
+    main = results.verdict.item(results.verdict.main)
     for gain in main.gains:  # each gain over its control, with its Holm p, is in the verdict as computed
         assert estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True) in text
         assert p_text(gain.p_holm) in text
 
 
-def test_every_objective_is_in_the_results_section():
-    results = golden()
+def test_every_objective_is_in_the_results_section(golden_results):
+    results = golden_results
     at_budget = render(results, []).split("## 4.", 1)[1]
     rows = re.findall(r"^\| (\S+) +\|", at_budget.split("###", 1)[0], flags=re.M)
-    assert rows[1:] == [summary["objective"] for summary in results["objectives"]]  # after the header row
+    assert rows[1:] == [summary.objective for summary in results.objectives]  # after the header row
 
 
 def test_the_same_runs_draw_the_same_plot(tmp_path):
