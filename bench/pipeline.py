@@ -113,7 +113,7 @@ def summarise(config: Config, preset: Preset | None, measured: dict[str, Measure
         frontier = frontier_results(by_budget, next(iter(found.values())).baseline,
                                     sweep_setup(config, by_budget, seconds))
         if preset is not None:  # a preset's judge reads every budget's comparison, and the frontier
-            frontier["paper"] = paper_section(preset, found, seconds, frontier)
+            frontier = replace(frontier, paper=paper_section(preset, found, seconds, frontier))
         print(f"report: {write_frontier_report(out, frontier)}")
     elif preset is not None:
         print(f"report: {write_preset_report(out, paper_section(preset, found, seconds))}")

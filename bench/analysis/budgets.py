@@ -10,14 +10,16 @@ both beat their own untrained controls (each budget's verdict).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
 from bench.analysis.findings import Gain, GainAt, YardstickVerdict
-from bench.analysis.summaries import Results, Stat
 from bench.analysis.frontier import LOG_LINEAR, POWER_LAW, Curves, crossover, fit_frontier, gain_trend, multipliers
 from bench.analysis.measures import yardsticks
 from bench.analysis.results import by_control, by_objective, stat
+from bench.analysis.summaries import Crossover, Fit, Results, Stat, Sweep, SweepGain, SweepYardstick, UnreadAt
 
 FIT_REASONS = {
     POWER_LAW: "a saturating power law toward the ceiling, since the yardstick has one and every seed lies below it",
@@ -54,7 +56,7 @@ def gain_at(item: YardstickVerdict | None, spec: str) -> Gain | None:
 
 
 def gains_across(by_budget: dict[float, Results], yardstick, scores: dict[str, dict[int, list[float]]],
-                 resamples: int) -> dict[str, dict]:
+                 resamples: int) -> dict[str, SweepGain]:
     """Per objective, its gain over its own control at every budget (each budget's verdict) and the gain's trend
     against compute (bench.analysis.frontier.gain_trend)."""
     budgets, sign = sorted(by_budget), 1.0 if yardstick.higher_is_better else -1.0
@@ -70,10 +72,10 @@ def gains_across(by_budget: dict[float, Results], yardstick, scores: dict[str, d
             continue
         trend = gain_trend(tuple(budgets), sign * np.array(list(by_seed.values()), dtype=float),
                            sign * np.array(control, dtype=float), resamples)
-        found[spec] = {"control": last.control, "trend": trend,
-                       "per_budget": [None if g is None else GainAt(estimate=g.estimate, ci_low=g.ci_low,
-                                                                     ci_high=g.ci_high, p_holm=g.p_holm,
-                                                                     family=g.family) for g in gains]}
+        found[spec] = SweepGain(control=last.control, trend=trend,
+                                per_budget=[None if g is None else GainAt(estimate=g.estimate, ci_low=g.ci_low,
+                                                                          ci_high=g.ci_high, p_holm=g.p_holm,
+                                                                          family=g.family) for g in gains])
     return found
 
 
@@ -90,8 +92,7 @@ def beaten(items: list[YardstickVerdict | None], spec: str) -> list[bool]:
     return [beats_control(gain_at(item, spec)) for item in items]
 
 
-def fit_item(item: dict, yardstick, scores: dict, budgets: list[float], baseline: str, resamples: int,
-             items: list) -> None:
+def fit_of(yardstick, scores: dict, budgets: list[float], baseline: str, resamples: int, items: list) -> Fit:
     """The fit, multipliers against the baseline and every pair's crossover, under the one claim rule."""
     sign = 1.0 if yardstick.higher_is_better else -1.0
     ceilings = [c for sees in ("smoothing", "filtering") for c in [yardstick.ceiling(sees)] if c is not None]
@@ -101,33 +102,31 @@ def fit_item(item: dict, yardstick, scores: dict, budgets: list[float], baseline
     frontier = fit_frontier(curves, ceiling, resamples)
     beats = {spec: beaten(items, spec) for spec in curves}
     means = {spec: (curve.scores.mean(0)).tolist() for spec, curve in curves.items()}
-    item.update(fit=frontier.kind, fit_reason=FIT_REASONS[frontier.kind], lack_of_fit=len(budgets) >= 3,
-                ceiling=None if ceiling is None else sign * ceiling,
-                fitted={spec: (sign * frontier.score(spec, np.array(budgets, dtype=float))).tolist()
-                        for spec in curves},
-                lines={spec: [float(frontier.lines[spec][0][0]), float(frontier.lines[spec][1][0])] for spec in curves},
-                multipliers={spec: [row if beats[spec][i] and beats[baseline][i] else
-                                    {"budget": row["budget"], "outcome": NOT_MEASURABLE}
-                                    for i, row in enumerate(multipliers(frontier, baseline, spec))]
-                             for spec in curves if spec != baseline and baseline in curves},
-                crossovers=[judged_crossover(crossover(frontier, first, second, means), beats, budgets)
-                            for i, first in enumerate(curves) for second in list(curves)[i + 1:]])
+    return Fit(fit=frontier.kind, fit_reason=FIT_REASONS[frontier.kind], lack_of_fit=len(budgets) >= 3,
+               ceiling=None if ceiling is None else sign * ceiling,
+               fitted={spec: (sign * frontier.score(spec, np.array(budgets, dtype=float))).tolist() for spec in curves},
+               lines={spec: [float(frontier.lines[spec][0][0]), float(frontier.lines[spec][1][0])] for spec in curves},
+               multipliers={spec: [row if beats[spec][i] and beats[baseline][i] else UnreadAt(budget=row.budget)
+                                   for i, row in enumerate(multipliers(frontier, baseline, spec))]
+                            for spec in curves if spec != baseline and baseline in curves},
+               crossovers=[judged_crossover(crossover(frontier, first, second, means), beats, budgets)
+                           for i, first in enumerate(curves) for second in list(curves)[i + 1:]])
 
 
-def judged_crossover(found: dict, beats: dict[str, list[bool]], budgets: list[float]) -> dict:
+def judged_crossover(found: Crossover, beats: dict[str, list[bool]], budgets: list[float]) -> Crossover:
     """A crossover is judged only where both objectives beat their controls at the budgets around it."""
-    if found["where"] != "within":
+    if found.where != "within":
         return found
-    around = [i for i, b in enumerate(budgets) if i + 1 < len(budgets) and b <= found["budget"] <= budgets[i + 1]]
-    first, second = found["pair"]
+    around = [i for i, b in enumerate(budgets) if i + 1 < len(budgets) and b <= found.budget <= budgets[i + 1]]
+    first, second = found.pair
     if not around or not all(beats[spec][i] and beats[spec][i + 1] for spec in (first, second) for i in around[:1]):
-        return {**found, "outcome": NOT_MEASURABLE}
+        return replace(found, outcome=NOT_MEASURABLE)
     return found
 
 
 def frontier_results(by_budget: dict[float, Results], baseline: str, setup: dict | None = None,
-                     resamples: int = 2000) -> dict:
-    """Everything the frontier report states, as JSON-ready data: per yardstick the means per budget, the controls,
+                     resamples: int = 2000) -> Sweep:
+    """Everything the frontier report states: per yardstick the means per budget, the controls,
     whether it measures pretraining, the gains' trends, and where it is neutral and measures pretraining the fit,
     the multipliers against the baseline at every budget and the crossover of every pair."""
     budgets = sorted(by_budget)
@@ -139,17 +138,15 @@ def frontier_results(by_budget: dict[float, Results], baseline: str, setup: dict
             continue
         items = verdict_items(by_budget, yardstick.name)
         mirrors = next((i.mirrors for i in items if i is not None), [])
-        item = {"yardstick": yardstick.name, "label": yardstick.label, "higher_is_better": yardstick.higher_is_better,
-                "mirrors": mirrors,
-                "means": {spec: [stat([s[i] for s in by_seed.values()]) for i in range(len(budgets))]
-                          for spec, by_seed in scores.items()},
-                "seeds": {spec: sorted(by_seed) for spec, by_seed in scores.items()},
-                "controls": control_summary(by_budget, yardstick),
-                "beats_control": {spec: beaten(items, spec) for spec in scores},
-                "measures_pretraining": [None if i is None else i.measures_pretraining for i in items],
-                "gains": gains_across(by_budget, yardstick, scores, resamples)}
-        found.append(item)
-        if not mirrors and any(item["measures_pretraining"]):
-            fit_item(item, yardstick, scores, budgets, baseline, resamples, items)
-    return {"budgets": budgets, "baseline": baseline, "objectives": specs, "setup": setup or {},
-            "yardsticks": found, "answers": [by_budget[b].answer for b in budgets]}
+        measures_pretraining = [None if i is None else i.measures_pretraining for i in items]
+        found.append(SweepYardstick(
+            yardstick=yardstick.name, label=yardstick.label, higher_is_better=yardstick.higher_is_better,
+            mirrors=mirrors, means={spec: [stat([s[i] for s in by_seed.values()]) for i in range(len(budgets))]
+                                    for spec, by_seed in scores.items()},
+            seeds={spec: sorted(by_seed) for spec, by_seed in scores.items()},
+            controls=control_summary(by_budget, yardstick), beats_control={spec: beaten(items, spec) for spec in scores},
+            measures_pretraining=measures_pretraining, gains=gains_across(by_budget, yardstick, scores, resamples),
+            fit=fit_of(yardstick, scores, budgets, baseline, resamples, items)
+            if not mirrors and any(measures_pretraining) else None))
+    return Sweep(budgets=budgets, baseline=baseline, objectives=specs, setup=setup or {}, yardsticks=found,
+                 answers=[by_budget[b].answer for b in budgets])

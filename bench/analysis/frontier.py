@@ -24,6 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as t_distribution
 
+from bench.analysis.summaries import Crossover, MultiplierAt, Placed, Trend
+
 POWER_LAW, LOG_LINEAR = "power law toward the ceiling", "line in log-FLOPs"
 RESAMPLES = 2000
 
@@ -147,7 +149,7 @@ def exp_interval(low: float | None, high: float | None) -> tuple[float | None, f
         return float(np.exp(low)), float(np.exp(high))
 
 
-def multipliers(frontier: Frontier, baseline: str, spec: str) -> list[dict]:
+def multipliers(frontier: Frontier, baseline: str, spec: str) -> list[MultiplierAt]:
     """At every budget B of the sweep: the baseline's FLOPs to reach `spec`'s fitted score at B, over B, with its
     interval (seeds and lack of fit); `outside` where that compute lies outside the sweep (then it is no result)."""
     log_b = np.log(frontier.budgets)
@@ -166,9 +168,9 @@ def multipliers(frontier: Frontier, baseline: str, spec: str) -> list[dict]:
         low, high = exp_interval(*envelope(float(seeded[0, i]), seeded[1:, i],
                                            None if lacking is None else lacking[:, i], seeds))
         reached = seeded[0, i] + log_b[i]
-        rows.append({"budget": float(budget), "multiplier": value if math.isfinite(value) else None,
-                     "ci_low": low, "ci_high": high, "lack_of_fit": lacking is not None,
-                     "outside": bool(not math.isfinite(value) or not log_b[0] <= reached <= log_b[-1])})
+        rows.append(MultiplierAt(budget=float(budget), multiplier=value if math.isfinite(value) else None,
+                                 ci_low=low, ci_high=high, lack_of_fit=lacking is not None,
+                                 outside=bool(not math.isfinite(value) or not log_b[0] <= reached <= log_b[-1])))
     return rows
 
 
@@ -177,7 +179,7 @@ def measured_order(means: dict[str, list[float]], first: str, second: str) -> li
     return [int(np.sign(a - b)) for a, b in zip(means[first], means[second])]
 
 
-def crossover(frontier: Frontier, first: str, second: str, means: dict[str, list[float]] | None = None) -> dict:
+def crossover(frontier: Frontier, first: str, second: str, means: dict[str, list[float]] | None = None) -> Crossover:
     """Where two objectives' fits meet, log C = (α₂ − α₁) / (β₁ − β₂): within the sweep, below or beyond it, or never
     (parallel fits); its interval (seeds and lack of fit); `contradicted` where the measured means at the budgets
     around it do not change order as the fits do (then the crossover is not stated)."""
@@ -190,11 +192,10 @@ def crossover(frontier: Frontier, first: str, second: str, means: dict[str, list
     if frontier.residual[first] is not None and frontier.residual[second] is not None:
         lacking = meet(frontier.residual[first], frontier.residual[second])
     log_b = np.log(frontier.budgets)
-    found = {"pair": [first, second], **placed(log_c, log_b, min(frontier.seeds[first], frontier.seeds[second]),
-                                               lacking)}
-    found["contradicted"] = bool(found["where"] == "within" and means is not None and contradicts(
-        measured_order(means, first, second), log_b, float(log_c[0])))
-    return found
+    where = placed(log_c, log_b, min(frontier.seeds[first], frontier.seeds[second]), lacking)
+    return Crossover(pair=[first, second], **vars(where), contradicted=bool(
+        where.where == "within" and means is not None
+        and contradicts(measured_order(means, first, second), log_b, float(log_c[0]))))
 
 
 def contradicts(order: list[int], log_b: np.ndarray, log_c: float) -> bool:
@@ -204,23 +205,23 @@ def contradicts(order: list[int], log_b: np.ndarray, log_c: float) -> bool:
     return not (below and above and below[-1] != 0 and above[0] != 0 and below[-1] != above[0])
 
 
-def placed(log_c: np.ndarray, log_b: np.ndarray, seeds: int, lacking: np.ndarray | None = None) -> dict:
+def placed(log_c: np.ndarray, log_b: np.ndarray, seeds: int, lacking: np.ndarray | None = None) -> Placed:
     """A budget found by the fit (log_c[0]), its interval (seed resamples log_c[1:], lack-of-fit draws `lacking`),
     and where it lies: within the sweep, below or beyond it, or never (nan: the lines do not meet or rise)."""
     if not math.isfinite(log_c[0]):
-        return {"where": "never", "budget": None, "ci_low": None, "ci_high": None, "lack_of_fit": lacking is not None}
+        return Placed(where="never", budget=None, ci_low=None, ci_high=None, lack_of_fit=lacking is not None)
     low, high = exp_interval(*envelope(float(log_c[0]), log_c[1:], lacking, seeds))
     where = ("within" if log_b[0] <= log_c[0] <= log_b[-1] else
              "below the sweep" if log_c[0] < log_b[0] else "beyond the sweep")
     with np.errstate(over="ignore"):
         budget = float(np.exp(log_c[0]))
-    return {"where": where, "budget": budget, "ci_low": low, "ci_high": high, "lack_of_fit": lacking is not None}
+    return Placed(where=where, budget=budget, ci_low=low, ci_high=high, lack_of_fit=lacking is not None)
 
 
 # --- the gain over the untrained control against compute ---------------------------------------------------------
 
 def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarray, resamples: int = RESAMPLES,
-               seed: int = 0) -> dict:
+               seed: int = 0) -> Trend:
     """An objective's gain over its untrained control across a sweep, fitted as a line in log-FLOPs: the gain per
     decade of compute with its interval (a bootstrap over both sides' seeds, enveloped by the residual-based
     interval over the budgets), and the budget where the fitted gain meets the control, stated only within the
@@ -238,6 +239,6 @@ def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarr
     with np.errstate(divide="ignore", invalid="ignore"):  # a line that does not rise never meets: nan
         meets = placed(np.where(beta > 0, -alpha / beta, np.nan), log_b, seeds,
                        None if residual is None else np.where(residual[1] > 0, -residual[0] / residual[1], np.nan))
-    return {"per_decade": float(beta[0]) * decade,
-            "per_decade_ci": None if low is None else [low * decade, high * decade],
-            "lack_of_fit": residual is not None, "line": [float(alpha[0]), float(beta[0])], "meets": meets}
+    return Trend(per_decade=float(beta[0]) * decade,
+                 per_decade_ci=None if low is None else [low * decade, high * decade],
+                 lack_of_fit=residual is not None, line=[float(alpha[0]), float(beta[0])], meets=meets)

@@ -21,7 +21,7 @@ from bench.analysis.claims import NOT_MEASURABLE
 from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge,
                                    judge_clm, judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
                                    judge_table8, judge_units)
-from bench.analysis.summaries import Results
+from bench.analysis.summaries import Results, Sweep
 from bench.analysis.results import stat
 
 
@@ -210,26 +210,26 @@ def describe_presets() -> str:
     return "\n".join(lines)
 
 
-def frontier_findings(preset: Preset, frontier: dict | None, name: str) -> list[dict]:
+def frontier_findings(preset: Preset, frontier: Sweep | None, name: str) -> list[dict]:
     """A budget sweep's crossovers of the preset's pairs on the main yardstick (no test: where the fits cross, stated
     only inside the sweep, where both beat their controls around it and the measured means agree)."""
     found = []
-    for item in (frontier or {}).get("yardsticks", []):
-        if item["yardstick"] != name:
+    for item in frontier.yardsticks if frontier else []:
+        if item.yardstick != name:
             continue
         for pair in preset.frontier_pairs:
             claim = f"where {pair[0]} and {pair[1]} cross ({name})"
-            meet = next((m for m in item.get("crossovers", []) if set(m["pair"]) == set(pair)), None)
-            outcome = (NOT_MEASURABLE if meet is None or meet.get("outcome") == NOT_MEASURABLE else
-                       "no crossover within the sweep" if meet["where"] != "within" else
-                       "not stated (the measured means disagree)" if meet["contradicted"] else "measured")
+            meet = next((m for m in (item.fit.crossovers if item.fit else []) if set(m.pair) == set(pair)), None)
+            outcome = (NOT_MEASURABLE if meet is None or meet.outcome == NOT_MEASURABLE else
+                       "no crossover within the sweep" if meet.where != "within" else
+                       "not stated (the measured means disagree)" if meet.contradicted else "measured")
             found.append({"claim": claim, "kind": "crossover", "outcome": outcome, "crossover": meet,
                           "objectives": list(pair), "yardstick": name})
     return found
 
 
 def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: float | None,
-                  frontier: dict | None = None) -> dict:
+                  frontier: Sweep | None = None) -> dict:
     """The "Paper versus this run" data: the paper's rows beside ours, the judged claims (one Holm family, named) and
     what differs; with a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
     evidence = Evidence(results)

@@ -1,12 +1,14 @@
 """The summaries of a comparison's runs and the Results that hold them beside the findings
-(bench.analysis.findings): what bench.analysis.results builds, bench.report reads and results.json stores.
+(bench.analysis.findings): what bench.analysis.results builds, bench.report reads and results.json stores; and a
+budget sweep's frontier (Sweep), what bench.analysis.budgets builds.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 
-from bench.analysis.findings import Answer, Verdict, from_json, omitted, to_json
+from bench.analysis.findings import NOT_MEASURABLE, Answer, GainAt, Verdict, from_json, omitted, to_json
 from bench.training.records import ControlRecord, RunRecord
 
 
@@ -169,3 +171,141 @@ class Results:
 
     def objective(self, spec: str) -> ObjectiveSummary | None:
         return next((summary for summary in self.objectives if summary.objective == spec), None)
+
+
+# --- a sweep of budgets: the frontier (bench.analysis.budgets, fitted by bench.analysis.frontier) ----------------------
+
+@dataclass(frozen=True)
+class Placed:
+    """A budget a fit found (None: it never gets there), its interval, and where it lies against the sweep: "within",
+    "below the sweep", "beyond the sweep" or "never"."""
+
+    where: str
+    budget: float | None
+    ci_low: float | None
+    ci_high: float | None
+    lack_of_fit: bool  # whether the interval includes the fit's lack of fit
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where two objectives' fits meet, and whether the measured means around it contradict it; "not measurable"
+    where one of them does not beat its control at the budgets around it."""
+
+    pair: list[str]
+    where: str
+    budget: float | None
+    ci_low: float | None
+    ci_high: float | None
+    lack_of_fit: bool
+    contradicted: bool
+    outcome: str | None = omitted()
+
+
+@dataclass(frozen=True)
+class Trend:
+    """A gain over the control fitted as a line in log-FLOPs: the gain per decade and its interval, the line (α, β),
+    and where the fitted gain meets the control."""
+
+    per_decade: float
+    per_decade_ci: list[float] | None
+    lack_of_fit: bool
+    line: list[float]
+    meets: Placed
+
+
+@dataclass(frozen=True)
+class SweepGain:
+    """An objective's gain over its control at every budget (each budget's verdict) and its trend."""
+
+    control: str
+    trend: Trend
+    per_budget: list[GainAt | None]
+
+
+@dataclass(frozen=True)
+class MultiplierAt:
+    """The compute multiplier against the baseline at one budget, read off the fits (None where it never gets
+    there); `outside` where that compute lies outside the sweep, which makes it no result."""
+
+    budget: float
+    multiplier: float | None
+    ci_low: float | None
+    ci_high: float | None
+    lack_of_fit: bool
+    outside: bool
+
+    @staticmethod
+    def matches(data: dict) -> bool:
+        return "multiplier" in data
+
+
+@dataclass(frozen=True)
+class UnreadAt:
+    """A multiplier not read at a budget: one of the pair does not beat its control there."""
+
+    budget: float
+    outcome: str = NOT_MEASURABLE
+
+    @staticmethod
+    def matches(data: dict) -> bool:
+        return "multiplier" not in data
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A neutral yardstick's fit across the sweep: its form and why, the ceiling it saturates toward, the fitted
+    scores and lines per objective, the multipliers against the baseline and every pair's crossover."""
+
+    fit: str
+    fit_reason: str
+    lack_of_fit: bool
+    ceiling: float | None
+    fitted: dict[str, list[float]]
+    lines: dict[str, list[float]]
+    multipliers: dict[str, list[MultiplierAt | UnreadAt]]
+    crossovers: list[Crossover]
+
+
+@dataclass(frozen=True)
+class SweepYardstick:
+    """One yardstick across the budgets: the means per budget and the controls, which objectives beat their
+    controls where, the gains and their trends, and (where it is neutral and measures pretraining) the fit. Its JSON
+    holds the fit's fields beside the others."""
+
+    yardstick: str
+    label: str
+    higher_is_better: bool
+    mirrors: list[str]
+    means: dict[str, list[Stat | None]]
+    seeds: dict[str, list[int]]
+    controls: dict[str, Stat | None]
+    beats_control: dict[str, list[bool]]
+    measures_pretraining: list[bool | None]
+    gains: dict[str, SweepGain]
+    fit: Fit | None = None
+
+    def to_json(self) -> dict:
+        found = {f.name: to_json(getattr(self, f.name)) for f in fields(self) if f.name != "fit"}
+        return {**found, **(to_json(self.fit) if self.fit else {})}
+
+    @classmethod
+    def from_json(cls, data: dict) -> SweepYardstick:
+        names = {f.name for f in fields(Fit)}
+        hints = typing.get_type_hints(cls)
+        found = {f.name: from_json(hints[f.name], data[f.name]) for f in fields(cls) if f.name != "fit"}
+        return cls(**found, fit=from_json(Fit, {k: data[k] for k in names}) if "fit" in data else None)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A budget sweep's frontier: the budgets, the baseline every multiplier is against, the objectives, the setup
+    table, every yardstick across the budgets and each budget's answer. A preset adds its paper section."""
+
+    budgets: list[float]
+    baseline: str
+    objectives: list[str]
+    setup: dict
+    yardsticks: list[SweepYardstick]
+    answers: list[Answer | None]
+    paper: dict | None = omitted()

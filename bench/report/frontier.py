@@ -10,6 +10,7 @@ import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
 from bench.analysis.findings import GainAt, to_json
+from bench.analysis.summaries import Crossover, MultiplierAt, Placed, Sweep, SweepYardstick, UnreadAt
 from bench.files import write_atomic, write_json
 from bench.report.plots import plt, save_figure
 from bench.report.paper import paper_text
@@ -29,31 +30,31 @@ def interval(low: float | None, high: float | None, form: str = ".2g") -> str:
     return f"{low:{form}}–{high:{form}}"
 
 
-def frontier_multiplier_text(row: dict) -> str:
-    if row.get("outcome") == NOT_MEASURABLE:
+def frontier_multiplier_text(row: MultiplierAt | UnreadAt) -> str:
+    if isinstance(row, UnreadAt):
         return "not measurable"
-    if row["multiplier"] is None:
+    if row.multiplier is None:
         return "none (the baseline's fit does not rise)"
-    if row["outside"]:
-        return f"outside the sweep (the fit's {row['multiplier']:.2g}× is no result)"
-    return f"{row['multiplier']:.2g}× ({interval(row['ci_low'], row['ci_high'])})"
+    if row.outside:
+        return f"outside the sweep (the fit's {row.multiplier:.2g}× is no result)"
+    return f"{row.multiplier:.2g}× ({interval(row.ci_low, row.ci_high)})"
 
 
-def crossover_text(found: dict, budgets: list[float]) -> str:
-    first, second = found["pair"]
+def crossover_text(found: Crossover, budgets: list[float]) -> str:
+    first, second = found.pair
     sweep = f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
-    if found["where"] == "never":
+    if found.where == "never":
         return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
-    if found["where"] != "within":
+    if found.where != "within":
         return f"{first} and {second}: no crossover within the sweep {sweep} (the fits meet only outside it: no result)."
-    if found.get("outcome") == NOT_MEASURABLE:
-        return (f"{first} and {second}: the fits meet at {found['budget']:.3g} FLOPs, but one of them does not beat "
+    if found.outcome == NOT_MEASURABLE:
+        return (f"{first} and {second}: the fits meet at {found.budget:.3g} FLOPs, but one of them does not beat "
                 "its untrained control at the budgets around it: not measurable.")
-    if found["contradicted"]:
-        return (f"{first} and {second}: the fits meet at {found['budget']:.3g} FLOPs, but the measured means at the "
+    if found.contradicted:
+        return (f"{first} and {second}: the fits meet at {found.budget:.3g} FLOPs, but the measured means at the "
                 "budgets around it do not change order: no crossover is stated.")
-    return (f"{first} and {second} cross at {found['budget']:.3g} FLOPs "
-            f"(95 % CI {interval(found['ci_low'], found['ci_high'], '.3g')}), within the sweep {sweep}.")
+    return (f"{first} and {second} cross at {found.budget:.3g} FLOPs "
+            f"(95 % CI {interval(found.ci_low, found.ci_high, '.3g')}), within the sweep {sweep}.")
 
 
 def gain_text(gain: GainAt | None) -> str:
@@ -63,24 +64,24 @@ def gain_text(gain: GainAt | None) -> str:
     return f"**{gain.estimate:+.3f}**{ci}" if beats_control(gain) else f"{gain.estimate:+.3f}{ci}"
 
 
-def meets_text(meets: dict) -> str:
-    if meets["where"] == "never":
+def meets_text(meets: Placed) -> str:
+    if meets.where == "never":
         return "never (the fitted gain does not rise)"
-    if meets["where"] != "within":
+    if meets.where != "within":
         return "outside the sweep (no result)"
-    return f"{meets['budget']:.3g} FLOPs ({interval(meets['ci_low'], meets['ci_high'], '.3g')})"
+    return f"{meets.budget:.3g} FLOPs ({interval(meets.ci_low, meets.ci_high, '.3g')})"
 
 
-def gain_section(item: dict, budgets: list[float]) -> str:
+def gain_section(item: SweepYardstick, budgets: list[float]) -> str:
     """Each objective's gain over its own control at every budget and its trend against compute."""
-    if not item.get("gains"):
+    if not item.gains:
         return ""
     rows = []
-    for spec, found in item["gains"].items():
-        trend, ci = found["trend"], found["trend"]["per_decade_ci"]
-        rows.append([spec, *(gain_text(g) for g in found["per_budget"]),
-                     f"{trend['per_decade']:+.3f}" + ("" if ci is None else f" ({ci[0]:+.3f} to {ci[1]:+.3f})"),
-                     meets_text(trend["meets"])])
+    for spec, found in item.gains.items():
+        trend, ci = found.trend, found.trend.per_decade_ci
+        rows.append([spec, *(gain_text(g) for g in found.per_budget),
+                     f"{trend.per_decade:+.3f}" + ("" if ci is None else f" ({ci[0]:+.3f} to {ci[1]:+.3f})"),
+                     meets_text(trend.meets)])
     return ("Gain over its own untrained control at each budget (that budget's verdict: difference with its 95 % "
             "interval over seeds and test examples; **bold** where it beats the control, Holm within that "
             "comparison's family), fitted as a line in log-FLOPs: the gain per decade of compute (95 % interval: the "
@@ -89,48 +90,49 @@ def gain_section(item: dict, budgets: list[float]) -> str:
             + table(rows, ["objective", *(f"{b:.3g}" for b in budgets), "gain per decade", "meets its control at"]))
 
 
-def yardstick_section(item: dict, budgets: list[float], baseline: str) -> str:
+def yardstick_section(item: SweepYardstick, budgets: list[float], baseline: str) -> str:
     heads = [f"{budget:.3g} FLOPs" for budget in budgets]
-    rows = [[spec, *(fmt(summary) for summary in means)] for spec, means in item["means"].items()]
-    rows += [[f"*{name}*", *([fmt(summary)] * len(budgets))] for name, summary in item["controls"].items()]
-    measured = ", ".join("yes" if m else "no" if m is False else "untested" for m in item["measures_pretraining"])
-    text = (f"### {item['label']}\n\nMean ± 95 % t-interval over seeds of each budget's finished runs; the untrained "
+    rows = [[spec, *(fmt(summary) for summary in means)] for spec, means in item.means.items()]
+    rows += [[f"*{name}*", *([fmt(summary)] * len(budgets))] for name, summary in item.controls.items()]
+    measured = ", ".join("yes" if m else "no" if m is False else "untested" for m in item.measures_pretraining)
+    text = (f"### {item.label}\n\nMean ± 95 % t-interval over seeds of each budget's finished runs; the untrained "
             "controls (*italic*) spend no training FLOPs, so they are one level at every budget. Some objective beats "
             f"its control at each budget (that comparison's verdict): {measured}.\n\n" + table(rows, ["objective",
                                                                                                     *heads]))
     gains = gain_section(item, budgets)
     text += "\n\n" + gains if gains else ""
-    if item["mirrors"]:
+    if item.mirrors:
         return text + (f"\n\nDiagnostic: this yardstick copies the training input or task of "
-                       f"{listing(item['mirrors'])}; no fit, multiplier or crossover is drawn from it.")
-    if "fit" not in item:
+                       f"{listing(item.mirrors)}; no fit, multiplier or crossover is drawn from it.")
+    fit = item.fit
+    if fit is None:
         return text + "\n\nNo objective beats its untrained control on it at any budget: nothing is fitted."
-    lack = ("the intervals include the fit's lack of fit (residuals over the budgets)" if item["lack_of_fit"] else
+    lack = ("the intervals include the fit's lack of fit (residuals over the budgets)" if fit.lack_of_fit else
             "with two budgets the fit's lack of fit cannot be measured, so these intervals hold only if the form is "
             "right")
-    text += (f"\n\nFit: {item['fit_reason']}; {lack}. Compute multiplier of each objective against `{baseline}` at "
+    text += (f"\n\nFit: {fit.fit_reason}; {lack}. Compute multiplier of each objective against `{baseline}` at "
              "every budget B (the baseline's FLOPs to reach the objective's fitted score at B, over B), read only "
              "where both beat their own untrained controls at B:\n\n")
     text += table([[spec, *(frontier_multiplier_text(row) for row in rows_)]
-                   for spec, rows_ in item["multipliers"].items()], ["objective", *heads])
-    return text + "\n\n" + "\n".join(f"- {crossover_text(meet, budgets)}" for meet in item["crossovers"])
+                   for spec, rows_ in fit.multipliers.items()], ["objective", *heads])
+    return text + "\n\n" + "\n".join(f"- {crossover_text(meet, budgets)}" for meet in fit.crossovers)
 
 
-def render(frontier: dict, plots: list[str]) -> str:
-    budgets, baseline = frontier["budgets"], frontier["baseline"]
+def render(frontier: Sweep, plots: list[str]) -> str:
+    budgets, baseline = frontier.budgets, frontier.baseline
     links = "\n".join(f"- [{budget:.3g} FLOPs]({budget_folder(budget)}/report.md): {answer_sentence(answer)}"
-                      for budget, answer in zip(budgets, frontier["answers"]))
-    setup = table([[key, value] for key, value in frontier["setup"].items()], ["", ""])
+                      for budget, answer in zip(budgets, frontier.answers))
+    setup = table([[key, value] for key, value in frontier.setup.items()], ["", ""])
     sections = [
         "# The efficiency frontier\n\n"
-        f"Objectives {', '.join(f'`{spec}`' for spec in frontier['objectives'])} trained to each of "
+        f"Objectives {', '.join(f'`{spec}`' for spec in frontier.objectives)} trained to each of "
         f"{len(budgets)} budgets ({', '.join(f'{b:.3g}' for b in budgets)} FLOPs), each run with its own complete "
         f"learning-rate schedule; baseline `{baseline}`. Each budget is a full comparison with its own report and "
         "answer:\n\n" + links,
-        *([paper_text(frontier["paper"])] if frontier.get("paper") else []),
+        *([paper_text(frontier.paper)] if frontier.paper else []),
         "## Setup\n\n" + setup,
         "## Yardsticks across budgets\n\n" + "\n\n".join(yardstick_section(item, budgets, baseline)
-                                                         for item in frontier["yardsticks"]),
+                                                         for item in frontier.yardsticks),
         "## Plots\n\n" + ("\n\n".join(plots) or "No yardstick measures pretraining in this sweep: nothing to fit."),
     ]
     return "\n\n".join(sections) + "\n"
@@ -146,25 +148,25 @@ def panels(count: int) -> tuple[plt.Figure, list]:
     return figure, list(axes.flat[:count])
 
 
-def plot_frontier(frontier: dict, path: Path) -> bool:
-    fitted = [item for item in frontier["yardsticks"] if "fit" in item]
+def plot_frontier(frontier: Sweep, path: Path) -> bool:
+    fitted = [item for item in frontier.yardsticks if item.fit is not None]
     if not fitted:
         return False
     figure, axes = panels(len(fitted))
-    budgets = np.array(frontier["budgets"], dtype=float)
+    budgets = np.array(frontier.budgets, dtype=float)
     grid = np.geomspace(budgets[0], budgets[-1], 25)
     for item, ax in zip(fitted, axes):
-        for spec, means in item["means"].items():
-            alpha, beta = item["lines"][spec]
+        for spec, means in item.means.items():
+            alpha, beta = item.fit.lines[spec]
             g = alpha + beta * np.log(grid)
-            sign = 1.0 if item["higher_is_better"] else -1.0
-            fit = sign * (sign * item["ceiling"] - np.exp(g)) if item["fit"].startswith("power") else sign * g
+            sign = 1.0 if item.higher_is_better else -1.0
+            fit = sign * (sign * item.fit.ceiling - np.exp(g)) if item.fit.fit.startswith("power") else sign * g
             line, = ax.plot(grid, fit, label=spec)
             ax.errorbar(budgets, [m.mean for m in means], yerr=[m.ci95 or 0 for m in means], fmt="o",
                         color=line.get_color(), capsize=3)
-        for (name, control), style in zip(item["controls"].items(), ("--", ":", "-.")):
+        for (name, control), style in zip(item.controls.items(), ("--", ":", "-.")):
             ax.axhline(control.mean, color="grey", linestyle=style, label=name)
-        ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=item["label"], title=item["label"])
+        ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel=item.label, title=item.label)
         ax.legend(fontsize="small")
     figure.suptitle("Score against compute: each budget's runs (mean ± 95 % CI over seeds), the fits, and the "
                     "untrained controls (grey)")
@@ -172,26 +174,26 @@ def plot_frontier(frontier: dict, path: Path) -> bool:
     return True
 
 
-def plot_gains(frontier: dict, path: Path) -> bool:
+def plot_gains(frontier: Sweep, path: Path) -> bool:
     """Per yardstick, each objective's gain over its control against compute, with its fitted line over the sweep."""
-    shown = [item for item in frontier["yardsticks"] if item.get("gains")]
+    shown = [item for item in frontier.yardsticks if item.gains]
     if not shown:
         return False
     figure, axes = panels(len(shown))
-    budgets = np.array(frontier["budgets"], dtype=float)
+    budgets = np.array(frontier.budgets, dtype=float)
     grid = np.geomspace(budgets[0], budgets[-1], 25)
     for item, ax in zip(shown, axes):
-        for spec, found in item["gains"].items():
-            points = [(b, g) for b, g in zip(budgets, found["per_budget"]) if g is not None]
+        for spec, found in item.gains.items():
+            points = [(b, g) for b, g in zip(budgets, found.per_budget) if g is not None]
             low = [g.estimate - g.ci_low if g.ci_low is not None else 0 for _, g in points]
             high = [g.ci_high - g.estimate if g.ci_high is not None else 0 for _, g in points]
             line = ax.errorbar([b for b, _ in points], [g.estimate for _, g in points], yerr=[low, high],
                                fmt="o", capsize=3, label=spec)
-            alpha, beta = found["trend"]["line"]
+            alpha, beta = found.trend.line
             ax.plot(grid, alpha + beta * np.log(grid), color=line[0].get_color(), linestyle="--")
         ax.axhline(0.0, color="grey", linewidth=1, label="its untrained control")
         ax.set(xscale="log", xlabel="training FLOPs per run (log)", ylabel="gain over its untrained control",
-               title=item["label"] + (" [diagnostic]" if item["mirrors"] else ""))
+               title=item.label + (" [diagnostic]" if item.mirrors else ""))
         ax.legend(fontsize="small")
     figure.suptitle("What pretraining bought: each objective's gain over its own untrained control (± 95 % CI) and "
                     "its fitted trend (dashed) over the sweep")
@@ -199,7 +201,7 @@ def plot_gains(frontier: dict, path: Path) -> bool:
     return True
 
 
-def write_frontier_report(out: Path, frontier: dict) -> Path:
+def write_frontier_report(out: Path, frontier: Sweep) -> Path:
     """results.json, the plots and report.md of a budget sweep, in `out`."""
     write_json(out / "results.json", {"frontier": to_json(frontier)})
     plots = []

@@ -50,7 +50,7 @@ def finding_text(found: dict) -> str:
         return found["evidence"]
     if found["kind"] == "crossover":
         meet = found.get("crossover")
-        return "" if not meet or meet.get("budget") is None else f"the fits meet at {meet['budget']:.3g} FLOPs"
+        return "" if meet is None or meet.budget is None else f"the fits meet at {meet.budget:.3g} FLOPs"
     if found["kind"] == "multiplier":
         m = found.get("multiplier")
         return "" if not m else (f"{found['objectives'][0]} against {found['objectives'][1]} on {found['yardstick']}:"

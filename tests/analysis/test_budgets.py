@@ -11,7 +11,9 @@ from PIL import Image
 
 from backbone import ConfigError
 from bench.analysis.budgets import frontier_results
+from bench.analysis.findings import from_json, to_json
 from bench.analysis.results import load_results
+from bench.analysis.summaries import Sweep
 from bench.analysis.frontier import POWER_LAW
 from bench.compare import main
 from bench.report.frontier import write_frontier_report
@@ -63,33 +65,33 @@ def with_known_scores(results: dict, budget: float, shift: dict[str, float]) -> 
 def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(probed, tmp_path):
     by_budget = {budget: load_results(with_known_scores(probed, budget, {"mlm": 1.0, "ar": 2.0})) for budget in BUDGETS}
     frontier = frontier_results(by_budget, "mlm", resamples=200)
-    assert frontier["budgets"] == list(BUDGETS) and frontier["objectives"] == ["mlm", "ar"]
-    items = {item["yardstick"]: item for item in frontier["yardsticks"]}
+    assert frontier.budgets == list(BUDGETS) and frontier.objectives == ["mlm", "ar"]
+    items = {item.yardstick: item for item in frontier.yardsticks}
     states = items[f"{STATES} (frozen)"]
-    assert states["fit"] == POWER_LAW and states["measures_pretraining"] == [True] * 3 and states["lack_of_fit"]
-    assert states["seeds"] == {"mlm": [0, 1, 2], "ar": [0, 1, 2]}
+    assert states.fit.fit == POWER_LAW and states.measures_pretraining == [True] * 3 and states.fit.lack_of_fit
+    assert states.seeds == {"mlm": [0, 1, 2], "ar": [0, 1, 2]}
     ceiling = max(next(t for t in probed["tasks"] if t["task"] == STATES)["ceilings"].values())
-    assert [m.mean for m in states["means"]["ar"]] == pytest.approx(ceiling * truth(2 * np.array(BUDGETS)),
+    assert [m.mean for m in states.means["ar"]] == pytest.approx(ceiling * truth(2 * np.array(BUDGETS)),
                                                                        rel=1e-9)
     # ar reaches at B what mlm reaches at 2B: the multiplier is 2 at every budget, inside its interval
-    rows = states["multipliers"]["ar"]
-    assert [row["multiplier"] for row in rows] == pytest.approx([2.0] * 3, rel=1e-6)
-    assert all(row["ci_low"] <= 2.0 <= row["ci_high"] for row in rows[:2])
-    assert [row["outside"] for row in rows] == [False, False, True]  # 2 × 1.6e9 lies beyond the sweep
-    assert [meet["where"] for meet in states["crossovers"]] == ["never"]  # a pure shift: parallel fits
+    rows = states.fit.multipliers["ar"]
+    assert [row.multiplier for row in rows] == pytest.approx([2.0] * 3, rel=1e-6)
+    assert all(row.ci_low <= 2.0 <= row.ci_high for row in rows[:2])
+    assert [row.outside for row in rows] == [False, False, True]  # 2 × 1.6e9 lies beyond the sweep
+    assert [meet.where for meet in states.fit.crossovers] == ["never"]  # a pure shift: parallel fits
     # the controls are set beside the curves; a yardstick that measures no pretraining, or mirrors, gets no fit
-    assert set(states["controls"]) == {"untrained, bidirectional", "untrained, causal"}
-    assert all(len(b) == 3 for b in states["beats_control"].values())
-    assert "fit" not in items[f"{STATES} (finetuned)"] and "fit" not in items["hidden_state_share"]
-    assert items["hidden_state_share"]["mirrors"] == ["mlm", "ar"]
+    assert set(states.controls) == {"untrained, bidirectional", "untrained, causal"}
+    assert all(len(b) == 3 for b in states.beats_control.values())
+    assert items[f"{STATES} (finetuned)"].fit is None and items["hidden_state_share"].fit is None
+    assert items["hidden_state_share"].mirrors == ["mlm", "ar"]
     # each objective's gain over its own control, and its trend (the verdict's gains, as written above)
-    gains = states["gains"]["ar"]
-    assert gains["control"] == "untrained, causal" and len(gains["per_budget"]) == 3
+    gains = states.gains["ar"]
+    assert gains.control == "untrained, causal" and len(gains.per_budget) == 3
     # a seed that diverged at one budget leaves the curve, not a hole in it
     by_budget[4e8] = replace(by_budget[4e8], runs=[run for run in by_budget[4e8].runs
                                                    if (run.objective, run.seed) != ("ar", 1)])
-    dropped = {i["yardstick"]: i for i in frontier_results(by_budget, "mlm", resamples=50)["yardsticks"]}
-    assert dropped[f"{STATES} (frozen)"]["seeds"]["ar"] == [0, 2]
+    dropped = {i.yardstick: i for i in frontier_results(by_budget, "mlm", resamples=50).yardsticks}
+    assert dropped[f"{STATES} (frozen)"].seeds["ar"] == [0, 2]
 
     report = write_frontier_report(tmp_path, frontier).read_text()
     assert "| ar " in report and "2× (" in report and "outside the sweep" in report and "*untrained, causal*" in report
@@ -98,7 +100,9 @@ def test_the_frontier_reads_every_budgets_runs_and_finds_a_known_compute_shift(p
         assert f"]({png})" in report
         with Image.open(tmp_path / png) as image:
             image.verify()
-    assert json.loads((tmp_path / "results.json").read_text())["frontier"]["budgets"] == list(BUDGETS)
+    written = json.loads((tmp_path / "results.json").read_text())["frontier"]
+    assert written["budgets"] == list(BUDGETS)
+    assert to_json(from_json(Sweep, written)) == written  # the layout reads back to the same record
 
 
 def test_a_budget_sweep_is_one_comparison_per_budget_and_an_interrupted_one_resumes(tmp_path):

@@ -35,10 +35,10 @@ def test_a_known_compute_shift_is_the_multiplier_at_every_budget(shift):
                              resamples=50)
         assert found.kind == kind
         rows = multipliers(found, "base", "other")
-        assert [row["multiplier"] for row in rows] == pytest.approx([shift] * 3, rel=1e-9)
+        assert [row.multiplier for row in rows] == pytest.approx([shift] * 3, rel=1e-9)
         # the baseline's compute shift × B outside the sweep is flagged, never a result
-        assert [row["outside"] for row in rows] == [shift < 1, shift > 4 or shift < 0.25, shift > 1]
-        assert all(row["lack_of_fit"] for row in rows)  # three budgets: the residuals have one degree of freedom
+        assert [row.outside for row in rows] == [shift < 1, shift > 4 or shift < 0.25, shift > 1]
+        assert all(row.lack_of_fit for row in rows)  # three budgets: the residuals have one degree of freedom
 
 
 def test_a_known_crossover_within_the_sweep_and_one_the_measured_means_contradict():
@@ -48,8 +48,8 @@ def test_a_known_crossover_within_the_sweep_and_one_the_measured_means_contradic
     means = {"steep": [0.1 + 0.06 * math.log(b / 1e10) for b in BUDGETS],
              "flat": [0.3 + 0.02 * math.log(b / 1e10) for b in BUDGETS]}
     meet = crossover(found, "steep", "flat", means)
-    assert meet["where"] == "within" and meet["budget"] == pytest.approx(math.exp(5) * 1e10, rel=1e-9)
-    assert not meet["contradicted"]  # flat leads at 4e11, steep at 1.6e12: the order flips around 1.48e12
+    assert meet.where == "within" and meet.budget == pytest.approx(math.exp(5) * 1e10, rel=1e-9)
+    assert not meet.contradicted  # flat leads at 4e11, steep at 1.6e12: the order flips around 1.48e12
     # the fits cross at 2e11, but the measured means say flat leads on both sides of it: not stated (the report's
     # "cross at 3.54e11" where at 4e11 MLM still led)
     assert contradicts([-1, -1, 1], np.log(BUDGETS), math.log(2e11))
@@ -61,15 +61,15 @@ def test_curves_that_meet_only_beyond_the_sweep_or_never():
     beyond = fit_frontier({"steep": curves(log_linear(0.1, 0.06)), "flat": curves(log_linear(0.42, 0.02))},
                           resamples=50)
     meet = crossover(beyond, "steep", "flat")  # at L = 8: C = 2.98e13, past 1.6e12
-    assert meet["where"] == "beyond the sweep" and meet["budget"] == pytest.approx(math.exp(8) * 1e10, rel=1e-9)
+    assert meet.where == "beyond the sweep" and meet.budget == pytest.approx(math.exp(8) * 1e10, rel=1e-9)
     parallel = fit_frontier({"a": curves(log_linear(0.1, 0.03)), "b": curves(log_linear(0.2, 0.03))}, resamples=50)
-    assert crossover(parallel, "a", "b")["where"] == "never"
+    assert crossover(parallel, "a", "b").where == "never"
 
 
 def test_a_fit_that_does_not_rise_gives_no_multiplier_and_the_power_law_needs_a_ceiling():
     falling = fit_frontier({"base": curves(log_linear(0.5, -0.01)), "other": curves(log_linear(0.2, 0.05))},
                            resamples=50)
-    assert all(row["multiplier"] is None and row["outside"] for row in multipliers(falling, "base", "other"))
+    assert all(row.multiplier is None and row.outside for row in multipliers(falling, "base", "other"))
     at_ceiling = curves(lambda c: np.minimum(1.0, power_law(c) + 0.3))
     assert fit_frontier({"a": at_ceiling}, 1.0, resamples=10).kind == LOG_LINEAR
     assert fit_frontier({"a": curves(power_law)}, None, resamples=10).kind == LOG_LINEAR
@@ -93,7 +93,7 @@ def test_the_multipliers_interval_covers_the_true_one_even_where_the_form_is_wro
                                                                                    rng)},
                              1.0 if truth is power_law else None, resamples=300, seed=rep)
         row = multipliers(found, "base", "other")[1]
-        hits += row["ci_low"] is not None and row["ci_low"] <= 2.0 <= row["ci_high"]
+        hits += row.ci_low is not None and row.ci_low <= 2.0 <= row.ci_high
     assert hits / reps >= 0.93
 
 
@@ -105,16 +105,16 @@ def test_a_gain_trend_carries_its_lack_of_fit():
     line = 0.5 + 0.02 * np.log10(np.array(budgets) / 1e12)
     scores = (line + np.array([0.0, 0.03, 0.0]))[None, :].repeat(3, 0)
     found = gain_trend(budgets, scores, np.array([0.49, 0.5, 0.51]), resamples=2000)
-    assert found["per_decade"] == pytest.approx(0.02, rel=1e-9) and found["lack_of_fit"]
+    assert found.per_decade == pytest.approx(0.02, rel=1e-9) and found.lack_of_fit
     x = np.log(budgets) - np.log(budgets).mean()
     residuals = scores[0] - np.polyval(np.polyfit(np.log(budgets), scores[0], 1), np.log(budgets))
     slope_se = math.sqrt(residuals @ residuals / 1 / (x @ x)) * math.log(10)
-    low, high = found["per_decade_ci"]
+    low, high = found.per_decade_ci
     assert high - low >= 0.95 * 2 * 12.706 * slope_se  # the percentiles of the t(1) draws, ~ t(0.975, 1) × SE
     # the fitted gain is their mean, 0.01, at 1e12 and falls 0.02 a decade: it meets the control half a decade below
-    assert found["meets"]["where"] == "within" and found["meets"]["budget"] == pytest.approx(10 ** 11.5, rel=1e-9)
+    assert found.meets.where == "within" and found.meets.budget == pytest.approx(10 ** 11.5, rel=1e-9)
     falling = gain_trend(budgets, (1 - line)[None, :].repeat(3, 0) - 0.45, np.array([0.0, 0.0, 0.01]),
                          resamples=100)
-    assert falling["per_decade"] < 0 and falling["meets"]["where"] == "never"
+    assert falling.per_decade < 0 and falling.meets.where == "never"
     two = gain_trend((1e11, 1e12), scores[:, :2], np.array([0.49, 0.5, 0.51]), resamples=100)
-    assert not two["lack_of_fit"]  # two budgets leave no residual: the report says the form must be taken on trust
+    assert not two.lack_of_fit  # two budgets leave no residual: the report says the form must be taken on trust
