@@ -15,11 +15,11 @@ from dataclasses import replace
 import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
-from bench.analysis.findings import Gain, GainAt, YardstickVerdict
+from bench.analysis.findings import Crossover, Gain, GainAt, Stat, YardstickVerdict
 from bench.analysis.frontier import LOG_LINEAR, POWER_LAW, Curves, crossover, fit_frontier, gain_trend, multipliers
 from bench.analysis.measures import yardsticks
 from bench.analysis.results import by_control, by_objective, stat
-from bench.analysis.summaries import Crossover, Fit, Results, Stat, Sweep, SweepGain, SweepYardstick, UnreadAt
+from bench.analysis.summaries import Fit, Results, Sweep, SweepGain, SweepYardstick, UnreadAt
 
 FIT_REASONS = {
     POWER_LAW: "a saturating power law toward the ceiling, since the yardstick has one and every seed lies below it",

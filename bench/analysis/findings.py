@@ -302,3 +302,41 @@ class Answer:
     multiplier: Multiplier | None
     family: Family | None
     sentence: str | None = omitted()
+
+
+# --- readings shared by the summaries, the sweeps and the presets' findings -------------------------------------------
+
+@dataclass(frozen=True)
+class Stat:
+    """A mean over seeds with the half-width of its 95 % Student-t interval (None with one seed)."""
+
+    mean: float
+    ci95: float | None
+    n: int
+
+
+@dataclass(frozen=True)
+class Placed:
+    """A budget a fit found (None: it never gets there), its interval, and where it lies against the sweep: "within",
+    "below the sweep", "beyond the sweep" or "never"."""
+
+    where: str
+    budget: float | None
+    ci_low: float | None
+    ci_high: float | None
+    lack_of_fit: bool  # whether the interval includes the fit's lack of fit
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Where two objectives' fits meet, and whether the measured means around it contradict it; "not measurable"
+    where one of them does not beat its control at the budgets around it."""
+
+    pair: list[str]
+    where: str
+    budget: float | None
+    ci_low: float | None
+    ci_high: float | None
+    lack_of_fit: bool
+    contradicted: bool
+    outcome: str | None = omitted()

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import t as t_distribution
 
-from bench.analysis.summaries import Crossover, MultiplierAt, Placed, Trend
+from bench.analysis.findings import Crossover, Placed
+from bench.analysis.summaries import MultiplierAt, Trend
 
 POWER_LAW, LOG_LINEAR = "power law toward the ceiling", "line in log-FLOPs"
 RESAMPLES = 2000

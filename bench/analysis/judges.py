@@ -12,13 +12,14 @@ says it is a diagnostic of the objective's own homework.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from scipy import stats
 
 from bench.analysis import uncertainty
 from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, holm
 from bench.analysis.findings import Family, Unread, YardstickVerdict
+from bench.analysis.paper_findings import ClaimTest, MultiplierTest, PaperFinding, Setting, Unmeasured
 from bench.analysis.measures import Yardstick, group, yardsticks
 from bench.analysis.summaries import Results
 
@@ -67,22 +68,22 @@ def side_label(side: tuple[str, str]) -> str:
 
 
 def claim(evidence: Evidence, text: str, name: str, first: tuple[str, str], second: tuple[str, str],
-          kind: str = "beats", margin: float = MARGIN) -> dict:
+          kind: str = "beats", margin: float = MARGIN) -> ClaimTest | Unmeasured:
     """A claim about `first` against `second` ((variant, spec) pairs) on yardstick `name`: its test, unjudged
     ("not measurable") unless both beat their own untrained controls there; Holm is applied by judge()."""
     a, b = evidence.group(*first, name), evidence.group(*second, name)
     item = evidence.item(first[0], name)
-    found = {"claim": text, "kind": kind, "objectives": [side_label(first), side_label(second)], "yardstick": name,
-             "mirrors": sorted(set(item.mirrors if item else []) & {first[1], second[1]})}
+    named = dict(claim=text, kind=kind, objectives=[side_label(first), side_label(second)], yardstick=name,
+                 mirrors=sorted(set(item.mirrors if item else []) & {first[1], second[1]}))
     if a is None or b is None:
-        return {**found, "outcome": "not measured"}
+        return Unmeasured(**named, outcome="not measured")
     estimate = uncertainty.difference(a, b)
-    found.update(estimate.record(), means=[float(a.values.mean()), float(b.values.mean())])
+    found = ClaimTest(**named, **estimate.record(), means=[float(a.values.mean()), float(b.values.mean())])
     if not (evidence.beats(first[0], first[1], name) and evidence.beats(second[0], second[1], name)):
-        return {**found, "p": None, "outcome": NOT_MEASURABLE}
+        return replace(found, p=None, outcome=NOT_MEASURABLE)
     if kind == "comparable":  # one-sided: H0 is a shortfall of at least the margin
         allowed = margin * abs(float(b.values.mean()))
-        found.update(margin=allowed, p=one_sided(estimate.estimate + allowed, estimate.se, estimate.df))
+        found = replace(found, margin=allowed, p=one_sided(estimate.estimate + allowed, estimate.se, estimate.df))
     return found
 
 
@@ -93,43 +94,46 @@ def one_sided(shift: float, se: float, df: float | None) -> float | None:
     return float(stats.t.sf(shift / se, df))
 
 
-def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, against: str, factor: float) -> dict:
+def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, against: str,
+                     factor: float) -> MultiplierTest | Unmeasured:
     """"`spec`'s compute multiplier against `against` is at least `factor`" on the main yardstick of `variant`,
     tested one-sided on the log scale, read only where the pair is measurable."""
-    found = {"claim": text, "kind": "multiplier", "objectives": [side_label((variant, spec)),
-                                                                 side_label((variant, against))],
-             "yardstick": evidence.main(), "mirrors": []}
+    named = dict(claim=text, kind="multiplier", objectives=[side_label((variant, spec)), side_label((variant, against))],
+                 yardstick=evidence.main(), mirrors=[])
     result = evidence.results.get(variant)
-    m = next((m for m in (result.verdict.multipliers if result and result.verdict else []) if m.objective == spec and m.against == against
-              and m.yardstick == evidence.main()), None)
+    m = next((m for m in (result.verdict.multipliers if result and result.verdict else []) if m.objective == spec
+              and m.against == against and m.yardstick == evidence.main()), None)
     if m is None:
-        return {**found, "outcome": "not measured"}
+        return Unmeasured(**named, outcome="not measured")
     if isinstance(m, Unread):
-        return {**found, "p": None, "outcome": NOT_MEASURABLE}
+        return MultiplierTest(**named, p=None, outcome=NOT_MEASURABLE)
     p = None if m.log_se is None else one_sided(math.log(m.multiplier / factor), m.log_se, m.df)
-    return {**found, "multiplier": m, "factor": factor, "p": p}
+    return MultiplierTest(**named, multiplier=m, factor=factor, p=p)
 
 
-def judge(findings: list[dict], name: str) -> tuple[list[dict], Family]:
-    """Holm over the claims' tests, then each claim's outcome."""
-    tested = [f for f in findings if f.get("p") is not None]
-    for found, p_holm in zip(tested, holm([f["p"] for f in tested])):
-        found["p_holm"], found["family"] = p_holm, name
-    for found in tested:
-        significant = found["p_holm"] < ALPHA
-        if found["kind"] == "beats":
-            found["outcome"] = ("reproduced" if found["estimate"] > 0 else "not reproduced") if significant else \
-                "not separated"
-        else:
-            found["outcome"] = "reproduced" if significant else "inconclusive"
+def judge(findings: list[PaperFinding], name: str) -> tuple[list[PaperFinding], Family]:
+    """Holm over the claims' tests, then each claim's outcome ("untested (one seed)" where a difference has no p)."""
+    tested = [f for f in findings if isinstance(f, (ClaimTest, MultiplierTest)) and f.p is not None]
+    adjusted = {id(f): p_holm for f, p_holm in zip(tested, holm([f.p for f in tested]))}
+    judged = []
     for found in findings:
-        found.setdefault("outcome", "not measured" if "estimate" not in found else "untested (one seed)")
-    return findings, Family(name, len(tested))
+        if id(found) in adjusted:
+            significant = adjusted[id(found)] < ALPHA
+            if found.kind == "beats":
+                outcome = ("reproduced" if found.estimate > 0 else "not reproduced") if significant else \
+                    "not separated"
+            else:
+                outcome = "reproduced" if significant else "inconclusive"
+            found = replace(found, p_holm=adjusted[id(found)], family=name, outcome=outcome)
+        elif not found.outcome:  # a test without a p: a difference with one seed; a multiplier without its bootstrap
+            found = replace(found, outcome="untested (one seed)" if isinstance(found, ClaimTest) else "not measured")
+        judged.append(found)
+    return judged, Family(name, len(tested))
 
 
-def setting(text: str, evidence_text: str) -> dict:
+def setting(text: str, evidence_text: str) -> Setting:
     """What the run measured about the paper's own setting (epochs, positions): no test."""
-    return {"claim": text, "kind": "setting", "outcome": "setting", "evidence": evidence_text}
+    return Setting(claim=text, kind="setting", outcome="setting", evidence=evidence_text)
 
 
 # --- the presets ------------------------------------------------------------------------------------------------------
@@ -139,7 +143,7 @@ TABLE8_SPECS = (("80/10/10", "mlm"), ("100/0/0", "mlm:mask=1,random=0,keep=0"),
                 ("0/20/80", "mlm:mask=0,random=0.2,keep=0.8"), ("0/0/100", "mlm:mask=0,random=0,keep=1"))
 
 
-def judge_table8(evidence: Evidence) -> list[dict]:
+def judge_table8(evidence: Evidence) -> list[PaperFinding]:
     mask_only = ("", "mlm:mask=1,random=0,keep=0")
     return [claim(evidence, "Feature-based (frozen) use: MASK-only (100/0/0) scores below 80/10/10", evidence.main(),
                   ("", "mlm"), mask_only),
@@ -147,7 +151,7 @@ def judge_table8(evidence: Evidence) -> list[dict]:
                             "80/10/10", evidence.main(finetuned=True), mask_only, ("", "mlm"), "comparable")]
 
 
-def judge_corruption(evidence: Evidence) -> list[dict]:
+def judge_corruption(evidence: Evidence) -> list[PaperFinding]:
     tuned = evidence.main(finetuned=True)
     span = lambda rate: ("", f"span:density={rate}")  # noqa: E731
     return [claim(evidence, "T5: span corruption at 50 % is worse than at 15 %", tuned, span(0.15), span(0.5)),
@@ -160,7 +164,7 @@ def judge_corruption(evidence: Evidence) -> list[dict]:
                   ("", "mlm:rate=0.8"), ("", "mlm"), "comparable")]
 
 
-def judge_static(evidence: Evidence) -> list[dict]:
+def judge_static(evidence: Evidence) -> list[PaperFinding]:
     epochs = evidence.results[""].setup.get("epochs", "unknown")
     return [setting("The data repeat: about 40 epochs, so each of the 10 static copies is seen about 4 times",
                     f"this run: {epochs}")] + [
@@ -169,7 +173,7 @@ def judge_static(evidence: Evidence) -> list[dict]:
         for name in (evidence.main(finetuned=True), evidence.main())]
 
 
-def judge_pairs(evidence: Evidence) -> list[dict]:
+def judge_pairs(evidence: Evidence) -> list[PaperFinding]:
     nsp, sop = "synthetic:same-source (finetuned)", "synthetic:order (finetuned)"
     heads = [f"{o.objective} {o.metrics['pair_accuracy'].mean:.3f}"
              for o in evidence.results[""].objectives if o.metrics.get("pair_accuracy")]
@@ -186,7 +190,7 @@ def judge_pairs(evidence: Evidence) -> list[dict]:
                   evidence.main(finetuned=True), ("", "mlm:pair=sop"), ("", "mlm"), "comparable")]
 
 
-def judge_units(evidence: Evidence) -> list[dict]:
+def judge_units(evidence: Evidence) -> list[PaperFinding]:
     return [claim(evidence, f"SpanBERT: {name} masking beats sub-word token masking ({yardstick})", yardstick,
                   ("", spec), ("", "mlm"))
             for name, spec in (("span", "mlm:span=geometric"), ("whole-word", "mlm:whole_word=true"))
@@ -198,7 +202,7 @@ BUDGETS = (("quarter", 2e11), ("default", 8e11), ("four-times", 3.2e12))
 ELECTRA_PEERS = ("mlm", "mlm:rate=0.4", "electra", "ar")
 
 
-def judge_electra(evidence: Evidence) -> list[dict]:
+def judge_electra(evidence: Evidence) -> list[PaperFinding]:
     # against MLM at 40 % too: a weak MLM baseline would inflate ELECTRA's lead (Wettig et al. 2022)
     findings = [claim(evidence, f"ELECTRA beats {name} at equal FLOPs ({budget:.2g})", evidence.main(finetuned=True),
                       (variant, "electra"), (variant, mlm))
@@ -228,7 +232,7 @@ CLM_PEERS = ("mlm:rate=0.4", "mlm", "ar", *(f"ar>mlm:rate=0.4@{share}" for share
 CLM_BUDGETS = (2e11, 8e11, 1.6e12)
 
 
-def judge_clm(evidence: Evidence) -> list[dict]:
+def judge_clm(evidence: Evidence) -> list[PaperFinding]:
     """Per budget of the sweep (each a comparison, evidence.results keyed by its folder): MLM against CLM, and each
     CLM → MLM schedule against MLM alone; at the smallest budget, CLM against MLM (the paper's data efficiency); on
     the neutral tasks fine-tuned (the paper's protocol)."""

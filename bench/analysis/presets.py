@@ -21,8 +21,9 @@ from bench.analysis.claims import NOT_MEASURABLE
 from bench.analysis.judges import (BUDGETS, CLM_BUDGETS, CLM_PEERS, ELECTRA_PEERS, TABLE8_SPECS, Evidence, judge,
                                    judge_clm, judge_corruption, judge_electra, judge_pairs, judge_seq_len, judge_static,
                                    judge_table8, judge_units)
-from bench.analysis.summaries import Results, Sweep
+from bench.analysis.paper_findings import CrossoverFinding, OurRow, Paper, PaperFinding, PaperRow
 from bench.analysis.results import stat
+from bench.analysis.summaries import Results, Sweep
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ class Preset:
     flags: dict  # bench.compare's flag defaults (argparse names): what the preset fixes
     paper: PaperTable
     rows: tuple[tuple[str, str], ...]  # (paper row, our spec or variant/spec) put side by side
-    judge: Callable[["Evidence"], list[dict]]
+    judge: Callable[["Evidence"], list[PaperFinding]]
     variants: tuple[Variant, ...] = ()
     # with --budgets: the pairs whose crossover on the frontier the paper section states
     frontier_pairs: tuple[tuple[str, str], ...] = ()
@@ -210,7 +211,7 @@ def describe_presets() -> str:
     return "\n".join(lines)
 
 
-def frontier_findings(preset: Preset, frontier: Sweep | None, name: str) -> list[dict]:
+def frontier_findings(preset: Preset, frontier: Sweep | None, name: str) -> list[CrossoverFinding]:
     """A budget sweep's crossovers of the preset's pairs on the main yardstick (no test: where the fits cross, stated
     only inside the sweep, where both beat their controls around it and the measured means agree)."""
     found = []
@@ -223,13 +224,13 @@ def frontier_findings(preset: Preset, frontier: Sweep | None, name: str) -> list
             outcome = (NOT_MEASURABLE if meet is None or meet.outcome == NOT_MEASURABLE else
                        "no crossover within the sweep" if meet.where != "within" else
                        "not stated (the measured means disagree)" if meet.contradicted else "measured")
-            found.append({"claim": claim, "kind": "crossover", "outcome": outcome, "crossover": meet,
-                          "objectives": list(pair), "yardstick": name})
+            found.append(CrossoverFinding(claim=claim, kind="crossover", outcome=outcome, crossover=meet,
+                                          objectives=list(pair), yardstick=name))
     return found
 
 
 def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: float | None,
-                  frontier: Sweep | None = None) -> dict:
+                  frontier: Sweep | None = None) -> Paper:
     """The "Paper versus this run" data: the paper's rows beside ours, the judged claims (one Holm family, named) and
     what differs; with a budget sweep, `results` holds one comparison per budget and `frontier` their frontier."""
     evidence = Evidence(results)
@@ -237,9 +238,9 @@ def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: flo
     ours = []
     for label, target in preset.rows:
         variant, _, spec = target.rpartition("/")
-        ours.append({"row": label, "spec": spec, "variant": variant,
-                     **{name: stat([] if g is None else g.values.tolist()) for name in names
-                        for g in [evidence.group(variant, spec, name)]}})
+        ours.append(OurRow(row=label, spec=spec, variant=variant,
+                           values={name: stat([] if g is None else g.values.tolist()) for name in names
+                                   for g in [evidence.group(variant, spec, name)]}))
     findings, named = judge(preset.judge(evidence), f"{preset.name}: the paper's claims")
     first = next(iter(results.values()))
     setup = first.setup
@@ -247,14 +248,14 @@ def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: flo
     # what the runs cost, however many sessions (--resume) they took: training with its evaluations, probes, tasks
     runs_seconds = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
                        for run in runs)
-    return {"preset": preset.name, "citation": preset.paper.citation, "claim": preset.paper.claim,
-            "paper_columns": list(preset.paper.columns),
-            "paper_rows": [{"row": row, "values": list(values)} for row, values in preset.paper.rows],
-            "yardsticks": names, "ours": ours, "family": named,
-            "findings": findings + frontier_findings(preset, frontier, evidence.main()),
-            "paper_setting": preset.paper.setting,
-            "this_run": f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
-                        + (" (per comparison: " + ", ".join(f"{name} {r.budget_flops:.3g}" for name, r in
-                                                            results.items()) + ")" if len(results) > 1 else "")
-                        + f"; {setup.get('data', '?')}; {first.seeds} seeds",
-            "wall_seconds": wall_seconds, "runs_seconds": runs_seconds}
+    return Paper(preset=preset.name, citation=preset.paper.citation, claim=preset.paper.claim,
+                 paper_columns=list(preset.paper.columns),
+                 paper_rows=[PaperRow(row=row, values=list(values)) for row, values in preset.paper.rows],
+                 yardsticks=names, ours=ours, family=named,
+                 findings=findings + frontier_findings(preset, frontier, evidence.main()),
+                 paper_setting=preset.paper.setting,
+                 this_run=f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
+                 + (" (per comparison: " + ", ".join(f"{name} {r.budget_flops:.3g}" for name, r in results.items())
+                    + ")" if len(results) > 1 else "")
+                 + f"; {setup.get('data', '?')}; {first.seeds} seeds",
+                 wall_seconds=wall_seconds, runs_seconds=runs_seconds)

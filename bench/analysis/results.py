@@ -13,8 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
 from bench.analysis import findings
+from bench.analysis.findings import Stat
 from bench.analysis.stats import summarize, welch_p_value
-from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, ProbeSummary, Results, Stat,
+from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, ProbeSummary, Results,
                                       TaskFlops, TaskRow, TaskSummary, Untrained)
 from bench.analysis.verdict import verdict
 from bench.training.records import ControlRecord, Record, RunRecord, from_json

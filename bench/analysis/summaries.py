@@ -8,17 +8,10 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass, fields
 
-from bench.analysis.findings import NOT_MEASURABLE, Answer, GainAt, Verdict, from_json, omitted, to_json
+from bench.analysis.findings import (NOT_MEASURABLE, Answer, Crossover, GainAt, Placed, Stat, Verdict, from_json,
+                                     omitted, to_json)
+from bench.analysis.paper_findings import Paper
 from bench.training.records import ControlRecord, RunRecord
-
-
-@dataclass(frozen=True)
-class Stat:
-    """A mean over seeds with the half-width of its 95 % Student-t interval (None with one seed)."""
-
-    mean: float
-    ci95: float | None
-    n: int
 
 
 @dataclass(frozen=True)
@@ -167,40 +160,13 @@ class Results:
     seq_len_accounting: dict | None
     runs: list[RunRecord]
     controls: list[ControlRecord]
-    paper: dict | None = omitted()
+    paper: Paper | None = omitted()
 
     def objective(self, spec: str) -> ObjectiveSummary | None:
         return next((summary for summary in self.objectives if summary.objective == spec), None)
 
 
 # --- a sweep of budgets: the frontier (bench.analysis.budgets, fitted by bench.analysis.frontier) ----------------------
-
-@dataclass(frozen=True)
-class Placed:
-    """A budget a fit found (None: it never gets there), its interval, and where it lies against the sweep: "within",
-    "below the sweep", "beyond the sweep" or "never"."""
-
-    where: str
-    budget: float | None
-    ci_low: float | None
-    ci_high: float | None
-    lack_of_fit: bool  # whether the interval includes the fit's lack of fit
-
-
-@dataclass(frozen=True)
-class Crossover:
-    """Where two objectives' fits meet, and whether the measured means around it contradict it; "not measurable"
-    where one of them does not beat its control at the budgets around it."""
-
-    pair: list[str]
-    where: str
-    budget: float | None
-    ci_low: float | None
-    ci_high: float | None
-    lack_of_fit: bool
-    contradicted: bool
-    outcome: str | None = omitted()
-
 
 @dataclass(frozen=True)
 class Trend:
@@ -308,4 +274,4 @@ class Sweep:
     setup: dict
     yardsticks: list[SweepYardstick]
     answers: list[Answer | None]
-    paper: dict | None = omitted()
+    paper: Paper | None = omitted()

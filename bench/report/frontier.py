@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
-from bench.analysis.findings import GainAt, to_json
-from bench.analysis.summaries import Crossover, MultiplierAt, Placed, Sweep, SweepYardstick, UnreadAt
+from bench.analysis.findings import Crossover, GainAt, Placed, to_json
+from bench.analysis.summaries import MultiplierAt, Sweep, SweepYardstick, UnreadAt
 from bench.files import write_atomic, write_json
 from bench.report.plots import plt, save_figure
 from bench.report.paper import paper_text

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from bench.analysis.findings import to_json
+from bench.analysis.paper_findings import Paper
 from bench.analysis.summaries import Results
 
 from bench.files import write_atomic, write_json
@@ -54,13 +55,13 @@ def write_report(out: Path, results: Results) -> Path:
     return report
 
 
-def write_preset_report(out: Path, paper: dict) -> Path:
+def write_preset_report(out: Path, paper: Paper) -> Path:
     """A multi-comparison preset's own results.json and report.md: the paper section and a link to each
     comparison's full report."""
     write_json(out / "results.json", {"paper": to_json(paper)})
-    variants = list(dict.fromkeys(row["variant"] for row in paper["ours"]))
+    variants = list(dict.fromkeys(row.variant for row in paper.ours))
     links = "\n".join(f"- [{name}]({name}/report.md)" for name in variants)
     report = out / "report.md"
-    write_atomic(report, f"# Preset {paper['preset']}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
+    write_atomic(report, f"# Preset {paper.preset}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
                          f"Each has its full report (verdict, setup, compute, plots):\n\n{links}\n")
     return report

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bench.analysis.findings import NOT_MEASURABLE
+from bench.analysis.paper_findings import CrossoverFinding, MultiplierTest, Paper, PaperFinding, Setting, Unmeasured
 from bench.report.sections import fmt, table
 from bench.report.wording import estimate_text, family_text, listing, multiplier_text, p_text
 
@@ -12,59 +14,58 @@ def paper_value(value: float | None) -> str:
     return f"{value:.3g}" if abs(value) >= 1e4 else f"{value:g}"
 
 
-def paper_text(paper: dict) -> str:
+def paper_text(paper: Paper) -> str:
     """"Paper versus this run": the paper's rows beside ours (matched by row), its claim, and per claim whether this
     run reproduces it, judged by the one claim rule."""
-    ours = {row["row"]: row for row in paper["ours"]}
-    labels = list(dict.fromkeys([row["row"] for row in paper["paper_rows"]] + list(ours)))
-    published = {row["row"]: row["values"] for row in paper["paper_rows"]}
-    rows = [[label, *[paper_value(v) for v in published.get(label, [None] * len(paper["paper_columns"]))],
-             f"`{ours[label]['spec']}`" + (f" ({ours[label]['variant']})" if ours[label]["variant"] else "")
+    ours = {row.row: row for row in paper.ours}
+    labels = list(dict.fromkeys([row.row for row in paper.paper_rows] + list(ours)))
+    published = {row.row: row.values for row in paper.paper_rows}
+    rows = [[label, *[paper_value(v) for v in published.get(label, [None] * len(paper.paper_columns))],
+             f"`{ours[label].spec}`" + (f" ({ours[label].variant})" if ours[label].variant else "")
              if label in ours else "",
-             *[fmt(ours[label].get(name)) if label in ours else "" for name in paper["yardsticks"]]]
+             *[fmt(ours[label].values.get(name)) if label in ours else "" for name in paper.yardsticks]]
             for label in labels]
-    findings = [[f["claim"], f"**{f['outcome']}**", finding_text(f)] for f in paper["findings"]]
-    text = [f"## Paper versus this run\n\n**{paper['citation']}.** {paper['claim']}\n",
-            table(rows, ["setting", *[f"paper: {c}" for c in paper["paper_columns"]], "ours",
-                         *[f"ours: {name} (mean ± 95 % t-interval)" for name in paper["yardsticks"]]]),
+    findings = [[f.claim, f"**{f.outcome}**", finding_text(f)] for f in paper.findings]
+    text = [f"## Paper versus this run\n\n**{paper.citation}.** {paper.claim}\n",
+            table(rows, ["setting", *[f"paper: {c}" for c in paper.paper_columns], "ours",
+                         *[f"ours: {name} (mean ± 95 % t-interval)" for name in paper.yardsticks]]),
             "\nDoes this run reproduce each claim? One rule for every claim: two settings are compared only where "
             "both beat their own untrained controls on that yardstick (otherwise *not measurable*); a difference's "
             "interval and p include the test set's sampling; the p-values are Holm-corrected within "
-            f"{family_text(paper['family'])}. *A beats B*: reproduced when A is ahead, not reproduced when B is, "
+            f"{family_text(paper.family)}. *A beats B*: reproduced when A is ahead, not reproduced when B is, "
             "otherwise not separated. *A is comparable to B*: reproduced when a shortfall of more than the margin "
             "(5 % of B) is ruled out, otherwise inconclusive. A claim about an objective's own task is marked as a "
             "diagnostic.\n",
             table(findings, ["claim", "outcome", "evidence"]),
-            f"\n**What differs.** The paper: {paper['paper_setting']}. This run: {paper['this_run']}. The yardsticks "
+            f"\n**What differs.** The paper: {paper.paper_setting}. This run: {paper.this_run}. The yardsticks "
             "are this suite's tasks on its own data, not the paper's benchmarks: a direction can carry over, the "
             "numbers cannot."
-            + (f" The runs took {paper['runs_seconds'] / 60:.1f} min (training with its evaluations, probes and "
-               "downstream tasks, summed over runs; a --resume keeps finished runs)." if paper.get("runs_seconds")
-               else "")]
+            + (f" The runs took {paper.runs_seconds / 60:.1f} min (training with its evaluations, probes and "
+               "downstream tasks, summed over runs; a --resume keeps finished runs)." if paper.runs_seconds else "")]
     return "\n".join(text)
 
 
-def finding_text(found: dict) -> str:
+def finding_text(found: PaperFinding) -> str:
     """The numbers behind a preset's finding."""
-    if found["kind"] == "setting":
-        return found["evidence"]
-    if found["kind"] == "crossover":
-        meet = found.get("crossover")
+    if isinstance(found, Setting):
+        return found.evidence
+    if isinstance(found, CrossoverFinding):
+        meet = found.crossover
         return "" if meet is None or meet.budget is None else f"the fits meet at {meet.budget:.3g} FLOPs"
-    if found["kind"] == "multiplier":
-        m = found.get("multiplier")
-        return "" if not m else (f"{found['objectives'][0]} against {found['objectives'][1]} on {found['yardstick']}:"
-                                 f" {multiplier_text(m)}; Holm p (≥ {found['factor']:g}×) = {p_text(found.get('p_holm'))}")
-    if "estimate" not in found:
-        return f"no finished runs on `{found['yardstick']}`"
-    first, second = found["objectives"]
-    text = (f"{first} {found['means'][0]:.3f} vs {second} {found['means'][1]:.3f} on `{found['yardstick']}`: "
-            f"difference {estimate_text(found['estimate'], found['ci_low'], found['ci_high'], signed=True)}")
-    if found.get("margin") is not None:
-        text += f", margin −{found['margin']:.3f}"
-    text += "" if found.get("p_holm") is None else f", Holm p = {p_text(found['p_holm'])}"
-    if found["outcome"] == "not measurable":
+    if found.kind == "multiplier":
+        m = found.multiplier if isinstance(found, MultiplierTest) else None
+        return "" if m is None else (f"{found.objectives[0]} against {found.objectives[1]} on {found.yardstick}:"
+                                     f" {multiplier_text(m)}; Holm p (≥ {found.factor:g}×) = {p_text(found.p_holm)}")
+    if isinstance(found, Unmeasured):
+        return f"no finished runs on `{found.yardstick}`"
+    first, second = found.objectives
+    text = (f"{first} {found.means[0]:.3f} vs {second} {found.means[1]:.3f} on `{found.yardstick}`: "
+            f"difference {estimate_text(found.estimate, found.ci_low, found.ci_high, signed=True)}")
+    if found.margin is not None:
+        text += f", margin −{found.margin:.3f}"
+    text += "" if found.p_holm is None else f", Holm p = {p_text(found.p_holm)}"
+    if found.outcome == NOT_MEASURABLE:
         text += "; one of the two does not beat its untrained control here"
-    if found.get("mirrors"):
-        text += f" (diagnostic: the task is {listing(found['mirrors'])}'s own)"
+    if found.mirrors:
+        text += f" (diagnostic: the task is {listing(found.mirrors)}'s own)"
     return text

@@ -6,8 +6,8 @@ from tabulate import tabulate
 
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
-from bench.analysis.findings import Comparison, DensityRatio, Gain, Unjudged, Verdict, YardstickVerdict
-from bench.analysis.summaries import Results, Stat
+from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
+from bench.analysis.summaries import Results
 from bench.analysis.results import by_objective
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from backbone import ConfigError
-from bench.analysis.findings import to_json
-from bench.analysis.summaries import Compute, Floor, ObjectiveSummary, Results, Stat
+from bench.analysis.findings import Stat, to_json
 from bench.analysis.results import (SCHEMA, Measured, build_results, compute_summary, final_metrics, load_results,
                                     loss_summary, p_value, stat)
+from bench.analysis.summaries import Compute, Floor, ObjectiveSummary, Results
 from bench.files import write_json
 from bench.report.markdown import worded
 from bench.report.sections import compute_section, fmt, loss_table, table

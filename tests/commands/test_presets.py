@@ -9,8 +9,9 @@ from scipy.stats import t as scipy_t
 
 from backbone import ConfigError
 from bench.analysis import presets as presets_module
-from bench.analysis.findings import Multiplier, Unread, Verdict, Wins, from_json
+from bench.analysis.findings import Family, Multiplier, Unread, Verdict, Wins, from_json, to_json
 from bench.analysis.judges import Evidence, claim, judge, multiplier_claim
+from bench.analysis.paper_findings import Paper, PaperFinding
 from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
 from bench.cli import run
 from bench.compare import main as compare_main, parse_config
@@ -76,36 +77,37 @@ def test_preset_list_names_every_preset(capsys):
         assert f"{name}: " in printed and preset.paper.citation in printed
 
 
-def judged(finals: dict, controls: dict, claims) -> dict[str, dict]:
-    """The findings of `claims(evidence)` on a hand-made comparison (tests/analysis/records.py), by claim."""
+def judged(finals: dict, controls: dict, claims) -> tuple[dict[str, PaperFinding], Family]:
+    """The findings of `claims(evidence)` on a hand-made comparison (tests/analysis/records.py), by claim, and
+    their family."""
     found, named = judge(claims(Evidence({"": results(finals, controls)})), "test claims")
-    return {f["claim"]: {**f, "family_size": named.size} for f in found}
+    return {f.claim: f for f in found}, named
 
 
 @pytest.mark.slow
 def test_a_claim_is_reproduced_only_where_holm_separates_it_and_both_beat_their_controls():
     finals = {"a": {"t1": 0.9, "t2": 0.9}, "b": {"t1": 0.75, "t2": 0.75}, "c": {"t1": 0.5, "t2": 0.5},
               "d": {"t1": 0.76, "t2": 0.74}}
-    found = judged(finals, {"t1": 0.5, "t2": 0.5}, lambda e: [
+    found, named = judged(finals, {"t1": 0.5, "t2": 0.5}, lambda e: [
         claim(e, "a > b", e.main(), ("", "a"), ("", "b")), claim(e, "b > a", e.main(), ("", "b"), ("", "a")),
         claim(e, "b > d", e.main(), ("", "b"), ("", "d")), claim(e, "a > c", e.main(), ("", "a"), ("", "c")),
         claim(e, "e > a", e.main(), ("", "e"), ("", "a"))])
-    assert found["a > b"]["outcome"] == "reproduced" and found["b > a"]["outcome"] == "not reproduced"
-    assert found["b > d"]["outcome"] == "not separated"
-    assert found["a > c"]["outcome"] == "not measurable"  # c does not beat its untrained control
-    assert found["e > a"]["outcome"] == "not measured"
-    assert found["a > b"]["family_size"] == 3 and found["a > b"]["p_holm"] >= found["a > b"]["p"]
-    assert found["a > b"]["objectives"] == ["a", "b"] and found["a > b"]["yardstick"] == "neutral_average_frozen"
+    assert found["a > b"].outcome == "reproduced" and found["b > a"].outcome == "not reproduced"
+    assert found["b > d"].outcome == "not separated"
+    assert found["a > c"].outcome == "not measurable"  # c does not beat its untrained control
+    assert found["e > a"].outcome == "not measured"
+    assert named.size == 3 and found["a > b"].p_holm >= found["a > b"].p
+    assert found["a > b"].objectives == ["a", "b"] and found["a > b"].yardstick == "neutral_average_frozen"
 
 
 @pytest.mark.slow
 def test_comparable_is_non_inferiority_within_the_margin():
     finals = {"a": {"t1": 0.80, "t2": 0.80}, "b": {"t1": 0.80, "t2": 0.80}, "c": {"t1": 0.60, "t2": 0.60}}
-    found = judged(finals, {"t1": 0.4, "t2": 0.4}, lambda e: [
+    found, _ = judged(finals, {"t1": 0.4, "t2": 0.4}, lambda e: [
         claim(e, "a ~ b", e.main(), ("", "a"), ("", "b"), "comparable"),
         claim(e, "c ~ b", e.main(), ("", "c"), ("", "b"), "comparable")])
-    assert found["a ~ b"]["outcome"] == "reproduced" and found["a ~ b"]["margin"] == pytest.approx(0.04, rel=0.05)
-    assert found["c ~ b"]["outcome"] == "inconclusive"
+    assert found["a ~ b"].outcome == "reproduced" and found["a ~ b"].margin == pytest.approx(0.04, rel=0.05)
+    assert found["c ~ b"].outcome == "inconclusive"
 
 
 def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor(golden_results):
@@ -119,9 +121,9 @@ def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor(golden
             "ci_high_kind": "=", "resamples": 2000, "range": [0.01, 1.0], "df": 4}
     five = multiplier_claim(evidence({**base, **read, "multiplier": 8.0, "log_se": 0.1}), "x", "default", "electra",
                             "mlm", 4)
-    assert five["p"] == pytest.approx(scipy_t.sf(math.log(2) / 0.1, 4))
+    assert five.p == pytest.approx(scipy_t.sf(math.log(2) / 0.1, 4))
     unmeasured = evidence({**base, "outcome": "not measurable"})
-    assert multiplier_claim(unmeasured, "x", "default", "electra", "mlm", 4)["outcome"] == "not measurable"
+    assert multiplier_claim(unmeasured, "x", "default", "electra", "mlm", 4).outcome == "not measurable"
 
 
 SMALL = ["--model", "tiny", "--seq-len", "32", "--eval-points", "2", "--quiet", "--no-probes", "--downstream",
@@ -135,6 +137,7 @@ def test_a_preset_run_writes_the_paper_beside_this_run(tmp_path):
                        "synthetic:train=64,heldout=160", *SMALL, "--out", str(out)])
     found = json.loads((out / "results.json").read_text())
     paper = found["paper"]
+    assert to_json(from_json(Paper, paper)) == paper  # the paper's layout reads back to the same record
     assert paper["preset"] == "static-vs-dynamic" and [f["outcome"] for f in paper["findings"]][0] == "setting"
     assert {row["spec"] for row in paper["ours"]} == {"mlm", "mlm:static=10"}
     assert paper["family"]["family"] == "static-vs-dynamic: the paper's claims"
@@ -191,6 +194,7 @@ def test_a_preset_over_a_budget_sweep_judges_every_budget_and_the_frontier(tmp_p
     frontier = json.loads((out / "results.json").read_text())["frontier"]
     assert frontier["budgets"] == [2e9, 4e9]
     paper = frontier["paper"]
+    assert to_json(from_json(Paper, paper)) == paper  # crossovers included
     assert [row["variant"] for row in paper["ours"]] == ["budget-2e+09", "budget-4e+09"]
     assert paper["findings"][0]["outcome"] != "not measured"  # the judge read both budgets' comparisons
     crossing = [f for f in paper["findings"] if f["claim"] == "where mlm and ar cross (neutral_average_frozen)"]
@@ -208,9 +212,9 @@ def test_the_mlm_against_clm_judge_reads_every_budget():
                                     seed=i)
                    for i, (variant, shift) in enumerate((("budget-1e+09", 0.0), ("budget-4e+09", 0.1)))}
     found, named = judge(judge_clm(Evidence(comparisons)), "clm")
-    claims = {f["claim"]: f for f in found}
+    claims = {f.claim: f for f in found}
     assert list(claims)[0] == "MLM (40 %) beats CLM at equal FLOPs (1e+09)" and len(claims) == 2 * 4 + 1
-    assert named.size == 9 and all(f["yardstick"] == "neutral_average_finetuned" for f in found)
-    assert claims["MLM (40 %) beats CLM at equal FLOPs (4e+09)"]["outcome"] == "not reproduced"  # CLM is ahead
-    assert claims["CLM is the more data-efficient: it leads MLM at the smallest budget (1e+09)"]["outcome"] == \
+    assert named.size == 9 and all(f.yardstick == "neutral_average_finetuned" for f in found)
+    assert claims["MLM (40 %) beats CLM at equal FLOPs (4e+09)"].outcome == "not reproduced"  # CLM is ahead
+    assert claims["CLM is the more data-efficient: it leads MLM at the smallest budget (1e+09)"].outcome == \
         "reproduced"

@@ -13,7 +13,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from bench.analysis.summaries import DownstreamSummary, Stat, TaskFlops, TaskRow, TaskSummary
+from bench.analysis.findings import Stat
+from bench.analysis.summaries import DownstreamSummary, TaskFlops, TaskRow, TaskSummary
 from bench.data.synthetic import (Language, LanguageConfig, binary_ceiling, component_posterior, log_likelihood,
                                   log_likelihood_from, make_language, order_posterior, same_source_posterior, sample)
 from bench.report.sections import downstream_table
