@@ -19,8 +19,8 @@ from backbone import ConfigError
 from bench.analysis.budgets import frontier_results
 from bench.analysis.density import position_row
 from bench.analysis.presets import Preset, get_preset, paper_section
-from bench.analysis.summaries import Results
 from bench.analysis.results import Measured, build_results
+from bench.analysis.summaries import Results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json

@@ -48,6 +48,8 @@ def from_json(kind: Any, data: Any) -> Any:
             return None
         if len(options) == 1:
             return from_json(options[0], data)
+        if not all(hasattr(option, "matches") for option in options):  # plain types: taken as they are
+            return data
         return from_json(next(option for option in options if option.matches(data)), data)
     if origin is list:
         return [from_json(arguments[0], item) for item in data]

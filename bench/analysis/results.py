@@ -1,4 +1,4 @@
-"""From finished runs to the numbers a comparison reports: Results (bench.analysis.findings), written to results.json
+"""From finished runs to the numbers a comparison reports: Results (bench.analysis.summaries), written to results.json
 and rendered to markdown by bench.report. Statistics are computed here and nowhere else; formatting happens there.
 
 Means are over seeds with the half-width of the 95 % Student-t interval ("ci95", None with one seed); p-values are
@@ -12,6 +12,7 @@ import typing
 from collections import defaultdict
 from dataclasses import dataclass, field, fields
 
+from backbone import ConfigError
 from bench.analysis import findings
 from bench.analysis.findings import Stat
 from bench.analysis.stats import summarize, welch_p_value
@@ -192,11 +193,15 @@ def load_results(data: dict) -> Results:
     """A results.json read back, typed (bench.analysis.findings; its runs and controls through the records' one
     loader); a file of another schema is refused, never misread."""
     if data.get("schema") != SCHEMA:
-        raise ValueError(f"results.json of schema {data.get('schema', 1)}, not {SCHEMA}: rerun the comparison")
+        raise ConfigError(f"results.json of schema {data.get('schema', 1)}, not {SCHEMA}: rerun the comparison")
     hints = typing.get_type_hints(Results)
-    return Results(**{f.name: findings.from_json(hints[f.name], data.get(f.name)) for f in fields(Results)
-                      if f.name not in ("runs", "controls")},
-                   runs=runs_of(data), controls=runs_of(data, "controls"))
+    try:
+        return Results(**{f.name: findings.from_json(hints[f.name], data.get(f.name)) for f in fields(Results)
+                          if f.name not in ("runs", "controls")},
+                       runs=runs_of(data), controls=runs_of(data, "controls"))
+    except (KeyError, TypeError, AttributeError, StopIteration) as error:  # a field missing or of another shape
+        raise ConfigError(f"results.json does not hold the results of schema {SCHEMA} it names ({error!r}): rerun "
+                          "the comparison") from None
 
 
 def build_results(measured: Measured) -> Results:
