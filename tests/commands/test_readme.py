@@ -306,6 +306,14 @@ def test_every_preset_the_readme_runs_or_lists_exists():
     assert listed == set(PRESETS), f"README.md's preset list differs from the presets: {sorted(listed ^ set(PRESETS))}"
 
 
+def test_every_python_recipe_of_the_readme_runs(monkeypatch, capsys):
+    blocks = re.findall(r"^```python\n(.*?)^```", README.read_text(), re.M | re.S)
+    assert blocks, "README.md shows no Python recipe"
+    monkeypatch.chdir(ROOT)  # its paths are the repository's
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+
+
 def test_the_readme_quotes_no_measured_number():
     found = measured_numbers(README.read_text(), tuple(MEASURED))
     assert not found, "README.md quotes measured numbers; link to the report instead:\n" + "\n".join(found)
