@@ -19,8 +19,8 @@ from scipy import stats
 from bench.analysis import uncertainty
 from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, holm
 from bench.analysis.findings import Family, Unread, YardstickVerdict
-from bench.analysis.paper_findings import ClaimTest, MultiplierTest, PaperFinding, Setting, Unmeasured
 from bench.analysis.measures import Yardstick, group, yardsticks
+from bench.analysis.paper_findings import ClaimTest, MultiplierTest, PaperFinding, Setting, Unmeasured
 from bench.analysis.summaries import Results
 
 MARGIN = 0.05  # "comparable": a shortfall of at most 5 % of the second's mean

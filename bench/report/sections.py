@@ -1,4 +1,4 @@
-"""The sections and tables of report.md, each a function of the Results (bench.analysis.findings)."""
+"""The sections and tables of report.md, each a function of the Results (bench.analysis.summaries)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from tabulate import tabulate
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
-from bench.analysis.summaries import Results
 from bench.analysis.results import by_objective
+from bench.analysis.summaries import Results
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)
 from objectives import REGISTRY, Objective
