@@ -14,13 +14,14 @@ from dataclasses import replace
 from typing import Protocol, TypeVar
 
 from bench.analysis.findings import AHEAD, BEHIND, NOT_MEASURABLE, NOT_SEPARATED, Comparison, Family, Gain
+from bench.analysis.paper_findings import ClaimTest, MultiplierTest
 
 __all__ = ["ALPHA", "AHEAD", "BEHIND", "NOT_MEASURABLE", "NOT_SEPARATED", "beats_control", "family", "holm",
            "measurable", "outcome", "significant"]
 
 ALPHA = 0.05
 
-T = TypeVar("T", Gain, Comparison)
+T = TypeVar("T", Gain, Comparison, ClaimTest, MultiplierTest)  # the tests Holm is applied to
 
 
 class Tested(Protocol):

@@ -58,10 +58,15 @@ def from_json(kind: Any, data: Any) -> Any:
     if hasattr(kind, "from_json"):
         return kind.from_json(data)
     if dataclasses.is_dataclass(kind):
-        hints = typing.get_type_hints(kind)
-        return kind(**{f.name: from_json(hints[f.name], data[f.name]) for f in dataclasses.fields(kind)
-                       if f.name in data})
+        return kind(**fields_from_json(kind, data))
     return data
+
+
+def fields_from_json(kind: type, data: dict, leave: tuple[str, ...] = ()) -> dict:
+    """The fields of dataclass `kind` that `data` holds, each read as its type, but those named in `leave`."""
+    hints = typing.get_type_hints(kind)
+    return {f.name: from_json(hints[f.name], data[f.name]) for f in dataclasses.fields(kind)
+            if f.name in data and f.name not in leave}
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from scipy import stats
 
 from bench.analysis import uncertainty
-from bench.analysis.claims import ALPHA, NOT_MEASURABLE, beats_control, holm
+from bench.analysis.claims import NOT_MEASURABLE, beats_control, family, significant
 from bench.analysis.findings import Family, Unread, YardstickVerdict
 from bench.analysis.measures import Yardstick, group, yardsticks
 from bench.analysis.paper_findings import ClaimTest, MultiplierTest, PaperFinding, Setting, Unmeasured
@@ -112,23 +112,28 @@ def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, aga
 
 
 def judge(findings: list[PaperFinding], name: str) -> tuple[list[PaperFinding], Family]:
-    """Holm over the claims' tests, then each claim's outcome ("untested (one seed)" where a difference has no p)."""
-    tested = [f for f in findings if isinstance(f, (ClaimTest, MultiplierTest)) and f.p is not None]
-    adjusted = {id(f): p_holm for f, p_holm in zip(tested, holm([f.p for f in tested]))}
-    judged = []
-    for found in findings:
-        if id(found) in adjusted:
-            significant = adjusted[id(found)] < ALPHA
-            if found.kind == "beats":
-                outcome = ("reproduced" if found.estimate > 0 else "not reproduced") if significant else \
-                    "not separated"
-            else:
-                outcome = "reproduced" if significant else "inconclusive"
-            found = replace(found, p_holm=adjusted[id(found)], family=name, outcome=outcome)
-        elif not found.outcome:  # a test without a p: a difference with one seed; a multiplier without its bootstrap
-            found = replace(found, outcome="untested (one seed)" if isinstance(found, ClaimTest) else "not measured")
-        judged.append(found)
-    return judged, Family(name, len(tested))
+    """Holm over the claims' tests, in one named family (bench.analysis.claims.family), then each claim's outcome."""
+    def is_test(found: PaperFinding) -> bool:
+        return isinstance(found, (ClaimTest, MultiplierTest)) and found.p is not None
+
+    tested, named = family(name, [found for found in findings if is_test(found)])
+    judged = iter(replace(test, outcome=claim_outcome(test)) for test in tested)  # in the order of `findings`
+    return [next(judged) if is_test(found) else untested(found) for found in findings], named
+
+
+def claim_outcome(test: ClaimTest | MultiplierTest) -> str:
+    """"A beats B": reproduced, not reproduced (B ahead) or not separated; the others: reproduced or inconclusive."""
+    if test.kind == "beats":
+        return ("reproduced" if test.estimate > 0 else "not reproduced") if significant(test) else "not separated"
+    return "reproduced" if significant(test) else "inconclusive"
+
+
+def untested(found: PaperFinding) -> PaperFinding:
+    """A finding without a test keeps its outcome; a test without a p is a difference with one seed, or a multiplier
+    without its bootstrap."""
+    if found.outcome:
+        return found
+    return replace(found, outcome="untested (one seed)" if isinstance(found, ClaimTest) else "not measured")
 
 
 def setting(text: str, evidence_text: str) -> Setting:

@@ -5,11 +5,10 @@ budget sweep's frontier (Sweep), what bench.analysis.budgets builds.
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass, fields
 
-from bench.analysis.findings import (NOT_MEASURABLE, Answer, Crossover, GainAt, Placed, Stat, Verdict, from_json,
-                                     omitted, to_json)
+from bench.analysis.findings import (NOT_MEASURABLE, Answer, Crossover, GainAt, Placed, Stat, Verdict,
+                                     fields_from_json, from_json, omitted, to_json)
 from bench.analysis.paper_findings import Paper
 from bench.training.records import ControlRecord, RunRecord
 
@@ -257,10 +256,8 @@ class SweepYardstick:
 
     @classmethod
     def from_json(cls, data: dict) -> SweepYardstick:
-        names = {f.name for f in fields(Fit)}
-        hints = typing.get_type_hints(cls)
-        found = {f.name: from_json(hints[f.name], data[f.name]) for f in fields(cls) if f.name != "fit"}
-        return cls(**found, fit=from_json(Fit, {k: data[k] for k in names}) if "fit" in data else None)
+        fit = from_json(Fit, {f.name: data[f.name] for f in fields(Fit)}) if "fit" in data else None
+        return cls(**fields_from_json(cls, data, leave=("fit",)), fit=fit)
 
 
 @dataclass(frozen=True)
