@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -31,7 +32,8 @@ from bench.training.distributed import make_fabric
 from bench.training.runs import control_run, finished_result, trained_or_reused
 from bench.training.stacked import trained_or_reused_seeds
 from bench.training.memory import device_memory_bytes, step_memory
-from bench.training.stopping import EXIT_STOPPED, RunStopped, StopRequest, current_stop_request, stop_on_signals
+from bench.training.stopping import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request,
+                                     stop_on_signals)
 
 if TYPE_CHECKING:
     from bench.planning import Plan
@@ -96,13 +98,14 @@ def execute(fabric, context: Context, work: Work, progress: bool, control=contro
 
 
 def run_isolated(context: Context, work: Work) -> tuple[str, object]:
-    """A work in a process of its own (a pool's worker or a Slurm job): ("done", outcomes) or ("stopped", message)
-    after a stop signal (its state saved; RunStopped itself does not pickle)."""
+    """A work in a process of its own (a pool's worker or a Slurm job): ("done", outcomes), or ("stopped", message)
+    after a stop signal (its state saved; RunStopped itself does not pickle), or ("skipped", message) where the
+    signal came before the work started."""
     if context.threads:
         torch.set_num_threads(context.threads)
     with stop_on_signals() as request:
         if request.signal_name is not None:  # arrived while this process waited for work: start nothing
-            return "stopped", f"stopped by {request.signal_name} before {work.name}"
+            return "skipped", f"stopped by {request.signal_name} before {work.name}"
         fabric = _fabric(context.accelerator, context.precision)
         try:
             return "done", execute(fabric, context, work, progress=False)
@@ -120,15 +123,37 @@ def _fabric(accelerator: str, precision: str):
     return _worker[key]
 
 
+# what a worker must not die of before its handlers are in place: a pool with a dead worker is broken for good
+HELD_SIGNALS = (signal.SIGINT, *STOP_SIGNALS)
+
+
+@contextmanager
+def signals_held() -> Iterator[None]:
+    """The stop signals and Ctrl-C held back (pending, not lost) while the pool spawns its workers, which start with
+    them held too (a process inherits its signal mask) and release them once their handlers are in place
+    (_start_worker): one arriving while a worker still imports torch would otherwise kill it and break the pool."""
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no masks, and no SIGTERM from a scheduler either
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _start_worker(slots, gpus: tuple[str, ...]) -> None:
     """Pin this worker to its GPU (before CUDA starts), and keep SIGTERM/SIGUSR1 for the whole life of the worker, so
-    one arriving between two runs stops the next at once; Ctrl-C is the driver's (it forwards a SIGTERM)."""
+    one arriving between two runs stops the next at once; Ctrl-C is the driver's (it forwards a SIGTERM). The
+    signals the driver held while it spawned this worker are released here, the handlers in place."""
     slot = slots.get()
     if gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpus[slot % len(gpus)]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker["signals"] = stop_on_signals()
     _worker["signals"].__enter__()
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
 
 
 def _pooled(context_path: str, work: Work) -> tuple[str, object, float]:
@@ -190,8 +215,19 @@ def run_pooled(works: Sequence[Work], context: Context, slots: Slots, quiet: boo
     executor, request = pool(slots), current_stop_request()
     outcomes: list = [None] * len(works)
     with context_file(context) as path:
-        futures = {executor.submit(_pooled, path, work): index for index, work in enumerate(works)}
-        stopped = collect(futures, outcomes, works, executor, request, quiet)
+        with signals_held():  # submit spawns the workers the pool lacks
+            futures = {executor.submit(_pooled, path, work): index for index, work in enumerate(works)}
+        try:
+            stopped = collect(futures, outcomes, works, executor, request, quiet)
+        except BrokenProcessPool:
+            _pools.clear()
+            executor.shutdown(wait=True)
+            if request.signal_name is None:
+                unfinished = ", ".join(work.name for work, outcome in zip(works, outcomes) if outcome is None)
+                raise SystemExit(f"a worker process ended abruptly (killed by the system: out of memory?) while "
+                                 f"running {unfinished}; the finished runs are saved, run the same command with "
+                                 "--resume (and fewer --jobs) to continue") from None
+            stopped = request.signal_name
     if stopped:
         _pools.clear()  # its workers hold a stop request: the next comparison (if any) starts fresh ones
         executor.shutdown(wait=True)
@@ -212,10 +248,10 @@ def collect(futures: dict[Future, int], outcomes: list, works: Sequence[Work], e
             request.signal_name = "SIGINT"
             done = set()
         for future in done:
-            if future.cancelled():
-                continue
             state, value, seconds = future.result()
             finished += 1
+            if state == "skipped":  # queued when the stop came: nothing of it to save, nothing to say
+                continue
             if state == "stopped":
                 stopped = stopped or request.signal_name or "a signal to a worker"
                 print(value, file=sys.stderr, flush=True)
@@ -226,14 +262,14 @@ def collect(futures: dict[Future, int], outcomes: list, works: Sequence[Work], e
                       file=sys.stderr, flush=True)
         if request.signal_name is not None and stopped is None:
             stopped = request.signal_name
-            forward_stop(executor, pending)
+            forward_stop(executor)
     return stopped
 
 
-def forward_stop(executor: ProcessPoolExecutor, pending: set[Future]) -> None:
-    """Drop the works not started and ask the running ones to save and stop."""
-    for future in pending:
-        future.cancel()
+def forward_stop(executor: ProcessPoolExecutor) -> None:
+    """Ask the running works to save and stop. The works not started are left queued: a worker that holds a stop
+    request answers "stopped" at once (run_isolated). Cancelling them would race the pool's manager thread, which
+    dies on a cancelled future if a worker then dies (CPython's terminate_broken), leaving the exit to wait forever."""
     for process in list(getattr(executor, "_processes", {}).values()):  # the pool keeps no public list
         try:
             os.kill(process.pid, signal.SIGTERM)

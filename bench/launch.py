@@ -107,7 +107,7 @@ def gather(jobs: dict, works: list[Work], outcomes: list, launcher: str, quiet: 
         except Exception as error:  # noqa: BLE001 - submitit's FailedJobError and a job's own exception alike
             failed.append(f"{works[index].name}: {str(error).strip().splitlines()[-1][:200]}")
             continue
-        if state == "stopped":
+        if state in ("stopped", "skipped"):  # the job's process was signalled (Slurm's preemption, a scancel)
             stopped.append(value)
         else:
             outcomes[index] = value

@@ -2,6 +2,7 @@
 submitit's local executor, give the results one after another gives, at the same thread count per run."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,9 +13,11 @@ import pytest
 
 from bench.cli import run
 from bench.compare import main, parse_config
-from bench.jobs import choose_slots
+from bench.jobs import (Context, Slots, Work, _pooled, _pools, choose_slots, context_file, pool,
+                        signals_held)
 from bench.pipeline import run_works
 from bench.planning import plan
+from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric
 from bench.training.stopping import EXIT_STOPPED
 
@@ -108,17 +111,44 @@ def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path
 def test_a_stop_signal_reaches_the_runs_at_once_and_resume_finishes_them(one_by_one, tmp_path):
     out = tmp_path / "stopped"
     command = [sys.executable, "-m", "bench.compare", *TINY, "--jobs", "2", "--out", str(out)]
-    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    # a session of its own, so that a hung command and its workers can be killed whole (the test fails either way)
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.monotonic() + 120
     while not list(out.glob("runs/*/curve.jsonl")) and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
     process.send_signal(signal.SIGTERM)  # as a scheduler would, while the workers train
-    _, stderr = process.communicate(timeout=120)
+    try:
+        _, stderr = process.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        pytest.fail(f"the stopped command did not exit within 120 s; its stderr:\n{process.communicate()[1]}")
     assert process.returncode == EXIT_STOPPED, stderr
     assert "run the same command with --resume" in stderr.strip().splitlines()[-1]
     assert not (out / "results.json").exists()
     main([*TINY, "--jobs", "2", "--out", str(out), "--resume"])
     assert results(out) == results(one_by_one)
+
+
+def test_a_worker_signalled_while_it_starts_skips_its_work_instead_of_breaking_the_pool(tmp_path):
+    # the driver forwards a stop to every worker; one still importing torch must not die of it (a broken pool
+    # left the command waiting forever at exit): it starts with the signal held and answers once its handler is in
+    context = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-true", threads=1)
+    work = Work("run", "mlm", (0,), TrainConfig(budget_flops=1.0), (tmp_path / "mlm-seed0",), reuse=False)
+    for started in _pools.values():  # a fresh pool: its worker has yet to start
+        started.shutdown()
+    _pools.clear()
+    executor = pool(Slots(jobs=1, threads=1))
+    try:
+        with context_file(context) as path:
+            with signals_held():
+                future = executor.submit(_pooled, path, work)
+            (worker,) = executor._processes.values()
+            os.kill(worker.pid, signal.SIGTERM)  # well within the worker's start, which takes seconds
+            state, message, _ = future.result(timeout=120)
+        assert (state, message) == ("skipped", "stopped by SIGTERM before mlm-seed0")
+    finally:
+        _pools.clear()
+        executor.shutdown(wait=True)
 
 
 def test_batched_seeds_where_they_can_else_one_by_one_with_the_reason_once(tmp_path, capsys):
