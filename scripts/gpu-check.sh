@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# The device check of issue 22, prepared to run once on one GPU (an H200 lent by the workplace, or any CUDA
+# The device check of issues 22 and 33, prepared to run once on one GPU (an H200 lent by the workplace, or any CUDA
 # machine): about 14 minutes, everything under ${OUT:-gpu-check}/. Not part of CI, which has no GPU.
-#   bash scripts/gpu-check.sh            (from the repository root, with the suite installed)
-# It has not run on a GPU yet: where a step fails, the ones after it still run, and summary.txt says which failed.
+#   bash scripts/gpu-check.sh [STEP ...]     (from the repository root, with the suite installed)
+# With step names (tests, perf-small, perf-base-512, sync-debug, compare, jobs-throughput, jobs-compare,
+# batch-seeds), only those run: a lease shorter than the whole check spends itself on what it must answer.
+# Where a step fails, the ones after it still run, and summary.txt says which failed.
 set -uo pipefail
 out=${OUT:-gpu-check}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
+chosen=" $* "
 failed=()
 step() {  # step NAME SECONDS COMMAND...: run it with a time limit, its output in $out/NAME.txt
     local name=$1 limit=$2
     shift 2
+    if [[ "$chosen" != "  " && "$chosen" != *" $name "* ]]; then
+        return 0
+    fi
     echo "=== $name" | tee -a "$out/summary.txt"
-    if ! timeout "$limit" "$@" >"$out/$name.txt" 2>&1; then
+    local start=$SECONDS
+    timeout "$limit" "$@" >"$out/$name.txt" 2>&1
+    local status=$?
+    echo "($((SECONDS - start)) s)" | tee -a "$out/summary.txt"
+    if ((status != 0)); then
         failed+=("$name")
-        echo "FAILED (status $?, see $name.txt)" | tee -a "$out/summary.txt"
+        echo "FAILED (status $status, see $name.txt)" | tee -a "$out/summary.txt"
     fi
     tail -3 "$out/$name.txt" | tee -a "$out/summary.txt"
 }
@@ -67,12 +77,13 @@ step compare 240 python -m bench.compare --objectives mlm,ar,electra,span --acce
     --model base --seq-len 512 --batch-size 256 --micro-batch 64 --budget 2e15 --seeds 1 --no-probes --quiet \
     --out "$out/compare"
 for metrics in "$out"/compare/runs/*/logs/from-step-0/metrics.csv; do
-    echo "$metrics: $(tail -1 "$metrics")" >>"$out/summary.txt"
+    [[ -f "$metrics" ]] && echo "$metrics: $(tail -1 "$metrics")" >>"$out/summary.txt"
 done
 # issue 33: small runs side by side on one GPU. Tokens/s of 1, 2, 4 and 8 default-shape runs (mini, T = 64, batch
 # 32, fp32/TF32) at once, each a process of its own started together, and of 5 seeds stacked in one model; the
 # memory each process reserved says how many such runs the GPU holds (bench.jobs.PER_GPU_SMALL's choice)
-step jobs-throughput 300 python - <<'PY'
+# (a file, not stdin: the processes are spawned, and each imports the script's functions again)
+cat >"$out/jobs_throughput.py" <<'PY'
 import multiprocessing, tempfile, time
 from pathlib import Path
 
@@ -83,7 +94,7 @@ from bench.training.runs import train_run
 from bench.training.stacked import train_seeds
 from bench.training.throughput import steps_config
 
-STEPS = 200
+STEPS = 600
 
 
 def one(seed, ready, results):
@@ -92,7 +103,7 @@ def one(seed, ready, results):
     with tempfile.TemporaryDirectory() as folder:
         ready.wait(timeout=600)
         result = train_run(fabric, "mlm", seed, corpus, config, Path(folder), progress=False)
-    results.put((result["tokens"], result["train_seconds"], torch.cuda.max_memory_reserved()))
+    results.put((result.tokens, result.train_seconds, torch.cuda.max_memory_reserved()))
 
 
 if __name__ == "__main__":
@@ -113,8 +124,9 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as folder:
         found = train_seeds(fabric, "mlm", list(range(5)), corpus, config, [Path(folder) / str(s) for s in range(5)],
                             progress=False)
-    print(f"5 seeds stacked: {sum(r['tokens'] for r in found) / sum(r['train_seconds'] for r in found):,.0f} tokens/s")
+    print(f"5 seeds stacked: {sum(r.tokens for r in found) / sum(r.train_seconds for r in found):,.0f} tokens/s")
 PY
+step jobs-throughput 300 python "$out/jobs_throughput.py"
 # the pool and the stacked seeds through the command, on the GPU: 2 objectives x 2 seeds at the default shape
 step jobs-compare 240 python -m bench.compare --objectives mlm,ar --seeds 2 --budget 2e12 --accelerator cuda \
     --downstream none --no-probes --jobs 4 --out "$out/jobs"
