@@ -42,7 +42,10 @@ if TYPE_CHECKING:
 # torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:
 # 4 runs of 2e11 FLOPs take the same wall time either way; below this, runs go one after another in this process
 PARALLEL_MIN_FLOPS = 4e12
-PER_GPU_SMALL = 4  # runs sharing one GPU when their steps are too small to keep it busy (SMALL_STEP_TOKENS)
+# runs sharing one GPU when their steps are too small to keep it busy (SMALL_STEP_TOKENS). Measured on an H200 at the
+# default comparison's shape (scripts/gpu-check.sh, jobs-throughput): 1, 2, 4 and 8 runs at once trained 276k, 534k,
+# 923k and 1,534k tokens/s together, each holding 96 MiB; each run's process drives the GPU from a core of its own
+PER_GPU_SMALL = 8
 SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host
 CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator reserve take besides the step
 
@@ -306,7 +309,7 @@ def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int
     """What the machine uses well for runs long enough to repay the workers' start: on a CPU one run per core
     (measured on 2 cores: two 1-thread runs at once are 1.25x faster than one 2-thread run after another, and stay
     so when another process holds a core); on GPUs one run per device, several when steps are too small to keep one
-    busy; never more than memory holds."""
+    busy (never more of them than CPU cores, which launch their kernels); never more than memory holds."""
     hardware, train = plan_.config.hardware, plan_.train
     windows = hardware.micro_batch or train.batch_size
     need = max(step_memory(objective, windows, plan_.schedule.longest, hardware.precision, device).total
@@ -314,5 +317,6 @@ def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int
     if gpus:
         fit = device_memory_bytes(device) // (need + CUDA_CONTEXT_BYTES)
         small = train.batch_size * plan_.schedule.final < SMALL_STEP_TOKENS
-        return len(gpus) * max(1, min(PER_GPU_SMALL if small else 1, fit))
+        per_gpu = max(1, min(PER_GPU_SMALL if small else 1, fit, cpu_cores() // len(gpus)))
+        return len(gpus) * per_gpu
     return max(1, min(cpu_cores(), device_memory_bytes(device) // need))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The device check of issues 22 and 33, prepared to run once on one GPU (an H200 lent by the workplace, or any CUDA
-# machine): about 14 minutes, everything under ${OUT:-gpu-check}/. Not part of CI, which has no GPU.
+# machine): about 11 minutes on an H200, everything under ${OUT:-gpu-check}/. Not part of CI, which has no GPU.
 #   bash scripts/gpu-check.sh [STEP ...]     (from the repository root, with the suite installed)
 # With step names (tests, perf-small, perf-base-512, sync-debug, compare, jobs-throughput, jobs-compare,
 # batch-seeds), only those run: a lease shorter than the whole check spends itself on what it must answer.
@@ -73,7 +73,7 @@ for spec in ("mlm", "ar", "electra", "span"):
     print(spec, len(caught), "implicit synchronisations in one step", *(str(w.message)[:200] for w in caught))
 PY
 # the README's single-GPU command at a small budget: tokens/s, MFU and peak memory are in the runs' live metrics
-step compare 240 python -m bench.compare --objectives mlm,ar,electra,span --accelerator cuda --precision bf16-mixed \
+step compare 420 python -m bench.compare --objectives mlm,ar,electra,span --accelerator cuda --precision bf16-mixed \
     --model base --seq-len 512 --batch-size 256 --micro-batch 64 --budget 2e15 --seeds 1 --no-probes --quiet \
     --out "$out/compare"
 for metrics in "$out"/compare/runs/*/logs/from-step-0/metrics.csv; do

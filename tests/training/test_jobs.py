@@ -10,10 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.cli import run
 from bench.compare import main, parse_config
-from bench.jobs import (Context, Slots, Work, _pooled, _pools, choose_slots, context_file, pool,
+from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose_slots, context_file, pool,
                         signals_held)
 from bench.pipeline import run_works
 from bench.planning import plan
@@ -105,6 +106,18 @@ def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path
     for budget, jobs in (("3e8", 1), ("1e12", 4)):  # the workers' start would cost more than 4 short runs gain
         plan_ = plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
         assert choose_slots(plan_, fabric.device, run_works(fabric, plan_)).jobs == jobs
+
+
+@pytest.mark.parametrize("cores, free_gib, jobs", [(16, 140, 16), (64, 140, 16), (4, 140, 4), (16, 2.5, 4), (16, 1, 2)])
+def test_on_gpus_small_runs_share_a_device_up_to_the_cores_and_memory(cores, free_gib, jobs, tmp_path, monkeypatch):
+    # two GPUs, steps of 2,048 tokens (too few to keep one busy): PER_GPU_SMALL (8) each, fewer where the cores
+    # that launch their kernels or the memory (each run's step + its CUDA context) run out, never fewer than one
+    monkeypatch.setattr("bench.jobs.cpu_cores", lambda: cores)
+    monkeypatch.setattr("bench.jobs.device_memory_bytes", lambda device: int(free_gib * 2 ** 30))
+    monkeypatch.setattr("bench.jobs.step_memory", lambda *args, **kwargs: type("Need", (), {"total": 2 ** 28}))
+    fabric = make_fabric("cpu", launch=False)
+    plan_ = plan(parse_config([*TINY, "--budget", "1e12", "--batch-size", "64", "--out", str(tmp_path)]), fabric)
+    assert auto_jobs(plan_, torch.device("cuda"), ("0", "1")) == jobs
 
 
 @pytest.mark.slow
