@@ -287,8 +287,22 @@ def device_name(device: torch.device, runs: list[RunRecord]) -> str:
         return f"cuda ({torch.cuda.get_device_name(device)})"
     # the runs' own thread counts (--jobs pins each run to its share of the cores), not this process's
     threads = sorted({run.threads for run in runs}) or [torch.get_num_threads()]
-    return (f"{device.type} ({platform.processor() or platform.machine()}, "
+    return (f"{device.type} ({cpu_model()}, {torch.backends.cpu.get_cpu_capability()}, "
             f"{'/'.join(map(str, threads))} thread{'s' if threads != [1] else ''} per run)")
+
+
+def cpu_model() -> str:
+    """The processor, which a CPU comparison's last digits depend on as much as on the package versions: the
+    vector instructions it has (torch's capability beside it) choose the kernels, and with them the order in which
+    sums are rounded. The default comparison, rerun in a later session (a fresh machine) with the same code and
+    versions, kept every verdict and moved from the fifth digit of its first evaluation on; two runs on one machine
+    agreed to the last bit."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            names = [line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or platform.machine()
 
 
 def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
