@@ -271,7 +271,7 @@ def collect(futures: dict[Future, int], outcomes: list, works: Sequence[Work], e
 
 def forward_stop(executor: ProcessPoolExecutor) -> None:
     """Ask the running works to save and stop. The works not started are left queued: a worker that holds a stop
-    request answers "stopped" at once (run_isolated). Cancelling them would race the pool's manager thread, which
+    request answers "skipped" at once (run_isolated). Cancelling them would race the pool's manager thread, which
     dies on a cancelled future if a worker then dies (CPython's terminate_broken), leaving the exit to wait forever."""
     for process in list(getattr(executor, "_processes", {}).values()):  # the pool keeps no public list
         try:

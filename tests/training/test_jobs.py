@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import torch
 from bench.cli import run
 from bench.compare import main, parse_config
 from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose_slots, context_file, pool,
-                        signals_held)
+                        run_pooled, signals_held)
 from bench.pipeline import run_works
 from bench.planning import plan
 from bench.training.config import TrainConfig
@@ -162,6 +163,30 @@ def test_a_worker_signalled_while_it_starts_skips_its_work_instead_of_breaking_t
     finally:
         _pools.clear()
         executor.shutdown(wait=True)
+
+
+def test_a_worker_killed_by_the_system_ends_the_command_in_one_line_naming_the_unfinished_runs(tmp_path):
+    context = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-true", threads=1)
+    works = [Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0), (tmp_path / f"mlm-seed{seed}",), reuse=False)
+             for seed in (0, 1)]
+    for started in _pools.values():
+        started.shutdown()
+    _pools.clear()
+
+    def kill_the_worker() -> None:  # as the kernel's OOM killer would, while the worker still starts
+        while not any(pool_.__dict__.get("_processes") for pool_ in list(_pools.values())):
+            time.sleep(0.01)
+        for process in list(next(iter(_pools.values()))._processes.values()):
+            os.kill(process.pid, signal.SIGKILL)
+
+    killer = threading.Thread(target=kill_the_worker)
+    killer.start()
+    with pytest.raises(SystemExit) as exit_info:
+        run_pooled(works, context, Slots(jobs=1, threads=1), quiet=True)
+    killer.join()
+    message = str(exit_info.value.code)
+    assert message.startswith("a worker process ended abruptly") and "mlm-seed0, mlm-seed1" in message
+    assert "--resume" in message and not _pools
 
 
 def test_batched_seeds_where_they_can_else_one_by_one_with_the_reason_once(tmp_path, capsys):
