@@ -222,15 +222,15 @@ def run_pooled(works: Sequence[Work], context: Context, slots: Slots, quiet: boo
             futures = {executor.submit(_pooled, path, work): index for index, work in enumerate(works)}
         try:
             stopped = collect(futures, outcomes, works, executor, request, quiet)
-        except BrokenProcessPool:
-            _pools.clear()
-            executor.shutdown(wait=True)
-            if request.signal_name is None:
+        except BrokenProcessPool:  # after a stop, as any stop; else a worker was killed (the pool ended them all)
+            stopped = request.signal_name
+            if stopped is None:
+                _pools.clear()
+                executor.shutdown(wait=True)
                 unfinished = ", ".join(work.name for work, outcome in zip(works, outcomes) if outcome is None)
                 raise SystemExit(f"a worker process ended abruptly (killed by the system: out of memory?) while "
                                  f"running {unfinished}; the finished runs are saved, run the same command with "
                                  "--resume (and fewer --jobs) to continue") from None
-            stopped = request.signal_name
     if stopped:
         _pools.clear()  # its workers hold a stop request: the next comparison (if any) starts fresh ones
         executor.shutdown(wait=True)

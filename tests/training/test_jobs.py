@@ -143,17 +143,29 @@ def test_a_stop_signal_reaches_the_runs_at_once_and_resume_finishes_them(one_by_
     assert results(out) == results(one_by_one)
 
 
-def test_a_worker_signalled_while_it_starts_skips_its_work_instead_of_breaking_the_pool(tmp_path):
-    # the driver forwards a stop to every worker; one still importing torch must not die of it (a broken pool
-    # left the command waiting forever at exit): it starts with the signal held and answers once its handler is in
-    context = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-true", threads=1)
-    work = Work("run", "mlm", (0,), TrainConfig(budget_flops=1.0), (tmp_path / "mlm-seed0",), reuse=False)
-    for started in _pools.values():  # a fresh pool: its worker has yet to start
+# a context no work reads: the works below end before they would (skipped, or their worker killed)
+UNREAD = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-true", threads=1)
+
+
+def mlm_work(seed: int, folder: Path) -> Work:
+    return Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0), (folder / f"mlm-seed{seed}",), reuse=False)
+
+
+@pytest.fixture
+def no_pool() -> None:
+    """The command's pool shut down (earlier tests leave theirs), so the next one starts its workers afresh."""
+    for started in _pools.values():
         started.shutdown()
     _pools.clear()
+
+
+def test_a_worker_signalled_while_it_starts_skips_its_work_instead_of_breaking_the_pool(no_pool, tmp_path):
+    # the driver forwards a stop to every worker; one still importing torch must not die of it (a broken pool
+    # left the command waiting forever at exit): it starts with the signal held and answers once its handler is in
+    work = mlm_work(0, tmp_path)
     executor = pool(Slots(jobs=1, threads=1))
     try:
-        with context_file(context) as path:
+        with context_file(UNREAD) as path:
             with signals_held():
                 future = executor.submit(_pooled, path, work)
             (worker,) = executor._processes.values()
@@ -165,16 +177,9 @@ def test_a_worker_signalled_while_it_starts_skips_its_work_instead_of_breaking_t
         executor.shutdown(wait=True)
 
 
-def test_a_worker_killed_by_the_system_ends_the_command_in_one_line_naming_the_unfinished_runs(tmp_path):
-    context = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-true", threads=1)
-    works = [Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0), (tmp_path / f"mlm-seed{seed}",), reuse=False)
-             for seed in (0, 1)]
-    for started in _pools.values():
-        started.shutdown()
-    _pools.clear()
-
+def test_a_worker_killed_by_the_system_ends_the_command_in_one_line_naming_the_unfinished_runs(no_pool, tmp_path):
     def kill_the_worker() -> None:  # as the kernel's OOM killer would, while the worker still starts
-        while not any(pool_.__dict__.get("_processes") for pool_ in list(_pools.values())):
+        while not any(getattr(started, "_processes", None) for started in list(_pools.values())):
             time.sleep(0.01)
         for process in list(next(iter(_pools.values()))._processes.values()):
             os.kill(process.pid, signal.SIGKILL)
@@ -182,7 +187,7 @@ def test_a_worker_killed_by_the_system_ends_the_command_in_one_line_naming_the_u
     killer = threading.Thread(target=kill_the_worker)
     killer.start()
     with pytest.raises(SystemExit) as exit_info:
-        run_pooled(works, context, Slots(jobs=1, threads=1), quiet=True)
+        run_pooled([mlm_work(0, tmp_path), mlm_work(1, tmp_path)], UNREAD, Slots(jobs=1, threads=1), quiet=True)
     killer.join()
     message = str(exit_info.value.code)
     assert message.startswith("a worker process ended abruptly") and "mlm-seed0, mlm-seed1" in message
