@@ -184,7 +184,7 @@ def pool(slots: Slots) -> ProcessPoolExecutor:
     """The pool for these slots, started once for the command (a sweep's comparisons share it)."""
     started = [key for key in _pools if (key.gpus, key.threads) == (slots.gpus, slots.threads) and
                key.jobs >= slots.jobs]
-    if started:  # the controls after the runs, a sweep's next budget
+    if started:  # a sweep's next budget, a preset's next variant
         return _pools[started[0]]
     if slots not in _pools:
         for old in _pools.values():
