@@ -12,7 +12,8 @@ measured in the same run. Also: MLM masking against the collator, one process's 
 corrupting the whole batch, and KV-cached generation against recomputing the prefix for every new token. With
 `--comparison-steps N`, N training steps of mlm at the default comparison's shape, through the training code: one run,
 one run on one thread, two runs at once (two processes of one thread) and 5 seeds stacked in one model, each set
-beside the first as its peer (bench.training.throughput.comparison_rows). With
+beside the first as its peer, each the median of 3 rounds that take the four in turn
+(bench.training.throughput.comparison_rows). With
 `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training), every
 timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the device's
 dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured

@@ -98,23 +98,33 @@ def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, re
 
 
 def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
-                    batch_size: int = 32, data: str = "synthetic") -> list[dict]:
+                    batch_size: int = 32, data: str = "synthetic", rounds: int = 3) -> list[dict]:
     """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
     steps of `spec` through the training code (this module): one run on every thread, one run on one
     thread, two runs at once (two processes of one thread each, as one job per core runs them) and `seeds` seeds
-    stacked in one model (bench.training.stacked). Beside each, as its peer, the one run on every thread."""
+    stacked in one model (bench.training.stacked). Beside each, as its peer, the one run on every thread.
+
+    Each is measured in `rounds` rounds that take the four in turn, and its median round is kept (its seconds in
+    every round beside it): a shared machine's slower spells, which moved one setting by a tenth between two runs of
+    bench.perf, fall on every setting alike and on one round, not on one setting's only measurement."""
     corpus = load_corpus(data, seq_len)
     config = steps_config(spec, corpus, steps, model, batch_size)
     every = torch.get_num_threads()
     shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
-    measured = [(f"{shape}: one run, {every} threads", alone(spec, corpus, config, every)),
-                (f"{shape}: one run, 1 thread", alone(spec, corpus, config, 1)),
-                (f"{shape}: two runs at once, 2 processes of 1 thread",
-                 at_once(spec, corpus, config, 2)),
-                (f"{shape}: {seeds} seeds stacked, {every} threads",
-                 stacked(spec, corpus, config, seeds, every))]
-    rows = [{"name": name, "ours_tokens_per_s": m["tokens"] / m["seconds"], "ours_flops_per_s": m["flops"] /
-             m["seconds"], "flops_per_step": m["flops"] / (m["runs"] * steps), **m} for name, m in measured]
+    settings = {f"{shape}: one run, {every} threads": lambda: alone(spec, corpus, config, every),
+                f"{shape}: one run, 1 thread": lambda: alone(spec, corpus, config, 1),
+                f"{shape}: two runs at once, 2 processes of 1 thread": lambda: at_once(spec, corpus, config, 2),
+                f"{shape}: {seeds} seeds stacked, {every} threads": lambda: stacked(spec, corpus, config, seeds, every)}
+    taken: dict[str, list[dict]] = {name: [] for name in settings}
+    for _ in range(rounds):
+        for name, measured in settings.items():
+            taken[name].append(measured())
+    rows = []
+    for name, each in taken.items():
+        m = sorted(each, key=lambda one: one["seconds"])[len(each) // 2]
+        rows.append({"name": name, "ours_tokens_per_s": m["tokens"] / m["seconds"], "ours_flops_per_s": m["flops"] /
+                     m["seconds"], "flops_per_step": m["flops"] / (m["runs"] * steps), **m,
+                     "seconds_each_round": [one["seconds"] for one in each]})
     for row in rows[1:]:
         row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
     return rows

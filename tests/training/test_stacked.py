@@ -204,7 +204,7 @@ def test_perf_times_the_default_comparisons_step_alone_at_once_and_stacked():
     # tiny shapes: this checks that the rows are made and hold sane keys; their speeds are bench.perf's to print
     from bench.training.throughput import comparison_rows
     rows = comparison_rows(steps=3, seeds=2, model="tiny", seq_len=16, batch_size=4,
-                           data="synthetic:train=64,heldout=16,words=64,states=4")
+                           data="synthetic:train=64,heldout=16,words=64,states=4", rounds=3)
     names = [row["name"] for row in rows]
     assert [name.split(": ")[1] for name in names][1:] == ["one run, 1 thread", "two runs at once, 2 processes of 1 "
                                                            "thread", "2 seeds stacked, " + names[0].split(", ")[-1]]
@@ -212,6 +212,7 @@ def test_perf_times_the_default_comparisons_step_alone_at_once_and_stacked():
     for row in rows:
         assert row["tokens"] == row["runs"] * 3 * 4 * 16 and row["seconds"] > 0 and row["ours_tokens_per_s"] > 0
         assert row["flops_per_step"] == rows[0]["flops_per_step"] and row["ours_flops_per_s"] > 0
+        assert len(row["seconds_each_round"]) == 3 and sorted(row["seconds_each_round"])[1] == row["seconds"]
     assert "peer_tokens_per_s" not in rows[0]
     assert all(row["peer_tokens_per_s"] == rows[0]["ours_tokens_per_s"] for row in rows[1:])
 
