@@ -62,9 +62,11 @@ def step_memory(objective: Objective, windows: int, seq_len: int, precision: str
     vocab = stacks[0].config.vocab_size
     float_bytes = max(4, value_bytes)  # the loss's buffers are fp32 at least (backbone.fused_loss)
     # the head's input and output, the gradients of the hidden rows and of the projection the loss keeps, and one
-    # chunk of fp32 logits with their gradient cast to the compute dtype
+    # chunk of fp32 logits with their gradient cast to the compute dtype: no more rows than the step has positions
+    # (a GPU's chunk, 2^28 bytes of fp32 logits and their gradient, counted 384 MiB at vocabulary 8,192: more than a
+    # whole step of 4,096 positions peaked at on an H200, 275-323 MiB)
     heads = sum(float_bytes * (3 * windows * seq_len + vocab) * stack.config.d_model for stack in stacks)
-    chunk = chunk_rows(device, vocab) * vocab * (float_bytes + value_bytes)
+    chunk = min(chunk_rows(device, vocab), windows * seq_len) * vocab * (float_bytes + value_bytes)
     parameters = sum(p.numel() for p in objective.parameters())
     state = (4 * value_bytes if not mixed else 16 + 2) * parameters
     return StepMemory(activations, heads, chunk, state)

@@ -310,6 +310,21 @@ def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     assert measured <= estimate * ALLOCATOR_SLACK and estimate <= 1.3 * measured, (measured, estimate)
 
 
+@pytest.mark.parametrize("device, windows", [("cuda", 8), ("cpu", 4)])
+def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(device, windows):
+    # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer:
+    # counting the whole chunk doubled the estimate of a measured H200 step (small, T = 128, batch 32, bf16)
+    from bench.training.memory import step_memory
+    from backbone.fused_loss import chunk_rows
+    vocab = Vocab.for_words(512)
+    objective = build_run_objective("ar", TrainConfig(budget_flops=1, model="mini"),
+                                    type("C", (), {"vocab": vocab, "seq_len": 128})())
+    assert chunk_rows(torch.device(device), vocab.size) > windows * 128  # the chunk the device allows is longer
+    for precision, value_bytes in (("32-true", 4), ("bf16-mixed", 2)):
+        estimate = step_memory(objective, windows, 128, precision, torch.device(device))
+        assert estimate.chunk == windows * 128 * vocab.size * (4 + value_bytes)
+
+
 class DeviceReads(TorchDispatchMode):
     """Records the ops that make the host wait for the device: reading a value (`item`, `_local_scalar_dense`) and
     `nonzero`, whose output size only the device knows."""
