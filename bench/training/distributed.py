@@ -6,6 +6,7 @@ see.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import signal
 import time
@@ -23,6 +24,18 @@ from torch.nn.parallel import DistributedDataParallel
 from backbone import ConfigError
 from bench.training.batches import StepCounts
 from bench.training.stopping import STOP_SIGNALS
+
+
+class WithoutTF32Advice(logging.Filter):
+    """Drops the advice Lightning logs when a Fabric starts on a GPU with tensor cores and fp32 matmuls are still at
+    "highest": it comes before the run sets them itself (bench.training.config.configure_matmuls: TF32 under
+    32-true), so it was noise at the top of every GPU comparison's log, and advice against the run's own setting."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "set_float32_matmul_precision" not in record.getMessage()
+
+
+logging.getLogger("lightning_fabric.utilities.rank_zero").addFilter(WithoutTF32Advice())
 
 
 def make_fabric(accelerator: str = "cpu", devices: int | str = 1, num_nodes: int = 1, strategy: str = "auto",

@@ -120,3 +120,26 @@ def test_a_step_makes_one_collective_on_the_training_backend(two_processes):
         for rank in (0, 1):
             seen = json.loads((out / name / f"collectives-rank{rank}.json").read_text())
             assert seen == {"all_reduces": two_processes[name]["steps"] + 3, "new_groups": 0}, (name, rank)
+
+
+def test_lightnings_tf32_advice_is_dropped_and_its_other_lines_are_not(monkeypatch):
+    # Fabric's start on a GPU with tensor cores advises TF32 before the run sets it itself (configure_matmuls). The
+    # records are read on Lightning's own logger: it need not propagate them to the root, where caplog listens
+    import logging
+
+    import lightning_fabric.accelerators.cuda as cuda
+    import torch
+    from lightning_fabric.utilities.rank_zero import rank_zero_info
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    monkeypatch.setattr(cuda, "_is_ampere_or_later", lambda device=None: True)
+    logger, records, handler = logging.getLogger("lightning_fabric.utilities.rank_zero"), [], logging.Handler()
+    handler.emit = records.append
+    logger.addHandler(handler)
+    monkeypatch.setattr(logger, "level", logging.INFO)
+    try:
+        cuda._check_cuda_matmul_precision(torch.device("cuda", 0))
+        rank_zero_info("a line of Lightning's own")
+    finally:
+        logger.removeHandler(handler)
+    assert [record.getMessage() for record in records] == ["a line of Lightning's own"]
