@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--comparison-steps", type=int, default=0,
                         help="also time STEPS training steps of mlm at the default comparison's shape (mini, T = 64, "
                              "batch 32, on the CPU): one run, one run on one thread, two runs at once, 5 seeds "
-                             "stacked; 60 takes about a minute (default 0: left out)")
+                             "stacked, each the median of 3 rounds; 60 takes about a minute (default 0: left out)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     args = parser.parse_args(argv)
     for name in ("seq_len", "batch_size", "repeats", "new_tokens", "comparison_steps"):
