@@ -121,9 +121,10 @@ def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = 
             taken[name].append(measured())
     rows = []
     for name, each in taken.items():
-        m = sorted(each, key=lambda one: one["seconds"])[len(each) // 2]
-        rows.append({"name": name, "ours_tokens_per_s": m["tokens"] / m["seconds"], "ours_flops_per_s": m["flops"] /
-                     m["seconds"], "flops_per_step": m["flops"] / (m["runs"] * steps), **m,
+        median = sorted(each, key=lambda one: one["seconds"])[len(each) // 2]
+        rows.append({"name": name, "ours_tokens_per_s": median["tokens"] / median["seconds"],
+                     "ours_flops_per_s": median["flops"] / median["seconds"],
+                     "flops_per_step": median["flops"] / (median["runs"] * steps), **median,
                      "seconds_each_round": [one["seconds"] for one in each]})
     for row in rows[1:]:
         row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
