@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         regenerate(names)
     except subprocess.CalledProcessError as error:
-        sys.exit(f"stopped: {shlex.join(error.cmd[1:])} exited with status {error.returncode}; run this again to "
-                 "continue")
+        sys.exit(f"stopped: python {shlex.join(error.cmd[1:])} exited with status {error.returncode}; run this "
+                 "again to continue")
     except KeyboardInterrupt:  # the comparison got the same SIGINT and saved its runs
         sys.exit("interrupted; run this again to continue")
 

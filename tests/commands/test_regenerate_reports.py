@@ -85,7 +85,8 @@ def test_an_interrupted_regeneration_resumes_and_a_finished_report_is_kept(tmp_p
     with pytest.raises(SystemExit, match="commit or stash first"):
         regenerate.main(["example"])
     (tmp_path / "stray.py").unlink()
-    with pytest.raises(SystemExit, match="exited with status 4; run this again to continue"):
+    with pytest.raises(SystemExit, match="^stopped: python -m bench.compare --out reports/example --quiet exited "
+                                         "with status 4; run this again to continue$"):
         regenerate.main(["example"])
     assert ran == ["--quiet"] and not (tmp_path / "reports" / "example").exists()  # begun afresh
     failing[0] = False
