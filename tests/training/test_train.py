@@ -312,8 +312,9 @@ def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
 
 @pytest.mark.parametrize("device, windows", [("cuda", 8), ("cpu", 4)])
 def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(device, windows):
-    # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer:
-    # counting the whole chunk doubled the estimate of a measured H200 step (small, T = 128, batch 32, bf16)
+    # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer.
+    # Counted whole (384 MiB at vocabulary 8,192), it put an H200 step that peaked at 275-323 MiB (small, T = 128,
+    # batch 32, bf16) at 685-742 MiB
     from bench.training.memory import step_memory
     from backbone.fused_loss import chunk_rows
     vocab = Vocab.for_words(512)
