@@ -1,7 +1,8 @@
 """Regenerate every committed report (README: reports/) with the command it records, at this checkout's revision and
 on this machine, so that they all come from one revision and one kind of processor (a CPU's last digits depend on
-it: bench.pipeline.cpu_model). Hours of CPU, about 9 on 2 cores: run it in a clone of its own, then copy that
-clone's reports/ into the checkout that commits them.
+it: bench.pipeline.cpu_model). Hours of CPU (the runs of the reports made at 43dbf32 took 29,000 s together, most
+of them two at a time on 2 cores): run it in a clone of its own, then copy that clone's reports/ into the checkout
+that commits them, leaving out the runs' checkpoints (*.pt).
 
     python scripts/regenerate_reports.py [--list] [NAME ...]     NAME: a folder under reports/ (default: every one)
 
