@@ -48,10 +48,9 @@ def made_at(folder: Path) -> set[str]:
     return {found for page in folder.rglob("report.md") for found in REVISION.findall(page.read_text())}
 
 
-def made_with_this_code(folder: Path) -> bool:
-    """Whether the report is finished and every revision its pages record differs from HEAD only inside reports/
-    (an uncommitted one, recorded with a hash, or one this clone lacks, does not)."""
-    revisions = made_at(folder) if (folder / "report.md").exists() else set()
+def with_this_code(revisions: set[str]) -> bool:
+    """Whether there are revisions and each differs from HEAD only inside reports/ (an uncommitted one, recorded
+    with a hash, or one this clone lacks, does not)."""
     return bool(revisions) and all(subprocess.run(["git", "diff", "--quiet", revision, "HEAD", "--", ".",
                                                    ":(exclude)reports"], cwd=ROOT, capture_output=True).returncode == 0
                                    for revision in revisions)
@@ -75,8 +74,9 @@ def regenerate(names: list[str]) -> None:
         subprocess.run([sys.executable, "examples/docs_corpus.py", "--out", DOCS], cwd=ROOT, check=True)
     for name in names:
         folder, started = ROOT / "reports" / name, state / f"{name.replace('/', '--')}.started"
-        if made_with_this_code(folder):
-            print(f"reports/{name}: made with this code already ({', '.join(sorted(made_at(folder)))})", flush=True)
+        revisions = made_at(folder) if (folder / "report.md").exists() else set()  # its last page: finished
+        if with_this_code(revisions):
+            print(f"reports/{name}: made with this code already ({', '.join(sorted(revisions))})", flush=True)
             continue
         resume = started.exists() and started.read_text() == revision
         if not resume:
