@@ -26,6 +26,7 @@ from scipy.stats import t as t_distribution
 
 from bench.analysis.findings import Crossover, Placed
 from bench.analysis.summaries import MultiplierAt, Trend
+from bench.analysis.uncertainty import stretched
 
 POWER_LAW, LOG_LINEAR = "power law toward the ceiling", "line in log-FLOPs"
 RESAMPLES = 2000
@@ -56,10 +57,11 @@ def fit_lines(log_budgets: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.nd
 
 
 def resampled_means(curves: Curves, resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(1 + resamples, budgets): the mean over seeds, then the means of seeds drawn with replacement."""
-    seeds = curves.scores.shape[0]
+    """(1 + resamples, budgets): the mean over seeds, then the means of seeds drawn with replacement (a seed's
+    scores at every budget together), stretched to the mean's own variance (bench.analysis.uncertainty.stretched)."""
+    seeds, centre = curves.scores.shape[0], curves.scores.mean(0, keepdims=True)
     drawn = rng.integers(0, seeds, (resamples, seeds))
-    return np.concatenate([curves.scores.mean(0, keepdims=True), curves.scores[drawn].mean(1)])
+    return np.concatenate([centre, stretched(curves.scores[drawn].mean(1), centre, seeds)])
 
 
 def residual_draws(log_budgets: np.ndarray, g: np.ndarray, resamples: int,
@@ -231,7 +233,7 @@ def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarr
     log_b = np.log(np.asarray(budgets, dtype=float))
     runs = resampled_means(Curves(tuple(budgets), scores), resamples, rng)
     drawn = rng.integers(0, len(control), (resamples, len(control)))
-    controls = np.concatenate([[control.mean()], control[drawn].mean(1)])
+    controls = np.concatenate([[control.mean()], stretched(control[drawn].mean(1), control.mean(), len(control))])
     gains = runs - controls[:, None]
     alpha, beta = fit_lines(log_b, gains)
     residual = residual_draws(log_b, gains[0], resamples, rng)

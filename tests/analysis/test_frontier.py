@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import t as t_distribution
 
 from bench.analysis.frontier import (LOG_LINEAR, POWER_LAW, Curves, contradicts, crossover, fit_frontier, gain_trend,
                                      multipliers)
@@ -95,6 +96,19 @@ def test_the_multipliers_interval_covers_the_true_one_even_where_the_form_is_wro
         row = multipliers(found, "base", "other")[1]
         hits += row.ci_low is not None and row.ci_low <= 2.0 <= row.ci_high
     assert hits / reps >= 0.93
+
+
+def test_the_seed_bootstrap_of_a_trend_has_the_standard_error_of_the_seeds_mean():
+    """Two budgets (no lack of fit): the fitted slope is the mean of the seeds' own slopes, its standard error
+    s/√n, and the interval t(0.975, n − 1) × that. Seeds drawn with replacement spread it by only √((n − 1)/n)."""
+    rng, budgets = np.random.default_rng(4), (1e11, 1e12)
+    scores = 0.5 + np.array([0.0, 0.02]) + rng.normal(0, 0.01, (5, 2))
+    found = gain_trend(budgets, scores, rng.normal(0.4, 0.01, 5), resamples=8000)
+    slopes = (scores[:, 1] - scores[:, 0]) / math.log(10)  # per log-FLOP
+    half = (found.per_decade_ci[1] - found.per_decade_ci[0]) / 2
+    exact = t_distribution.ppf(0.975, 4) * slopes.std(ddof=1) / math.sqrt(5) * math.log(10)
+    assert found.per_decade == pytest.approx(slopes.mean() * math.log(10), rel=1e-9)
+    assert half / exact == pytest.approx(1.0, abs=0.03)
 
 
 def test_a_gain_trend_carries_its_lack_of_fit():
