@@ -183,7 +183,7 @@ class Unjudged:
 
 @dataclass(frozen=True)
 class Multiplier:
-    """A compute multiplier (bench.analysis.multipliers): its value and kind ("=", or ">"/"<" for a bound), its
+    """A compute multiplier (bench.analysis.multipliers): its value and kind ("=", ">"/"<" for a bound, "?" not read), its
     reading ("direct" or "reversed"), the 95 % interval (an end None where it is open) and the bootstrap behind it.
     In the verdict it names the objective, the baseline and the yardstick; in the answer those are the answer's."""
 

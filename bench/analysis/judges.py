@@ -105,7 +105,7 @@ def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, aga
               and m.against == against and m.yardstick == evidence.main()), None)
     if m is None:
         return Unmeasured(**named, outcome="not measured")
-    if isinstance(m, Unread):
+    if isinstance(m, Unread) or m.kind == "?":
         return MultiplierTest(**named, p=None, outcome=NOT_MEASURABLE)
     p = None if m.log_se is None else one_sided(math.log(m.multiplier / factor), m.log_se, m.df)
     return MultiplierTest(**named, multiplier=m, factor=factor, p=p)

@@ -21,9 +21,20 @@ from bench.analysis.findings import Multiplier
 from bench.analysis.uncertainty import RESAMPLES, Group, draws, resampled
 
 # crossing kinds: "=" reached at that many FLOPs; ">" not within the run (the value is the last checkpoint, a lower
-# bound); "<" already past it at the first checkpoint (the value, that checkpoint, is an upper bound)
-KINDS = ("=", ">", "<")
-REVERSED = np.array([0, 2, 1])  # the objective's crossing read as the reversed multiplier's kind
+# bound); "<" already past it at the first checkpoint (the value, that checkpoint, is an upper bound). A multiplier
+# has one more: "?", not read (see reversed_kind)
+KINDS = ("=", ">", "<", "?")
+
+
+def reversed_kind(base_kind: np.ndarray, other_kind: np.ndarray) -> np.ndarray:
+    """The reversed multiplier's kind (index into KINDS): the baseline's FLOPs at its own final value over the
+    objective's. The objective's are a lower bound where it never got there within its run (the multiplier is at
+    most its value, "<") and an upper bound where it was already past it at its first checkpoint (at least, ">").
+    The baseline's are exact, except where it was already past its own final value at its first checkpoint: when
+    it got there is unknown, and only an objective that never got there still bounds the multiplier ("<"); any
+    other is not read ("?")."""
+    by_objective = np.array([0, 2, 1])[other_kind]
+    return np.where((base_kind == 2) & (other_kind != 1), 3, by_objective)
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ def readings(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nd
     # the baseline's own final value is reached at the budget at the latest, whatever its checkpoints say
     log_base = np.where(base_kind == 1, math.log(budget), np.minimum(log_base, math.log(budget)))
     other_kind, log_other = crossings(other_curves, np.log(other_flops), base_final, higher)
-    found["reversed"] = (REVERSED[other_kind], log_base - log_other)
+    found["reversed"] = (reversed_kind(base_kind, other_kind), log_base - log_other)
     return found
 
 
@@ -104,7 +115,7 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
     kinds, values = np.where(swapped, 0, kinds), np.where(swapped, other_values, values)
     df = min(found["seeds"]) - 1
     half = float(stats.t.ppf(0.975, df)) * float(values.std())
-    open_low, open_high = (kinds == 2).mean() > 0.025, (kinds == 1).mean() > 0.025
+    open_low, open_high = np.isin(kinds, (2, 3)).mean() > 0.025, np.isin(kinds, (1, 3)).mean() > 0.025
     found.update(resamples=resamples, read_the_other_way=float(swapped.mean()), log_se=float(values.std()), df=df,
                  test_sampling=all(g.parts is not None for g in groups),
                  ci_low=None if open_low else float(math.exp(log_m - half)), ci_low_kind="<" if open_low else "=",

@@ -44,6 +44,9 @@ def multiplier_text(m: Multiplier | Unread | None, reading: str | None = None) -
     if isinstance(m, Unread):
         return "not measurable (one of the two does not beat its control)"
     value, kind, reversed_reading = m.multiplier, m.kind, (reading or m.reading) == "reversed"
+    if kind == "?":
+        return ("not measurable (the baseline was already past its own final value at its first checkpoint, so "
+                "when it got there is unknown)")
     if kind == ">":
         return f"> {times(value)}× (" + ("reached at its first checkpoint)" if reversed_reading else
                                           "not reached within the run)")
@@ -100,6 +103,8 @@ def lead_text(answer: Answer) -> str:
     if m is None:
         return ""
     leader, runner_up, times_text = answer.leader, answer.runner_up, multiplier_text(m, reading="direct")
+    if m.kind == "?":
+        return f"; its lead in compute is {times_text}"
     if m.reading == "reversed" and m.kind not in (">", "<"):
         # read inside both runs: where the runner-up got to by the budget, and when the leader got there
         return (f": it reaches {runner_up}'s final value with {times_text} less compute than {runner_up} "

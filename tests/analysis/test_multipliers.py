@@ -6,8 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from bench.analysis.multipliers import Curve, crossings, multiplier
+from bench.analysis.multipliers import KINDS, Curve, crossings, multiplier, reversed_kind
 from bench.analysis.uncertainty import Group
+from bench.report.wording import multiplier_text
 
 BUDGET = 1e12
 CHECKPOINTS = BUDGET * np.logspace(-2, 0, 7)  # 1 % of the budget to the budget, log-spaced like the runs'
@@ -62,6 +63,23 @@ def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing():
     mlm_at = np.exp(np.interp(0.798, [0.770, 0.833], np.log([2.9e11, 5.3e11])))
     other_at = np.exp(np.interp(0.798, [0.689, 0.804], np.log([2.9e11, 5.3e11])))
     assert found.reading == "reversed" and found.multiplier == pytest.approx(mlm_at / other_at, rel=1e-9)
+
+
+def test_a_baseline_already_past_its_final_value_at_its_first_checkpoint_bounds_nothing_exactly():
+    """The baseline starts at 0.62 and ends at 0.60; the other ends above anything the baseline reached, so the
+    reading is reversed, at 0.60. When the baseline first got there is unknown (at its first checkpoint or before):
+    the other's exact crossing then gives no multiplier, only an objective that never got there gives a bound."""
+    flops = np.logspace(10, 12, 5)
+    as_curve = lambda values: Curve(flops, tuple(Group(np.array([v, v + 0.001])) for v in values),  # noqa: E731
+                                    Group(np.array([values[-1], values[-1] + 0.001])))
+    found = multiplier(as_curve([0.62, 0.50, 0.55, 0.58, 0.60]), as_curve([0.40, 0.50, 0.60, 0.70, 0.80]), 1e12,
+                       resamples=50)
+    assert found.reading == "reversed" and found.kind == "?"
+    assert found.ci_low is None and found.ci_high is None
+    assert multiplier_text(found).startswith("not measurable")
+    # base: exact (0), not within the run (1, read at the budget: exact), past it at the first checkpoint (2)
+    base, other = np.repeat([0, 1, 2], 3), np.tile([0, 1, 2], 3)
+    assert [KINDS[k] for k in reversed_kind(base, other)] == ["=", "<", ">", "=", "<", ">", "?", "<", "?"]
 
 
 def test_one_seed_gives_no_interval_and_bounds_are_bounds():
