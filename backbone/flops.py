@@ -47,23 +47,21 @@ CONVENTIONS = ("dense", "executed")
 TILE = 128  # query rows and key columns of one block of a tiled attention kernel (FlashAttention-2's usual tile)
 
 
-def attention_entries(seq_len: int, attention: str = "bidirectional", prefix_len: int | None = None,
-                      convention: str = "dense") -> int:
+def attention_entries(seq_len: int, attention: str = "bidirectional", convention: str = "dense") -> int:
     """Entries (query, key) of one head's score matrix charged for a window: all T² under the dense convention;
-    under the executed one, those of the blocks a tiled kernel does not skip. A block is skipped when the mask hides
-    every entry of it: every key after every query of the block (causal), and, for a prefix LM, none of its keys in
-    the bidirectional prefix either."""
+    under the executed one, those of the blocks a tiled kernel computes. Causal attention reaches SDPA as
+    `is_causal`, and its flash kernels skip a block whose every key comes after every query of it. A prefix LM's
+    mask reaches SDPA as a boolean tensor, which no SDPA kernel skips blocks of (the CPU's runs all of it, and on a
+    GPU a mask rules the flash kernel out): it is charged all T², as bidirectional attention is."""
     if convention not in CONVENTIONS:
         raise ValueError(f"FLOP convention must be one of {', '.join(CONVENTIONS)}, got {convention!r}")
-    if convention == "dense" or attention == "bidirectional":
+    if convention == "dense" or attention != "causal":
         return seq_len * seq_len
-    prefix = (prefix_len or 0) if attention == "prefix" else 0
     entries = 0
     for first_query in range(0, seq_len, TILE):
         rows = min(TILE, seq_len - first_query)
-        for first_key in range(0, seq_len, TILE):
-            if first_key <= first_query + rows - 1 or first_key < prefix:  # some entry of the block is visible
-                entries += rows * min(TILE, seq_len - first_key)
+        for first_key in range(0, first_query + rows, TILE):  # blocks with a key at or before the last query
+            entries += rows * min(TILE, seq_len - first_key)
     return entries
 
 

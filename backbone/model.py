@@ -234,11 +234,10 @@ class Backbone(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def flops(self, batch_size: int, seq_len: int, logit_rows: int, attention: str = "bidirectional",
-              prefix_len: int | None = None) -> Flops:
+    def flops(self, batch_size: int, seq_len: int, logit_rows: int, attention: str = "bidirectional") -> Flops:
         """FLOPs of a forward over (batch_size, seq_len) in `attention` mode that projects `logit_rows` rows onto
         the vocabulary, under the backbone's `flops_convention` (backbone.flops: "dense" unless a run asks)."""
-        entries = attention_entries(seq_len, attention, prefix_len, self.flops_convention)
+        entries = attention_entries(seq_len, attention, self.flops_convention)
         projection = Flops(dense=2 * logit_rows * self.config.d_model * self.config.vocab_size)
         return self.transformer.flops(batch_size, seq_len, entries) + projection
 

@@ -69,8 +69,8 @@ def add_run_flags(add) -> None:
         help="window length in tokens, or phases LENGTH:SHARE (SHARE: the fraction of the FLOP budget spent at that "
              f"length), e.g. 128:0.67,512:0.33 (docs/scaling.md) (default {DEFAULT_SEQ_LEN})")
     add("--flops", default="dense", choices=CONVENTIONS,
-        help="how attention FLOPs are charged: dense, the full T × T (FlopCounterMode's count); executed, only the "
-             "128 × 128 blocks a tiled kernel computes under a causal or prefix mask (default dense)")
+        help="how attention FLOPs are charged: dense, the full T × T (FlopCounterMode's count); executed, causal "
+             "attention only for the 128 × 128 blocks a tiled kernel computes under its mask (default dense)")
     add("--batch-size", type=int, default=32, help="global batch size in windows, the same for every objective "
                                                    "(default 32)")
     add("--lr", default=DEFAULT_LR, help="peak AdamW rate: one for every objective, then SPEC=LR per objective "

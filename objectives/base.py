@@ -344,4 +344,4 @@ def lm_forward(backbone: Backbone, batch: Corrupted, hidden: Tensor | None = Non
 
 def lm_flops(backbone: Backbone, batch: Corrupted) -> int:
     batch_size, seq_len = batch.inputs.shape
-    return backbone.flops(batch_size, seq_len, batch.num_supervised, batch.attention, batch.prefix_len).training_step
+    return backbone.flops(batch_size, seq_len, batch.num_supervised, batch.attention).training_step

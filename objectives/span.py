@@ -154,4 +154,4 @@ class SpanCorruption(Objective):
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
         lengths = self.lengths(seq_len)
-        return float(self.backbone.flops(1, seq_len, lengths.targets, "prefix", lengths.inputs).training_step)
+        return float(self.backbone.flops(1, seq_len, lengths.targets, "prefix").training_step)

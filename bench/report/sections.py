@@ -195,7 +195,7 @@ def density_section(results: Results) -> str:
                else [])] for row in results.positions]
     batches = "every training batch of the last phase" if results.seq_len_schedule else "every training batch"
     charged = results.setup.get("FLOPs charged", "dense").split(":")[0]
-    buys = (f" The last column is how many more sequences a FLOP budget buys when causal and prefix attention are "
+    buys = (f" The last column is how many more sequences a FLOP budget buys when causal attention is "
             f"charged only for the {TILE} × {TILE} blocks a tiled kernel computes (`--flops executed`) than for the "
             f"dense T × T (`--flops dense`); this comparison charged {charged}.") if conventions else ""
     return (f"## 2. Signal density\n\nLoss-bearing positions per sequence of T = {results.seq_len} tokens: the "

@@ -101,9 +101,12 @@ def test_executed_attention_charges_the_blocks_a_tiled_kernel_computes(seq_len):
     assert attention_entries(seq_len, "causal") == seq_len ** 2  # dense: the whole matrix, whatever the mask
     causal = attention_mask("prefix", seq_len, 0, 0, torch.device("cpu"))[0]  # an empty prefix is the causal mask
     assert attention_entries(seq_len, "causal", convention="executed") == visible_blocks(causal, TILE)
-    for prefix_len in (1, seq_len // 3, seq_len):
-        mask = attention_mask("prefix", seq_len, 0, prefix_len, torch.device("cpu"))[0]
-        assert attention_entries(seq_len, "prefix", prefix_len, "executed") == visible_blocks(mask, TILE)
+    # only causal attention reaches SDPA as is_causal, which its flash kernels skip blocks of; a prefix LM's mask is a
+    # tensor, whose every block the kernels compute: charged as bidirectional
+    assert attention_mask("causal", seq_len, 0, None, torch.device("cpu")) == (None, True)
+    prefix_mask, is_causal = attention_mask("prefix", seq_len, 0, max(1, seq_len // 3), torch.device("cpu"))
+    assert prefix_mask is not None and not is_causal
+    assert attention_entries(seq_len, "prefix", "executed") == seq_len ** 2
     assert attention_entries(seq_len, "bidirectional", convention="executed") == seq_len ** 2
     if seq_len <= TILE:  # one tile: nothing to skip
         assert attention_entries(seq_len, "causal", convention="executed") == seq_len ** 2
