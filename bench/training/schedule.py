@@ -99,6 +99,9 @@ class SeqLenSchedule:
         for phase in self.phases[:-1]:
             total += phase.share
             ends.append(total)
+        # a start meant at a phase's end may differ from the float sum of the shares before it (0.1 + 0.2 is not
+        # 0.3): it is that end, or the cut between them would be a phase of no length that no step can run
+        starts = tuple(next((end for end in ends if abs(end - start) <= SHARE_TOLERANCE), start) for start in starts)
         cuts = sorted(set(ends) | set(starts[1:]) | {1.0})
         phases, begin = [], 0.0
         for cut in cuts:

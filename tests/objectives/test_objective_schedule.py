@@ -79,6 +79,12 @@ def test_a_length_schedule_is_cut_at_the_switches_into_phases_of_one_length_and_
                                                     Phase(32, 0.25, 1))
     assert parse_seq_len("32").split_at((0.0, 0.5, 0.75)).phases == (Phase(32, 0.5, 0), Phase(32, 0.25, 1),
                                                                       Phase(32, 0.25, 2))
+    # a switch at a phase's end that the float sum of the shares misses (0.1 + 0.2 = 0.30000000000000004) is a cut
+    # there, not a second cut 5.6e-17 away, whose phase of no length no step could run
+    three = parse_seq_len("16:0.1,32:0.2,64:0.7")
+    assert [(phase.seq_len, phase.piece) for phase in three.split_at((0.0, 0.3)).phases] == [(16, 0), (32, 0),
+                                                                                              (64, 1)]
+    assert min(phase.share for phase in three.split_at((0.0, 0.3)).phases) > 0.09
     counts = [{"share": 0.25, "steps": 2}, {"share": 0.35, "steps": 3}, {"share": 0.4, "steps": 5}]
     assert lengths.merged(counts, ("steps",)) == [{"seq_len": 16, "share": 0.6, "steps": 5},
                                                   {"seq_len": 32, "share": 0.4, "steps": 5}]
