@@ -14,7 +14,7 @@ from torch import Tensor
 
 from backbone import ConfigError, Transformer
 from bench.data.corpus import Corpus
-from bench.files import append_jsonl, read_jsonl
+from bench.files import dumps, read_jsonl, write_atomic
 from bench.training.batches import build_run_objective, run_schedule
 from bench.training.config import (TrainConfig, check_config, configure_matmuls, make_optimizer,
                                    match_optimizer_to_device)
@@ -112,9 +112,12 @@ def restore(fabric: Fabric, run: Run) -> None:
     fabric.strategy.precision.load_state_dict(state["precision"])
     if fabric.is_global_zero:
         kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters.step]
-        run.curve_path.unlink(missing_ok=True)
-        for row in kept:
-            append_jsonl(run.curve_path, row)
+        # in one replace: the checkpoint's counters are past these evaluations, so a curve lost here (a kill between
+        # deleting and rewriting it) would never be evaluated again
+        if kept:
+            write_atomic(run.curve_path, "".join(dumps(row) + "\n" for row in kept))
+        else:
+            run.curve_path.unlink(missing_ok=True)
     fabric.barrier()
 
 

@@ -18,6 +18,7 @@ import bench.training.distributed
 import bench.training.loop
 import bench.training.memory
 import bench.training.runs
+import bench.training.state
 import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
@@ -139,6 +140,35 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     assert without_timings(resumed) == without_timings(straight)
     unprobed = train_run(fabric, spec, 1, corpus, config(), tmp_path / "unprobed", progress=False)
     assert [row.metrics for row in unprobed.curve] == [row.metrics for row in straight.curve]
+
+
+def test_a_kill_while_resume_rewrites_the_curve_leaves_its_evaluations(corpus, fabric, tmp_path, monkeypatch):
+    """Resuming drops the curve rows after the checkpoint. The checkpoint's counters are past the rows it keeps, so
+    they are never evaluated again: a kill mid-rewrite (here, as the curve is written) must leave them on disk."""
+    assert train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False, stop_after_steps=12) is None
+    kept = read_jsonl(tmp_path / "curve.jsonl")
+    assert kept and all(row["step"] <= 12 for row in kept)
+    with open(tmp_path / "curve.jsonl", "a") as curve:  # an evaluation made after the checkpoint, to be redone
+        curve.write(json.dumps({**kept[-1], "step": 13}) + "\n")
+
+    class Killed(Exception):
+        pass
+
+    def killed(*args):
+        raise Killed
+
+    def killed_replacing_the_curve(source, target):
+        if Path(target).name == "curve.jsonl":
+            raise Killed
+        replace(source, target)
+
+    # whichever way the curve is rewritten: row by row (killed at its first row) or in one replace (killed there)
+    replace = os.replace
+    monkeypatch.setattr(bench.training.state, "append_jsonl", killed, raising=False)
+    monkeypatch.setattr(os, "replace", killed_replacing_the_curve)
+    with pytest.raises(Killed):
+        train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False)
+    assert read_jsonl(tmp_path / "curve.jsonl")[:len(kept)] == kept
 
 
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
