@@ -220,19 +220,26 @@ def fingerprint(tokenizer: Tokenizer) -> str:
     return "sha256 " + hashlib.sha256(tokenizer.to_str().encode()).hexdigest()[:12]
 
 
+PACKED_DOCUMENTS = 1000  # documents concatenated and cut into windows together; the tail that fills none is dropped
+
+
 def pack(docs: datasets.Dataset, tokenizer: Tokenizer, seq_len: int, num_proc: int | None) -> datasets.Dataset:
-    """Tokenize and cut into windows of `seq_len` tokens, [EOS] after every document; the tail of each batch of
-    documents that does not fill a window is dropped."""
+    """Tokenize and cut into windows of `seq_len` tokens, [EOS] after every document; the tail of each group of
+    PACKED_DOCUMENTS documents (counted from the first) that does not fill a window is dropped. Only the tokenizing
+    runs on `num_proc` processes: they split the documents where they like, which must not move a window."""
     eos = tokenizer.token_to_id("[EOS]")
 
+    def tokenized(batch: dict) -> dict:
+        return {"ids": [[*encoding.ids, eos] for encoding in tokenizer.encode_batch(batch["text"],
+                                                                                    add_special_tokens=False)]}
+
     def windows(batch: dict) -> dict:
-        ids = [token for encoding in tokenizer.encode_batch(batch["text"], add_special_tokens=False)
-               for token in (*encoding.ids, eos)]
+        ids = [token for document in batch["ids"] for token in document]
         usable = len(ids) // seq_len * seq_len
         return {"tokens": [ids[i:i + seq_len] for i in range(0, usable, seq_len)]}
 
-    return docs.map(windows, batched=True, batch_size=1000, remove_columns=docs.column_names, num_proc=num_proc,
-                    desc="tokenizing")
+    ids = docs.map(tokenized, batched=True, remove_columns=docs.column_names, num_proc=num_proc, desc="tokenizing")
+    return ids.map(windows, batched=True, batch_size=PACKED_DOCUMENTS, remove_columns=["ids"], desc="packing")
 
 
 def vocab_for_tokenizer(tokenizer: Tokenizer) -> Vocab:

@@ -13,7 +13,7 @@ from backbone import ConfigError
 from bench.cli import run
 from bench.compare import main
 from bench.data.corpus import load_corpus, speller
-from bench.data.text import TextOptions, train_tokenizer
+from bench.data.text import PACKED_DOCUMENTS, TextOptions, pack, train_tokenizer
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import TrainConfig
 from objectives import IGNORE, SPECIAL_TOKENS, Vocab
@@ -96,6 +96,22 @@ def test_the_processes_of_a_run_prepare_the_data_one_at_a_time(tmp_path):
     assert all(process.returncode == 0 for process in processes), [error for _, error in outputs]
     assert log.read_text().splitlines() == ["trained"]
     assert outputs[0][0] == outputs[1][0]  # the same windows in both
+
+
+def test_the_windows_do_not_depend_on_how_many_processes_tokenize(text_file):
+    """--num-proc is an execution setting, free to change on --resume: its processes split the documents into
+    contiguous shards wherever they like, and packing must not restart there. 2,500 documents are 3 groups of
+    PACKED_DOCUMENTS, cut by 2 processes at 1,250, inside the second group."""
+    texts = text_file.read_text().splitlines()[:2500]
+    docs, tokenizer = datasets.Dataset.from_dict({"text": texts}), train_tokenizer(texts, 300)
+    alone, shared = (pack(docs, tokenizer, 16, num_proc)["tokens"] for num_proc in (None, 2))
+    assert shared == alone
+    eos, pieces = tokenizer.token_to_id("[EOS]"), []
+    for start in range(0, len(texts), PACKED_DOCUMENTS):  # by hand: each group's tokens, cut, its tail dropped
+        ids = [t for text in texts[start:start + PACKED_DOCUMENTS] for t in (*tokenizer.encode(
+            text, add_special_tokens=False).ids, eos)]
+        pieces += [ids[i:i + 16] for i in range(0, len(ids) // 16 * 16, 16)]
+    assert alone == pieces
 
 
 def test_jsonl_parquet_folders_and_globs(tmp_path, text_file):
