@@ -141,7 +141,8 @@ def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tu
     with torch.no_grad():
         predicted = head(test_x).argmax(-1)
     seq_len = task.train.tokens.shape[1]
-    flops = backbone.flops(len(task.train) + len(task.test), seq_len, 0).forward + probe_flops
+    flops = (backbone.flops(len(task.train) + len(task.test), seq_len, 0).forward + probe_flops
+             + readout.head_flops(len(test_x), test_x.shape[1], task.classes))  # the predictions just made
     return {**scores(task, predicted, task.test), **item_counts(task, predicted, task.test)}, flops, head
 
 # --- fine-tuning ------------------------------------------------------------------------------------------------------

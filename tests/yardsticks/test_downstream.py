@@ -385,6 +385,17 @@ def test_the_rate_is_chosen_on_dev_and_test_never_influences_it(text_files, text
 
 
 @pytest.mark.parametrize("spec, level", [("mlm", "sequence"), ("ar", "sequence"), ("mlm", "token")])
+def test_frozen_probe_flops_equal_flop_counter_mode(spec, level, text_files, text_context, synthetic_context):
+    context = synthetic_context if level == "token" else text_context
+    task = load_task("synthetic:states,size=16" if level == "token" else str(text_files / "topics.jsonl"), context)
+    config = FinetuneConfig(probe=ProbeConfig(iterations=3))
+    found = {}
+    measured = measure_flops(lambda: found.update(flops=frozen_probe(tiny_objective(spec, context), task,
+                                                                     config)[1]))
+    assert found["flops"] == measured
+
+
+@pytest.mark.parametrize("spec, level", [("mlm", "sequence"), ("ar", "sequence"), ("mlm", "token")])
 def test_finetuning_flops_equal_flop_counter_mode(spec, level, text_files, text_context, synthetic_context):
     context = synthetic_context if level == "token" else text_context
     task = load_task("synthetic:states,size=16" if level == "token" else str(text_files / "topics.jsonl"), context)
