@@ -153,6 +153,9 @@ def finetune_positions(backbone: Backbone, head: StandardizedLinear, attention: 
     accuracy, FLOPs)."""
     model = copy.deepcopy(backbone).train()
     head = copy.deepcopy(head).to(backbone.token_embedding.weight.device)
+    # dropout, where the backbone has any, draws from the global generator: from the probe's seed, not from
+    # whatever the run or the process did before (the downstream fine-tuning seeds it so too)
+    torch.manual_seed(config.seed)
     device = head.mean.device
     train_inputs, train_read, train_labels = inputs[data.train], read[data.train], labels[data.train]
 

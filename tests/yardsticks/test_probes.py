@@ -79,6 +79,17 @@ def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, co
     assert measure_flops(lambda: run_probes(objective, corpus, CONFIG)) == first["probe_flops"]
 
 
+def test_the_fine_tuned_probe_of_a_backbone_with_dropout_does_not_depend_on_the_global_generator(corpus):
+    """Dropout draws from torch's global generator, which holds whatever the run (or the process, for a control)
+    did before: the fine-tuned probe starts it from its own seed, so a score depends on the backbone alone."""
+    objective = build_run_objective("mlm", TrainConfig(budget_flops=1.0, model="tiny:dropout=0.1"), corpus)
+    scores = []
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        scores.append(run_probes(objective, corpus, CONFIG)["replaced_word_finetuned"])
+    assert scores[0] == scores[1]
+
+
 # --- the controls ------------------------------------------------------------------------------------------------
 
 @pytest.mark.slow
