@@ -241,6 +241,15 @@ def test_embedded_tasks_on_synthetic_text_are_the_samples_spelled_and_tokenized(
         load_task("synthetic:order", context)
 
 
+def test_an_embedded_task_scored_by_another_metric_carries_no_accuracy_bounds(synthetic_context):
+    """Its Bayes ceilings and input-only value are accuracies: beside an MCC (chance 0, not 1/K) they would bound
+    nothing, and the verdict's share of the gain would divide an MCC gain by an accuracy's headroom."""
+    accuracy = load_task("synthetic:component,size=16", synthetic_context)
+    mcc = load_task("synthetic:component,size=16,metric=mcc", synthetic_context)
+    assert accuracy.ceilings and accuracy.input_only is not None
+    assert mcc.metrics == ("mcc",) and mcc.ceilings == {} and mcc.input_only is None
+
+
 def test_pairs_are_read_at_bos_by_bidirectional_backbones_and_at_the_end_by_causal_ones(synthetic_context):
     order, component = (load_task(f"synthetic:{name},size=8", synthetic_context) for name in ("order", "component"))
     mlm, ar = tiny_objective("mlm:pair=sop", synthetic_context), tiny_objective("ar", synthetic_context)
