@@ -101,10 +101,13 @@ def probe_yardsticks(ceilings: dict, input_only: dict | None) -> list[Yardstick]
 
 def task_yardsticks(runs: list[Record], tasks: list[dict] | None) -> list[Yardstick]:
     """Per task its frozen and fine-tuned score, and the average of the neutral tasks (those that copy no training
-    signal) in each mode: the main yardstick is the frozen one, read at every FLOP checkpoint."""
+    signal of these runs' objectives: a sentence-order task is neutral where no objective trains on sentence order,
+    as the verdict reads each yardstick) in each mode: the main yardstick is the frozen one, read at every FLOP
+    checkpoint."""
     described = {t["task"]: t for t in tasks or []}
     names = list(dict.fromkeys(name for run in runs for name in (run.downstream or {})))
-    neutral = [name for name in names if not described.get(name, {}).get("copies")]
+    trained_on = {signal for run in runs for signal in getattr(run, "signals", None) or ()}
+    neutral = [name for name in names if not set(described.get(name, {}).get("copies", ())) & trained_on]
     found = []
     for mode, reads in MODES.items():
         if len(neutral) > 1:

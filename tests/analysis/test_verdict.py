@@ -54,6 +54,15 @@ def test_a_yardstick_that_copies_an_objectives_training_ranks_nobody():
     assert all(m.yardstick != "order (frozen)" for m in found.multipliers)
     # the neutral tasks' average leaves the copying task out and is the main yardstick
     assert found.main == "neutral_average_frozen" and "over 2" in item(found, found.main).label
+    # where no objective trains on sentence order, the order task mirrors nobody: neutral, and in the average
+    without, _ = comparison({"mlm": {"states": 0.9, "genre": 0.5, "order": 0.8},
+                             "ar": {"states": 0.9, "genre": 0.5, "order": 0.5}}, {"states": 0.5, "genre": 0.5,
+                                                                                  "order": 0.5})
+    assert item(without, "order (frozen)").mirrors == [] and "over 3" in item(without, without.main).label
+    averaged = next(r for r in item(without, without.main).rows if r.objective == "mlm")
+    assert averaged.estimate == pytest.approx(np.mean([next(r for r in item(without, f"{name} (frozen)").rows
+                                                            if r.objective == "mlm").estimate
+                                                       for name in ("states", "genre", "order")]))
 
 
 def test_the_answer_names_the_leader_its_multiplier_and_who_did_not_beat_its_control():
