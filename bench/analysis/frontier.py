@@ -58,10 +58,17 @@ def fit_lines(log_budgets: np.ndarray, g: np.ndarray) -> tuple[np.ndarray, np.nd
 
 def resampled_means(curves: Curves, resamples: int, rng: np.random.Generator) -> np.ndarray:
     """(1 + resamples, budgets): the mean over seeds, then the means of seeds drawn with replacement (a seed's
-    scores at every budget together), stretched to the mean's own variance (bench.analysis.uncertainty.stretched)."""
-    seeds, centre = curves.scores.shape[0], curves.scores.mean(0, keepdims=True)
+    scores at every budget together). Their spread is short of the mean's own: see stretched_draws."""
+    seeds = curves.scores.shape[0]
     drawn = rng.integers(0, seeds, (resamples, seeds))
-    return np.concatenate([centre, stretched(curves.scores[drawn].mean(1), centre, seeds)])
+    return np.concatenate([curves.scores.mean(0, keepdims=True), curves.scores[drawn].mean(1)])
+
+
+def stretched_draws(values: np.ndarray, seeds: int) -> np.ndarray:
+    """Rows 1: (resampled) stretched about row 0 (the estimate) to the variance of a mean of `seeds`
+    (bench.analysis.uncertainty.stretched). Applied on the scale the lines are fitted on: stretched first, a resampled
+    mean could pass the ceiling, where log(ceiling − s) is not defined."""
+    return np.concatenate([values[:1], stretched(values[1:], values[:1], seeds)])
 
 
 def residual_draws(log_budgets: np.ndarray, g: np.ndarray, resamples: int,
@@ -117,7 +124,7 @@ def fit_frontier(curves: dict[str, Curves], ceiling: float | None = None, resamp
     kind, rng, log_b = fit_kind(curves, ceiling), np.random.default_rng(seed), np.log(budget_array)
     lines, residual = {}, {}
     for spec, c in curves.items():
-        g = transform(resampled_means(c, resamples, rng), kind, ceiling)
+        g = stretched_draws(transform(resampled_means(c, resamples, rng), kind, ceiling), c.scores.shape[0])
         lines[spec] = fit_lines(log_b, g)
         residual[spec] = residual_draws(log_b, g[0], resamples, rng)
     return Frontier(kind, ceiling, budget_array, lines, residual, {spec: c.scores.shape[0]
@@ -231,7 +238,7 @@ def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarr
     sweep."""
     rng = np.random.default_rng(seed)
     log_b = np.log(np.asarray(budgets, dtype=float))
-    runs = resampled_means(Curves(tuple(budgets), scores), resamples, rng)
+    runs = stretched_draws(resampled_means(Curves(tuple(budgets), scores), resamples, rng), scores.shape[0])
     drawn = rng.integers(0, len(control), (resamples, len(control)))
     controls = np.concatenate([[control.mean()], stretched(control[drawn].mean(1), control.mean(), len(control))])
     gains = runs - controls[:, None]

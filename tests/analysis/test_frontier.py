@@ -111,6 +111,18 @@ def test_the_seed_bootstrap_of_a_trend_has_the_standard_error_of_the_seeds_mean(
     assert half / exact == pytest.approx(1.0, abs=0.03)
 
 
+def test_stretched_resamples_never_pass_the_ceiling_of_a_power_law():
+    """Two seeds, one of them close to the ceiling: stretched as scores, a quarter of the resampled means would pass
+    0.95, where log(ceiling − s) is not defined, and no multiplier would get an interval. Stretched on the fitted
+    scale, every resample has a line."""
+    budgets = BUDGETS[:2]  # no lack of fit: the seeds alone give the interval
+    found = fit_frontier({"base": Curves(budgets, np.array([[0.60, 0.80], [0.64, 0.93]])),
+                          "other": Curves(budgets, np.array([[0.66, 0.86], [0.70, 0.92]]))}, 0.95, resamples=400)
+    assert found.kind == POWER_LAW
+    assert all(np.isfinite(part).all() for lines in found.lines.values() for part in lines)
+    assert all(row.ci_low is not None for row in multipliers(found, "base", "other"))
+
+
 def test_a_gain_trend_carries_its_lack_of_fit():
     """Three budgets: a gain that is 0.02 per decade with the seeds in perfect agreement, but whose middle budget
     sits 0.03 off the line. The seeds alone would give the slope no width; the residual interval (t with one
