@@ -183,9 +183,10 @@ class Unjudged:
 
 @dataclass(frozen=True)
 class Multiplier:
-    """A compute multiplier (bench.analysis.multipliers): its value and kind ("=", ">"/"<" for a bound, "?" not read), its
-    reading ("direct" or "reversed"), the 95 % interval (an end None where it is open) and the bootstrap behind it.
-    In the verdict it names the objective, the baseline and the yardstick; in the answer those are the answer's."""
+    """A compute multiplier (bench.analysis.multipliers): its value and kind ("=", ">"/"<" for a bound, "?" not
+    read), its reading ("direct" or "reversed"), the 95 % interval (an end None where it is open) and the bootstrap
+    behind it. In the verdict it names the objective, the baseline and the yardstick; in the answer those are the
+    answer's."""
 
     objective: str | None = omitted()
     against: str | None = omitted()
@@ -201,6 +202,7 @@ class Multiplier:
     resamples: int
     range: list[float]
     read_the_other_way: float | None = omitted()
+    bound: str | None = omitted()  # "baseline": a reversed "<" bound by the baseline's side, not the objective's
     log_se: float | None = omitted()
     df: int | None = omitted()
     test_sampling: bool | None = omitted()

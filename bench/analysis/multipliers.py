@@ -22,7 +22,7 @@ from bench.analysis.uncertainty import RESAMPLES, Group, draws, resampled
 
 # crossing kinds: "=" reached at that many FLOPs; ">" not within the run (the value is the last checkpoint, a lower
 # bound); "<" already past it at the first checkpoint (the value, that checkpoint, is an upper bound). A multiplier
-# has one more: "?", not read (see reversed_kind)
+# has one more: "?", bounded in opposite senses, so not read (see reversed_kind)
 KINDS = ("=", ">", "<", "?")
 
 
@@ -30,11 +30,11 @@ def reversed_kind(base_kind: np.ndarray, other_kind: np.ndarray) -> np.ndarray:
     """The reversed multiplier's kind (index into KINDS): the baseline's FLOPs at its own final value over the
     objective's. The objective's are a lower bound where it never got there within its run (the multiplier is at
     most its value, "<") and an upper bound where it was already past it at its first checkpoint (at least, ">").
-    The baseline's are exact, except where it was already past its own final value at its first checkpoint: when
-    it got there is unknown, and only an objective that never got there still bounds the multiplier ("<"); any
-    other is not read ("?")."""
-    by_objective = np.array([0, 2, 1])[other_kind]
-    return np.where((base_kind == 2) & (other_kind != 1), 3, by_objective)
+    The baseline's are exact, except where it was already past its own final value at its first checkpoint: only
+    an upper bound, so the multiplier is at most its value ("<"), and not even that where the objective's side
+    says at least ("?")."""
+    at_most, at_least = (base_kind == 2) | (other_kind == 1), other_kind == 2
+    return np.where(at_most & at_least, 3, np.where(at_most, 2, np.where(at_least, 1, 0)))
 
 
 @dataclass(frozen=True)
@@ -98,9 +98,11 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
              "ci_low_kind": None, "ci_high_kind": None, "resamples": 0,
              "range": [float(base.flops[0] / budget), float(base.flops[-1] / budget)]}
     if reading == "reversed":  # the bounds of an open reading: the baseline's FLOPs over the objective's last, first
-        at_base = math.exp(log_m) * float(np.exp(crossings(means(other)[0], np.log(other.flops),
-                                                           means(base)[1], higher_is_better)[1][0]))
+        other_kind, log_other = crossings(means(other)[0], np.log(other.flops), means(base)[1], higher_is_better)
+        at_base = math.exp(log_m) * float(np.exp(log_other[0]))
         found["range"] = [at_base / float(other.flops[-1]), at_base / float(other.flops[0])]
+        if KINDS[int(kind)] == "<" and other_kind[0] != 1:  # the bound is the baseline's, not the objective's
+            found["bound"] = "baseline"
     if min(found["seeds"]) < 2 or resamples < 1:
         return Multiplier(**found)
     groups = [*base.points, base.final, *other.points, other.final]

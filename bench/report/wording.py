@@ -45,11 +45,12 @@ def multiplier_text(m: Multiplier | Unread | None, reading: str | None = None) -
         return "not measurable (one of the two does not beat its control)"
     value, kind, reversed_reading = m.multiplier, m.kind, (reading or m.reading) == "reversed"
     if kind == "?":
-        return ("not measurable (the baseline was already past its own final value at its first checkpoint, so "
-                "when it got there is unknown)")
+        return "not measurable (it and the other were both past the other's final value at their first checkpoints)"
     if kind == ">":
         return f"> {times(value)}× (" + ("reached at its first checkpoint)" if reversed_reading else
                                           "not reached within the run)")
+    if kind == "<" and m.bound == "baseline":
+        return f"< {times(value)}× (the other was already past its own final value at its first checkpoint)"
     if kind == "<":
         return f"< {times(value)}× (" + ("it never reached the other's value)" if reversed_reading else
                                           "already reached at the other's first checkpoint)")

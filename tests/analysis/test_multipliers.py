@@ -65,21 +65,25 @@ def test_a_baseline_that_peaked_and_fell_back_is_charged_its_first_crossing():
     assert found.reading == "reversed" and found.multiplier == pytest.approx(mlm_at / other_at, rel=1e-9)
 
 
-def test_a_baseline_already_past_its_final_value_at_its_first_checkpoint_bounds_nothing_exactly():
+def test_a_baseline_already_past_its_final_value_at_its_first_checkpoint_gives_only_a_bound():
     """The baseline starts at 0.62 and ends at 0.60; the other ends above anything the baseline reached, so the
-    reading is reversed, at 0.60. When the baseline first got there is unknown (at its first checkpoint or before):
-    the other's exact crossing then gives no multiplier, only an objective that never got there gives a bound."""
+    reading is reversed, at 0.60. The baseline got there at its first checkpoint or before, so the multiplier (its
+    FLOPs there over the other's, 1e10 / 1e11) is at most 0.1; where the other was past 0.60 at its own first
+    checkpoint too, it is not even bounded."""
     flops = np.logspace(10, 12, 5)
     as_curve = lambda values: Curve(flops, tuple(Group(np.array([v, v + 0.001])) for v in values),  # noqa: E731
                                     Group(np.array([values[-1], values[-1] + 0.001])))
-    found = multiplier(as_curve([0.62, 0.50, 0.55, 0.58, 0.60]), as_curve([0.40, 0.50, 0.60, 0.70, 0.80]), 1e12,
-                       resamples=50)
-    assert found.reading == "reversed" and found.kind == "?"
-    assert found.ci_low is None and found.ci_high is None
-    assert multiplier_text(found).startswith("not measurable")
+    peaked = as_curve([0.62, 0.50, 0.55, 0.58, 0.60])
+    found = multiplier(peaked, as_curve([0.40, 0.50, 0.60, 0.70, 0.80]), 1e12, resamples=50)
+    assert found.reading == "reversed" and found.kind == "<" and found.bound == "baseline"
+    assert found.multiplier == pytest.approx(0.1, rel=0.05) and found.ci_low is None
+    assert "the other was already past its own final value" in multiplier_text(found)
+    unread = multiplier(peaked, as_curve([0.65, 0.70, 0.75, 0.78, 0.80]), 1e12, resamples=50)
+    assert unread.kind == "?" and multiplier_text(unread).startswith("not measurable")
+    assert unread.ci_low is None and unread.ci_high is None
     # base: exact (0), not within the run (1, read at the budget: exact), past it at the first checkpoint (2)
     base, other = np.repeat([0, 1, 2], 3), np.tile([0, 1, 2], 3)
-    assert [KINDS[k] for k in reversed_kind(base, other)] == ["=", "<", ">", "=", "<", ">", "?", "<", "?"]
+    assert [KINDS[k] for k in reversed_kind(base, other)] == ["=", "<", ">", "=", "<", ">", "<", "<", "?"]
 
 
 def test_one_seed_gives_no_interval_and_bounds_are_bounds():
