@@ -101,7 +101,11 @@ class SeqLenSchedule:
             ends.append(total)
         # a start meant at a phase's end may differ from the float sum of the shares before it (0.1 + 0.2 is not
         # 0.3): it is that end, or the cut between them would be a phase of no length that no step can run
-        starts = tuple(next((end for end in ends if abs(end - start) <= SHARE_TOLERANCE), start) for start in starts)
+        starts = starts[:1] + tuple(next((end for end in ends if abs(end - start) <= SHARE_TOLERANCE), start)
+                                    for start in starts[1:])
+        if len(set(starts)) < len(starts):
+            raise ConfigError(f"two of the objective schedule's switches ({', '.join(f'{s:g}' for s in starts[1:])}) "
+                              "fall on one phase end of --seq-len: a piece between them would get no step")
         cuts = sorted(set(ends) | set(starts[1:]) | {1.0})
         phases, begin = [], 0.0
         for cut in cuts:

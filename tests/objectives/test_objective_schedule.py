@@ -85,6 +85,8 @@ def test_a_length_schedule_is_cut_at_the_switches_into_phases_of_one_length_and_
     assert [(phase.seq_len, phase.piece) for phase in three.split_at((0.0, 0.3)).phases] == [(16, 0), (32, 0),
                                                                                               (64, 1)]
     assert min(phase.share for phase in three.split_at((0.0, 0.3)).phases) > 0.09
+    with pytest.raises(ConfigError, match="fall on one phase end"):  # a piece squeezed between them: no step
+        three.split_at((0.0, 0.3, 0.3000005))
     counts = [{"share": 0.25, "steps": 2}, {"share": 0.35, "steps": 3}, {"share": 0.4, "steps": 5}]
     assert lengths.merged(counts, ("steps",)) == [{"seq_len": 16, "share": 0.6, "steps": 5},
                                                   {"seq_len": 32, "share": 0.4, "steps": 5}]
