@@ -51,7 +51,7 @@ def position_row(objective: Objective, seq_len: int, samples: int = 256, seed: i
         "incremental_generation": objective.can_generate,
         "flops_per_sequence": flops,
         "flops_per_supervised_position": flops / supervised,
-        # what a budget buys under each convention: executed attention is cheaper for causal and prefix masks only
+        # what a budget buys under each convention: executed attention is cheaper for causal masks only
         "dense_flops_per_sequence": flops_under(objective, seq_len, "dense"),
         "executed_flops_per_sequence": flops_under(objective, seq_len, "executed"),
         **objective.describe(seq_len),

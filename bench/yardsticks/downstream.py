@@ -232,8 +232,8 @@ class Downstream:
                                 if key in ("score", "hits", "units")} for task in self.tasks}
 
     def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
-        """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent. The global RNG is left as
-        it was."""
+        """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent. The CPU's global RNG is
+        left as it was (a GPU's is reseeded, as every training step reseeds it anyway)."""
         results = {}
         with torch.random.fork_rng(devices=[]):
             bar = tqdm(self.tasks, desc=f"{desc} downstream".strip(), unit="task", disable=not progress, leave=False)

@@ -50,9 +50,10 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         seed = derive_seed(1 + SYNTHETIC_TASKS.index(name), number)
         splits[split], found = build(name, count, seed, context, split == "test")
         ceilings = found or ceilings
-    # the Bayes ceilings and the input-only values are accuracies: beside another metric they would bound nothing
+    # the Bayes ceilings and the input-only values are accuracies, which beside another metric bound nothing; and
+    # spelled windows are cut at a word piece, so neither number is the sampled window's
     bounded = context.spell is None and (options.metric or "accuracy") == "accuracy"
-    if bounded:  # spelled windows are cut at a word piece: neither number is the sampled window's
+    if bounded:
         input_only = INPUT_ONLY[name](name, splits["train"], splits["test"], context)
     S, K = context.language.emission.shape[1], context.language.emission.shape[0]
     level, labels = (("token", [str(s) for s in range(S)]) if name == "states" else

@@ -207,7 +207,7 @@ class Probes:
 def run_probes(objective: Objective, corpus: Corpus, config: ProbeConfig, finetune: bool = True) -> dict:
     """Each question's test accuracy with its hits per test window (and, when `finetune`, the fine-tuned
     replaced-word probe's), what the backbone sees ("sees": the ceiling that applies), and the FLOPs the probes spent.
-    The global RNG is left untouched."""
+    The CPU's global RNG is left as it was (a GPU's is reseeded, as every training step reseeds it anyway)."""
     with torch.random.fork_rng(devices=[]):
         return _run_probes(objective, corpus, config, finetune)
 
