@@ -1,6 +1,6 @@
 """What a run has spent, as the loop counts it and its checkpoint keeps it: steps, FLOPs, tokens and supervised
 positions in total and per phase of the sequence-length (or objective) schedule, times, where the next evaluation
-is, and which code revisions trained it. Typed here; a checkpoint holds `to_state()`, a dict of plain values (what
+is, and which code revisions (and thread counts) trained it. Typed here; a checkpoint holds `to_state()`, a dict of plain values (what
 `torch.load(..., weights_only=True)` reads back), with its schema, and `from_state` refuses any other layout with one
 line instead of resuming from numbers it would misread.
 """
@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from backbone import ConfigError
 
-COUNTERS_SCHEMA = 2  # 1: the untyped dict of earlier revisions, which had no schema entry
+COUNTERS_SCHEMA = 3  # 1: the untyped dict of earlier revisions, which had no schema entry; 2: without `threads`
 
 
 @dataclass
@@ -49,6 +49,7 @@ class Counters:
     next_eval: int = 0  # the index of the next FLOP checkpoint in the evaluation grid
     last_finite_loss: float | None = None
     revisions: list[str] = field(default_factory=list)  # each session's code, in order
+    threads: list[int] = field(default_factory=list)  # each session's torch threads, in order
 
     def add_step(self, phase: int, tokens: int, supervised_positions: int, flops: int, loss: float) -> None:
         """One finished optimizer step of `phase`, counted in the run's totals and its phase's."""
@@ -60,10 +61,20 @@ class Counters:
         self.step += 1
         self.last_finite_loss = loss
 
-    def mark_revision(self, revision: str) -> None:
-        """This session's code trains the run from here on (saved with the next checkpoint)."""
+    def mark_session(self, revision: str, threads: int) -> str | None:
+        """This session's code and torch thread count train the run from here on (saved with the next checkpoint).
+        Returns a warning where the threads differ from the last session's: a CPU's sums split by thread round in
+        another order, so the run will not equal an uninterrupted one to the last digit (the count follows the
+        machine's cores and, without --jobs, how much training the comparison holds: more --seeds can change it)."""
         if not self.revisions or self.revisions[-1] != revision:
             self.revisions.append(revision)
+        before = self.threads[-1] if self.threads else threads
+        if not self.threads or before != threads:
+            self.threads.append(threads)
+        if before == threads:
+            return None
+        return (f"trained on {before} thread{'s' if before != 1 else ''} until now and continues on {threads}: its "
+                f"last digits will differ from an uninterrupted run's (--threads-per-run {before} keeps them)")
 
     def per_sequence_basis(self) -> tuple[int, int]:
         """(supervised positions, steps) of the final phase, where per-sequence numbers are read (the length the

@@ -21,7 +21,7 @@ from bench.training.config import TrainConfig, configure_matmuls, run_name
 from bench.training.curve import read_curve
 from bench.training.loop import TrainingDiverged, Yardstick, fit
 from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_record
-from bench.training.state import Run, restore, setup_run
+from bench.training.state import Run, mark_session, restore, setup_run
 from bench.training.stopping import stop_agreed, stop_message, stop_on_signals
 from objectives import Objective
 
@@ -75,7 +75,7 @@ def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     with stop_on_signals() as request:  # the command's, when it installed one
         run = setup_run(fabric, spec, seed, corpus, config, run_dir)
         restore(fabric, run)
-        run.counters.mark_revision(code_revision())
+        mark_session(fabric, run)
         if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
             return None
         result = run_result(fabric, run, corpus)

@@ -44,7 +44,6 @@ from tqdm.auto import tqdm
 
 from backbone import ConfigError, resolve_model
 from bench.data.corpus import Corpus
-from bench.environment import code_revision
 from bench.files import read_json, write_json
 from bench.seeds import derive_seed
 from bench.training.batches import (Prefetcher, StepCounts, build_run_objective, eval_batches, local_counts,
@@ -55,7 +54,7 @@ from bench.training.loop import TrainingDiverged, Yardstick, checkpoint_evaluati
 from bench.training.runs import finished_result, read_at_end, run_result
 from bench.training.seed_ops import DRAWS
 from bench.training.stacking import SeedStack, stack_batches
-from bench.training.state import Run, restore, save_checkpoint, setup_run
+from bench.training.state import Run, mark_session, restore, save_checkpoint, setup_run
 from bench.training.stopping import StopRequest, stop_message, stop_on_signals
 
 Outcome = tuple[dict | None, dict | None]  # (result, None), (None, divergence record), or (None, None): unfinished
@@ -151,7 +150,7 @@ def seeds_trained(fabric: Fabric, spec: str, seeds: list[int], corpus: Corpus, c
         for seed, run_dir in zip(seeds, run_dirs):
             runs.append(setup_run(fabric, spec, seed, corpus, config, run_dir))
             restore(fabric, runs[-1])
-            runs[-1].counters.mark_revision(code_revision())  # as train_run marks a session's code
+            mark_session(fabric, runs[-1])  # as train_run marks a session
         with closing(SeedGroup(fabric, runs, corpus, yardsticks, progress, request)) as group:
             group.fit(stop_after_steps)
         return group.outcomes

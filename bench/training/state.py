@@ -5,6 +5,7 @@ exactly, and how it is saved (atomically).
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from torch import Tensor
 
 from backbone import ConfigError, Transformer
 from bench.data.corpus import Corpus
+from bench.environment import code_revision
 from bench.files import dumps, read_jsonl, write_atomic
 from bench.training.batches import build_run_objective, run_schedule
 from bench.training.config import (TrainConfig, check_config, configure_matmuls, make_optimizer,
@@ -119,6 +121,14 @@ def restore(fabric: Fabric, run: Run) -> None:
         else:
             run.curve_path.unlink(missing_ok=True)
     fabric.barrier()
+
+
+def mark_session(fabric: Fabric, run: Run) -> None:
+    """This session's code and threads in the run's counters; on a CPU, where a sum's rounding follows the thread
+    count, a warning when a resumed run continues on other threads than it trained on."""
+    warning = run.counters.mark_session(code_revision(), torch.get_num_threads())
+    if warning and fabric.device.type == "cpu" and fabric.is_global_zero:
+        print(f"warning: {run.run_dir.name} {warning}", file=sys.stderr)
 
 
 def save_checkpoint(fabric: Fabric, path: Path, state: dict) -> None:

@@ -24,11 +24,13 @@ def test_a_step_counts_in_the_run_s_totals_and_its_phase_s_which_add_up_to_them(
     assert unstarted.per_sequence_basis() == (8, 1)  # the whole run's, when the final phase ran no step
 
 
-def test_a_revision_is_recorded_once_per_session_in_order():
+def test_a_revision_and_a_thread_count_are_recorded_once_per_change_in_order():
     counters = Counters([PhaseCounters(16, 1.0)])
-    for revision in ("abc1234", "abc1234", "def5678"):
-        counters.mark_revision(revision)
-    assert counters.revisions == ["abc1234", "def5678"]
+    warnings = [counters.mark_session(revision, threads)
+                for revision, threads in (("abc1234", 2), ("abc1234", 2), ("def5678", 1))]
+    assert counters.revisions == ["abc1234", "def5678"] and counters.threads == [2, 1]
+    assert warnings[:2] == [None, None] and "trained on 2 threads until now and continues on 1" in warnings[2]
+    assert "--threads-per-run 2" in warnings[2]
 
 
 def test_the_checkpointed_state_reads_back_equal_through_weights_only_load(tmp_path):

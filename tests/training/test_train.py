@@ -37,6 +37,7 @@ from bench.training.runs import train_run
 from bench.training.schedule import parse_seq_len, predict_phases
 from bench.training.state import setup_run
 from bench.training.stopping import EXIT_STOPPED, RunStopped
+from bench.training.throughput import threads
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -169,6 +170,19 @@ def test_a_kill_while_resume_rewrites_the_curve_leaves_its_evaluations(corpus, f
     with pytest.raises(Killed):
         train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False)
     assert read_jsonl(tmp_path / "curve.jsonl")[:len(kept)] == kept
+
+
+def test_a_run_resumed_on_other_threads_says_its_last_digits_will_differ(corpus, fabric, tmp_path, capsys):
+    """A CPU's sums split by thread round in another order: a run that continues on another thread count than it
+    trained on cannot equal an uninterrupted one, and says so (more --seeds can change the count without --jobs)."""
+    with threads(1):
+        assert train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False, stop_after_steps=5) is None
+    with threads(2):
+        train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False, stop_after_steps=8)
+    assert "trained on 1 thread until now and continues on 2" in capsys.readouterr().err
+    with threads(1):  # the checkpoint is still the first session's (an interruption saves nothing new)
+        train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False, stop_after_steps=8)
+    assert "continues on" not in capsys.readouterr().err  # the count it trained on: nothing to say
 
 
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
