@@ -1,8 +1,8 @@
 """What a run has spent, as the loop counts it and its checkpoint keeps it: steps, FLOPs, tokens and supervised
 positions in total and per phase of the sequence-length (or objective) schedule, times, where the next evaluation
-is, and which code revisions (and thread counts) trained it. Typed here; a checkpoint holds `to_state()`, a dict of plain values (what
-`torch.load(..., weights_only=True)` reads back), with its schema, and `from_state` refuses any other layout with one
-line instead of resuming from numbers it would misread.
+is, and which code revisions and thread counts trained it. Typed here; a checkpoint holds `to_state()`, a dict of
+plain values (what `torch.load(..., weights_only=True)` reads back), with its schema, and `from_state` refuses any
+other layout with one line instead of resuming from numbers it would misread.
 """
 
 from __future__ import annotations
