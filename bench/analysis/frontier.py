@@ -240,7 +240,7 @@ def gain_trend(budgets: tuple[float, ...], scores: np.ndarray, control: np.ndarr
     log_b = np.log(np.asarray(budgets, dtype=float))
     runs = stretched_draws(resampled_means(Curves(tuple(budgets), scores), resamples, rng), scores.shape[0])
     drawn = rng.integers(0, len(control), (resamples, len(control)))
-    controls = np.concatenate([[control.mean()], stretched(control[drawn].mean(1), control.mean(), len(control))])
+    controls = stretched_draws(np.concatenate([[control.mean()], control[drawn].mean(1)]), len(control))
     gains = runs - controls[:, None]
     alpha, beta = fit_lines(log_b, gains)
     residual = residual_draws(log_b, gains[0], resamples, rng)
