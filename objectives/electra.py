@@ -99,30 +99,68 @@ class Electra(Objective):
 
     @classmethod
     def report_note(cls, metrics: dict[str, str], closed: dict[str, str]) -> str | None:
-        """The discriminator against its trivial answer, "everything is original", and the generator beside it."""
+        """The discriminator read as the paper's pretraining metrics read it, against its trivial answer ("everything
+        is original") and, on the embedded language, the Bayes-optimal discriminator for the same generator."""
         if "discriminator_auc" not in metrics:
             return None
-        return (f"discriminator ROC AUC (replaced against original) {metrics['discriminator_auc']} (0.5 is chance); "
-                f"loss {metrics['discriminator_loss']} against {metrics['label_entropy']}, the entropy of its labels "
-                f"(the loss of always answering the replaced fraction {metrics['replaced_fraction']}); accuracy "
-                f"{metrics['discriminator_accuracy']} against {metrics['trivial_accuracy']} for \"all original\". Its "
-                f"generator reached {metrics.get('generator_accuracy', '')} accuracy"
+        bayes = (f" The Bayes-optimal discriminator for the same generator and windows reaches "
+                 f"{metrics['discriminator_bayes_loss']}: the discriminator closed {metrics['discriminator_closed']} of "
+                 f"the gap from its labels' entropy to it." if "discriminator_closed" in metrics else "")
+        return (f"discriminator loss {metrics['discriminator_loss']} against {metrics['label_entropy']}, the entropy "
+                f"of its labels (the loss of always answering the replaced fraction "
+                f"{metrics['replaced_fraction']}).{bayes} At probability 0.5 its precision of \"replaced\" is "
+                f"{metrics.get('discriminator_precision', '')} and its recall {metrics.get('discriminator_recall', '')}"
+                f" (trained ELECTRA discriminators: about 0.80 and 0.5); accuracy "
+                f"{metrics['discriminator_accuracy']} against {metrics['trivial_accuracy']} for \"all original\", ROC "
+                f"AUC {metrics['discriminator_auc']} (0.5 is chance). Its generator reached "
+                f"{metrics.get('generator_accuracy', '')} accuracy (its samples are the original "
+                f"{metrics.get('generator_sample_accuracy', '')} of the time)"
                 + (f" and closed {closed['generator_loss']} of its learnable range" if closed.get("generator_loss")
                    else "") + ": the better the generator, the harder the discriminator's task.")
 
     def pooled_metrics(self, outputs: list[Output]) -> dict[str, float]:
-        """Whether the discriminator has left its trivial answer: accuracy at a 0.5 threshold cannot show it (near a
-        good generator even the best discriminator rarely crosses 0.5), the ROC AUC of replaced against original
-        can. Beside it the trivial baselines: "all original" has accuracy 1 − replaced and loss H(replaced)."""
+        """Whether the discriminator has left its trivial answer, "everything is original" (accuracy 1 − replaced,
+        loss H(replaced)), read as google-research/electra's metric_fn reads it: precision and recall of "replaced"
+        at probability 0.5 (`disc_precision`, `disc_recall`), the accuracy on each label, and the ROC AUC of replaced
+        against original, which shows learning even where no logit crosses 0.5 yet. A precision with nothing
+        predicted replaced is 0, as tf.metrics.precision gives it."""
         logits = torch.cat([o.tensors["discriminator_logits"].flatten() for o in outputs]).double()
         labels = torch.cat([o.tensors["discriminator_labels"].flatten() for o in outputs]).bool()
         replaced = labels.double().mean().item()
+        predicted = logits > 0
+        hits = int((predicted & labels).sum())
         metrics = {"trivial_accuracy": max(replaced, 1 - replaced),
                    "label_entropy": 0.0 if replaced in (0.0, 1.0) else
-                   -(replaced * math.log(replaced) + (1 - replaced) * math.log(1 - replaced))}
+                   -(replaced * math.log(replaced) + (1 - replaced) * math.log(1 - replaced)),
+                   "discriminator_precision": hits / max(1, int(predicted.sum())),
+                   "discriminator_predicted_replaced": predicted.double().mean().item()}
+        if labels.any():
+            metrics["discriminator_recall"] = hits / int(labels.sum())  # the accuracy on replaced tokens
+        if not labels.all():
+            metrics["discriminator_original_accuracy"] = int((~predicted & ~labels).sum()) / int((~labels).sum())
         if 0 < int(labels.sum()) < labels.numel():
             metrics["discriminator_auc"] = roc_auc(logits, labels)
         return metrics
+
+    @torch.no_grad()
+    def replacement_story(self, batch: Corrupted) -> tuple[Tensor, float]:
+        """What the Bayes-optimal discriminator needs to know of the corruption: at every position, the generator's
+        distribution over the vocabulary had that position been [MASK]ed too (at a position the batch masked, the very
+        one its sample was drawn from), (N, L, vocab) probabilities; and the probability that a position is drawn,
+        rate × mask (a kept position's draw, which saw the original, is counted as shown as it was)."""
+        N, L = batch.inputs.shape
+        positions = torch.arange(L, device=batch.inputs.device)
+        distributions = []
+        chunk = max(1, 2 ** 18 // (N * L))  # positions per generator call: a bounded number of tokens at once
+        for start in range(0, L, chunk):
+            at = positions[start:start + chunk]
+            variants = batch.inputs.unsqueeze(0).repeat(len(at), 1, 1)  # (positions, N, L), position t masked in t
+            variants[torch.arange(len(at)), :, at] = self.vocab.MASK
+            hidden = self.generator(self.generator_in(self.backbone.embed(variants.flatten(0, 1))),
+                                    attention="bidirectional").view(len(at), N, L, -1)
+            hidden = hidden[torch.arange(len(at)), :, at]  # (positions, N, width): variant t read at t
+            distributions.append(self.backbone.logits(self.generator_head(hidden)).float().softmax(-1))
+        return torch.cat(distributions).transpose(0, 1), self.options.rate * self.options.mask
 
     def bayes_floors(self) -> list[FloorSpec]:
         # the generator's masked-token loss; the discriminator's best loss depends on the generator, so it has none
@@ -160,6 +198,8 @@ class Electra(Objective):
             "generator_loss": generator_loss.detach(),
             "discriminator_loss": discriminator_loss.detach(),
             "generator_accuracy": generator_metrics["accuracy"],
+            # how often the generator's *sample* is the original (electra's sampled_masked_lm_accuracy)
+            "generator_sample_accuracy": (sampled == batch.targets.reshape(-1)[rows]).float().mean(),
             "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean(),
             "replaced_fraction": labels.mean(),
         }

@@ -440,3 +440,27 @@ def kept_word_posterior(language: Language, shown: Tensor, chosen: Tensor, repla
         posterior = _posterior(language, ev)
     kept = (posterior * 0.5 * emitted / ev).sum((1, 3)).T  # (N, L)
     return torch.where(chosen, kept, 0.0)
+
+
+def replaced_token_posterior(language: Language, shown: Tensor, replacement: Tensor, resample: float) -> Tensor:
+    """(N, L): P(the word shown at t is not the original | every shown word), ELECTRA's discriminator question, for
+    a corruption that at each position independently, with probability `resample`, replaced the original by a draw
+    from `replacement` (N, L, V), the generator's distribution at that position; a draw equal to the original leaves
+    it original, as ELECTRA labels it. The discriminator does not know which positions were drawn, so every
+    position's evidence mixes both stories: p(shown w | s) = (1 − ρ) emission[s, w] + ρ q_t(w), of which the part
+    "drawn, and not the original" is ρ q_t(w) (1 − emission[s, w]). Given the state posterior from all the evidence,
+    P(replaced) = Σ p(k, s_t | evidence) · ρ q_t(w) (1 − emission[k, s, w]) / evidence[k, s]. Exact under this
+    story; `shown` may hold -1 for a draw outside the language's words (a special token), which is replaced."""
+    V = language.emission.shape[-1]
+    if replacement.shape != (*shown.shape, V):
+        raise ValueError(f"replacement must be {(*shown.shape, V)}, got {tuple(replacement.shape)}")
+    if not 0 <= resample <= 1:
+        raise ValueError(f"resample must lie in [0, 1], got {resample}")
+    outside = shown < 0
+    words = shown.clamp_min(0)
+    emitted = torch.where(outside.T[:, None, :, None], 0.0, _emission_evidence(language, words))  # (L, K, N, S)
+    drawn = replacement.to(F64).gather(-1, words[..., None]).squeeze(-1)  # (N, L): q_t(shown)
+    drawn = torch.where(outside, 1.0, drawn).T[:, None, :, None]  # an outside word can only have been drawn
+    ev = (1 - resample) * emitted + resample * drawn
+    replaced = (_posterior(language, ev) * resample * drawn * (1 - emitted) / ev).sum((1, 3)).T  # (N, L)
+    return replaced.clamp(0.0, 1.0)

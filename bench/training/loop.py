@@ -12,11 +12,14 @@ from dataclasses import dataclass
 from typing import Protocol, Sequence
 
 import torch
+import torch.nn.functional as F
 from lightning_fabric import Fabric
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from bench.data import synthetic
 from bench.data.corpus import Corpus
+from bench.data.synthetic import Language
 from bench.files import append_jsonl
 from bench.seeds import derive_seed
 from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
@@ -44,14 +47,16 @@ class Yardstick(Protocol):
 
 
 @torch.no_grad()
-def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted],
-             objective: Objective) -> dict[str, float]:
-    """The objective's own loss and metrics, averaged over supervised positions, and its pooled metrics; every rank
-    computes the same. Unlike a training step, this reads every batch's numbers from the device."""
+def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], objective: Objective,
+             language: Language | None = None) -> dict[str, float]:
+    """The objective's own loss and metrics, averaged over supervised positions, its pooled metrics, and, on the
+    embedded language, the Bayes-optimal answer to its question where that depends on the model (ELECTRA's
+    discriminator); every rank computes the same. Unlike a training step, this reads every batch's numbers from the
+    device."""
     was_training = module.training
     module.eval()
     totals: dict[str, float] = {}
-    outputs = []
+    outputs, stories = [], []
     weight = 0  # supervised positions; a batch without any carries no loss and is skipped
     devices = [fabric.device] if fabric.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
@@ -62,13 +67,39 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted],
             if output.supervised_positions == 0:
                 continue
             outputs.append(output)
+            stories.append(objective.replacement_story(batch.to(fabric.device)) if language is not None else None)
             for key, value in {"loss": output.loss, **output.metrics}.items():
                 totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
             weight += output.supervised_positions
     module.train(was_training)
     if weight == 0:
         return {"loss": float("nan")}
-    return {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
+    metrics = {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
+    if any(story is not None for story in stories):
+        metrics |= bayes_discriminator(language, objective.vocab.first_ordinary, outputs, stories, metrics)
+    return metrics
+
+
+def bayes_discriminator(language: Language, first_ordinary: int, outputs: list[Output],
+                        stories: list[tuple[Tensor, float]], metrics: dict[str, float]) -> dict[str, float]:
+    """The Bayes-optimal discriminator on exactly these held-out windows, given the generator's distributions
+    (synthetic.replaced_token_posterior): its loss, and the share of the gap between "all original" (the labels'
+    entropy) and it that the model's discriminator closed."""
+    total, count = 0.0, 0
+    V = language.emission.shape[-1]
+    for output, (distributions, resample) in zip(outputs, stories):
+        words = output.tensors["discriminator_inputs"].cpu() - first_ordinary
+        words = torch.where((words >= 0) & (words < V), words, -1)  # a drawn special token is no word
+        replaced = synthetic.replaced_token_posterior(
+            language, words, distributions.cpu()[..., first_ordinary:first_ordinary + V], resample)
+        labels = output.tensors["discriminator_labels"].cpu().double()
+        total += F.binary_cross_entropy(replaced.clamp(1e-12, 1 - 1e-12), labels, reduction="sum").item()
+        count += labels.numel()
+    bayes = total / count
+    gap = metrics["label_entropy"] - bayes
+    return {"discriminator_bayes_loss": bayes,
+            "discriminator_closed": (metrics["label_entropy"] - metrics["discriminator_loss"]) / gap if gap > 0
+            else float("nan")}
 
 
 class TrainingDiverged(RuntimeError):
@@ -144,7 +175,8 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], gr
     counters = run.counters
     while counters.next_eval < len(grid) and counters.flops >= grid[counters.next_eval]:
         counters.next_eval += 1
-    row = curve_row(counters, grid[counters.next_eval - 1], evaluate(fabric, run.module, heldout, run.objective))
+    row = curve_row(counters, grid[counters.next_eval - 1], evaluate(fabric, run.module, heldout, run.objective,
+                                                                      run.language))
     loss = row["metrics"]["loss"]
     if not math.isfinite(loss):  # the last update broke the weights: not a finished run
         raise TrainingDiverged(run.spec, run.seed, counters.step, loss, counters.last_finite_loss, counters.flops)

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from backbone import ConfigError, Transformer
 from bench.data.corpus import Corpus
+from bench.data.synthetic import Language
 from bench.environment import code_revision
 from bench.files import dumps, read_jsonl, write_atomic
 from bench.training.batches import build_run_objective, run_schedule
@@ -38,6 +39,7 @@ class Run:
     counters: Counters
     run_dir: Path
     schedule: SeqLenSchedule
+    language: Language | None = None  # the embedded language, whose exact inference gives the held-out references
     grad_norm: Tensor | None = None  # of the last step, on the device: read only when it is logged
 
     @property
@@ -86,7 +88,7 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
     counters = Counters([PhaseCounters(phase.seq_len, phase.share, piece_spec(objective, phase))
                          for phase in schedule.phases])
-    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule)
+    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule, corpus.language)
 
 
 def piece_spec(objective: Objective, phase: Phase) -> str | None:

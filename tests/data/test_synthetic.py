@@ -12,6 +12,7 @@ import torch
 
 from bench.data.synthetic import (Language, LanguageConfig, component_posterior, hidden_state_posterior,
                                   kept_word_posterior, log_likelihood, make_language, masked_token_nll,
+                                  replaced_token_posterior,
                                   next_state_posterior, next_token_nll, sample, state_posteriors)
 
 TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
@@ -382,3 +383,39 @@ def test_kept_word_posterior_matches_enumeration(tiny, left_only):
                         total += p
                         kept_total += p if kept[t] else 0.0
             assert got[n, t].item() == pytest.approx(kept_total / total, abs=1e-9)
+
+
+def test_replaced_token_posterior_matches_enumeration(tiny):
+    """ELECTRA's question, brute force: every component, state path, original word sequence and pattern of drawn
+    positions of a 3-word window, each position's draw from its own distribution; a draw equal to the original is
+    not replaced."""
+    language, _ = tiny
+    P, (K, S, V) = _lists(language), (TINY.components, TINY.states, TINY.words)
+    prior, initial, transition, emission = P
+    short, rho = 3, 0.3
+    shown = torch.tensor([[0, 1, 2], [3, 3, 3], [2, 0, 1], [1, -1, 0]])  # -1: a special token the generator drew
+    q = torch.softmax(torch.randn(len(shown), short, V, generator=torch.Generator().manual_seed(5),
+                                  dtype=torch.float64), -1)
+    got = replaced_token_posterior(language, shown, q, rho)
+    assert got.shape == shown.shape
+    for n, f in enumerate(shown.tolist()):
+        replaced, total = [0.0] * short, 0.0
+        for k in range(K):
+            for path in itertools.product(range(S), repeat=short):
+                p_path = prior[k] * initial[k][path[0]] * math.prod(
+                    transition[k][path[t - 1]][path[t]] for t in range(1, short))
+                for originals in itertools.product(range(V), repeat=short):
+                    for drawn in itertools.product((False, True), repeat=short):
+                        p = p_path
+                        for t in range(short):
+                            p *= emission[k][path[t]][originals[t]]
+                            if drawn[t]:  # the shown word is the generator's draw, whatever the original
+                                p *= rho * (q[n, t, f[t]].item() if f[t] >= 0 else 1.0)
+                            else:  # the shown word is the original
+                                p *= (1 - rho) * (originals[t] == f[t])
+                        total += p
+                        for t in range(short):
+                            replaced[t] += p * (originals[t] != f[t])
+        assert got[n].tolist() == pytest.approx([r / total for r in replaced], abs=1e-9)
+    assert got[3, 1].item() == pytest.approx(1.0)  # no original is a special token
+    assert replaced_token_posterior(language, shown.clamp_min(0), q, 0.0).abs().max().item() == 0.0

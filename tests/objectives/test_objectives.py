@@ -403,3 +403,43 @@ def test_the_pair_loss_is_the_mean_cross_entropy_of_the_head_on_the_first_positi
     # the segment embeddings are read: swapping the segment ids changes the hidden states
     flipped = objective.backbone(batch.inputs, attention="bidirectional", segments=1 - batch.info["segments"])
     assert not torch.allclose(hidden, flipped)
+
+
+def test_electra_pooled_metrics_read_as_the_paper_reads_them():
+    """Precision and recall of "replaced" at probability 0.5, accuracy on each label, counted by hand."""
+    objective = tiny_objective("electra", 8)
+    logits = torch.tensor([[2.0, -1.0, 0.5, -3.0], [-0.2, 1.0, -2.0, -1.0]])
+    labels = torch.tensor([[1.0, 1.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]])
+    outputs = [type("O", (), {"tensors": {"discriminator_logits": logits, "discriminator_labels": labels}})]
+    metrics = objective.pooled_metrics(outputs)
+    # predicted replaced: (0,0) hit, (0,2) false alarm, (1,1) hit; replaced: (0,0), (0,1), (1,1)
+    assert metrics["discriminator_precision"] == pytest.approx(2 / 3)
+    assert metrics["discriminator_recall"] == pytest.approx(2 / 3)
+    assert metrics["discriminator_original_accuracy"] == pytest.approx(4 / 5)
+    assert metrics["discriminator_predicted_replaced"] == pytest.approx(3 / 8)
+    silent = objective.pooled_metrics([type("O", (), {"tensors": {"discriminator_logits": -logits.abs() - 1,
+                                                                  "discriminator_labels": labels}})])
+    assert silent["discriminator_precision"] == 0.0 and silent["discriminator_recall"] == 0.0
+
+
+def test_electra_replacement_story_is_the_distribution_its_samples_are_drawn_from():
+    """At a masked position the story's distribution is the generator's own (what forward samples from); at any
+    other position it is the generator's distribution with that position masked as well."""
+    objective = tiny_objective("electra:rate=0.3", 16).eval()
+    tokens = random_tokens(3, 16, 4)
+    batch = objective.corrupt(tokens, torch.Generator().manual_seed(4))
+    distributions, resample = objective.replacement_story(batch)
+    assert distributions.shape == (3, 16, VOCAB.size) and resample == pytest.approx(0.3 * 0.85)
+    assert torch.allclose(distributions.sum(-1), torch.ones(3, 16))
+
+    def generator_distribution(inputs):
+        hidden = objective.generator(objective.generator_in(objective.backbone.embed(inputs)), attention="bidirectional")
+        return objective.backbone.logits(objective.generator_head(hidden)).float().softmax(-1)
+
+    with torch.no_grad():
+        masked = batch.inputs == VOCAB.MASK
+        assert masked.any()
+        assert torch.allclose(distributions[masked], generator_distribution(batch.inputs)[masked], atol=1e-6)
+        inputs = batch.inputs.clone()
+        inputs[:, 5] = VOCAB.MASK
+        assert torch.allclose(distributions[:, 5], generator_distribution(inputs)[:, 5], atol=1e-6)

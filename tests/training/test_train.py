@@ -876,3 +876,15 @@ def test_executed_flops_buy_causal_attention_more_steps_and_are_counted_as_charg
     assert saved > 0 and all(run.steps == math.ceil(4e8 / run.flops_per_step) for run in runs.values())
     with pytest.raises(ConfigError, match="--flops must be one of dense, executed"):
         check_config(config(flops="sparse"), 1)
+
+
+def test_electra_checkpoints_carry_the_bayes_discriminator(corpus, fabric, tmp_path):
+    """On the embedded language every checkpoint holds the Bayes-optimal discriminator's loss on the same held-out
+    windows and the share of the gap from the labels' entropy to it that the model closed."""
+    result = train_run(fabric, "electra", 0, corpus, config(budget=1e8), tmp_path, progress=False)
+    for point in result.curve:
+        m = point.metrics
+        assert 0 < m["discriminator_bayes_loss"] < m["label_entropy"]
+        assert m["discriminator_closed"] == pytest.approx(
+            (m["label_entropy"] - m["discriminator_loss"]) / (m["label_entropy"] - m["discriminator_bayes_loss"]))
+        assert 0 <= m["discriminator_precision"] <= 1 and 0 <= m["discriminator_recall"] <= 1
