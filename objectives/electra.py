@@ -106,15 +106,16 @@ class Electra(Objective):
         bayes = (f" The Bayes-optimal discriminator for the same generator and windows reaches "
                  f"{metrics['discriminator_bayes_loss']}: the discriminator closed {metrics['discriminator_closed']} of "
                  f"the gap from its labels' entropy to it." if "discriminator_closed" in metrics else "")
+        paper = (f" At probability 0.5 its precision of \"replaced\" is {metrics['discriminator_precision']} and its "
+                 f"recall {metrics['discriminator_recall']} (trained ELECTRA discriminators: about 0.80 and 0.5)."
+                 if "discriminator_recall" in metrics else "")
+        sampled = (f" (its samples are the original {metrics['generator_sample_accuracy']} of the time)"
+                   if "generator_sample_accuracy" in metrics else "")
         return (f"discriminator loss {metrics['discriminator_loss']} against {metrics['label_entropy']}, the entropy "
                 f"of its labels (the loss of always answering the replaced fraction "
-                f"{metrics['replaced_fraction']}).{bayes} At probability 0.5 its precision of \"replaced\" is "
-                f"{metrics.get('discriminator_precision', '')} and its recall {metrics.get('discriminator_recall', '')}"
-                f" (trained ELECTRA discriminators: about 0.80 and 0.5); accuracy "
-                f"{metrics['discriminator_accuracy']} against {metrics['trivial_accuracy']} for \"all original\", ROC "
-                f"AUC {metrics['discriminator_auc']} (0.5 is chance). Its generator reached "
-                f"{metrics.get('generator_accuracy', '')} accuracy (its samples are the original "
-                f"{metrics.get('generator_sample_accuracy', '')} of the time)"
+                f"{metrics['replaced_fraction']}).{bayes}{paper} Accuracy {metrics['discriminator_accuracy']} against "
+                f"{metrics['trivial_accuracy']} for \"all original\", ROC AUC {metrics['discriminator_auc']} (0.5 is "
+                f"chance). Its generator reached {metrics.get('generator_accuracy', '')} accuracy{sampled}"
                 + (f" and closed {closed['generator_loss']} of its learnable range" if closed.get("generator_loss")
                    else "") + ": the better the generator, the harder the discriminator's task.")
 

@@ -147,9 +147,20 @@ class GainAt:
 
 
 @dataclass(frozen=True)
+class RawDifference:
+    """The difference of two objectives' scores, shown beside a comparison of their gains."""
+
+    estimate: float
+    ci_low: float | None
+    ci_high: float | None
+
+
+@dataclass(frozen=True)
 class Comparison:
     """A judged comparison of two objectives that both beat their controls: the first's difference (positive: it is
-    better), Holm within the yardstick's comparison family, and its outcome for the first."""
+    better), Holm within the yardstick's comparison family, and its outcome for the first. Where the two have
+    different untrained controls (a bidirectional and a causal backbone), the difference is of their gains over
+    their own controls, what pretraining added, and `raw` holds the difference of their scores beside it."""
 
     objectives: list[str]
     estimate: float
@@ -162,6 +173,8 @@ class Comparison:
     p_holm: float | None = None
     family: str | None = None
     outcome: str = ""
+    of: str = "scores"  # what is compared: "scores", or "gains" over each one's own control
+    raw: RawDifference | None = None  # with `of` "gains": the difference of the scores themselves
 
     @staticmethod
     def matches(data: dict) -> bool:

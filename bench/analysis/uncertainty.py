@@ -143,8 +143,15 @@ def mean(group: Group, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
 
 def difference(a: Group, b: Group, resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
     """mean(a) − mean(b) with its 95 % interval and two-sided p, the test examples paired (drawn once for both)."""
-    spread, df = combined([(seed_variance(a), a.seeds), (seed_variance(b), b.seeds)], [a, b], [1.0, -1.0],
-                          resamples, seed)
-    estimate = float(a.values.mean() - b.values.mean())
+    return contrast([a, b], [1.0, -1.0], resamples, seed)
+
+
+def contrast(groups: list[Group], signs: list[float], resamples: int = RESAMPLES, seed: int = 0) -> Estimate:
+    """Σ sign · mean(group) with its 95 % interval and two-sided p, the test examples drawn once for every group:
+    a difference (a − b), or a difference of gains ((a − its control) − (b − its control)). Each group's seeds
+    count as independent of the others', so a run and its own control (which share an initialisation) are not
+    paired: their interval is, if anything, wide."""
+    spread, df = combined([(seed_variance(g), g.seeds) for g in groups], groups, signs, resamples, seed)
+    estimate = float(sum(sign * g.values.mean() for g, sign in zip(groups, signs)))
     low, high, p = t_interval(estimate, spread, df)
-    return Estimate(estimate, low, high, p, spread, df, a.parts is not None and b.parts is not None)
+    return Estimate(estimate, low, high, p, spread, df, all(g.parts is not None for g in groups))

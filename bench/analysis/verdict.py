@@ -19,7 +19,7 @@ from bench.analysis import uncertainty
 from bench.analysis.claims import (AHEAD, BEHIND, NOT_MEASURABLE, beats_control, family, finite_or_none, measurable,
                                    outcome)
 from bench.analysis.findings import (Answer, Comparison, ControlMean, DensityRatio, Family, Gain, Mean, Multiplier,
-                                     Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins, YardstickVerdict)
+                                     RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins, YardstickVerdict)
 from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
 from bench.analysis.multipliers import Curve, multiplier
 from bench.analysis.uncertainty import Group
@@ -74,17 +74,26 @@ def gains(yardstick: Yardstick, groups: dict[str, Group], controls: dict[str, Gr
     return found
 
 
-def comparisons(label: str, groups: dict[str, Group], gained: dict[str, Gain],
-                sign: float) -> tuple[list[Comparison | Unjudged], Family]:
-    """Every pair of objectives under the one claim rule, and their Holm family."""
+def comparisons(label: str, groups: dict[str, Group], gained: dict[str, Gain], sign: float,
+                controls: dict[str, Group], control_of: dict[str, str]) -> tuple[list[Comparison | Unjudged], Family]:
+    """Every pair of objectives under the one claim rule, and their Holm family. Two objectives with one untrained
+    control are compared on their scores (the control would cancel); two with different controls (a bidirectional
+    and a causal backbone, whose untrained readings already differ) on their gains over their own controls, what
+    pretraining added, the difference of their scores kept beside it."""
     found: list[Comparison | Unjudged] = []
     for first, second in combinations(groups, 2):
-        if measurable(gained, first, second):
-            found.append(Comparison(objectives=[first, second],
-                                    **signed(uncertainty.difference(groups[first], groups[second]), sign)))
-        else:
+        if not measurable(gained, first, second):
             found.append(Unjudged(objectives=[first, second], outcome=NOT_MEASURABLE,
                                   estimate=sign * float(groups[first].values.mean() - groups[second].values.mean())))
+            continue
+        raw = signed(uncertainty.difference(groups[first], groups[second]), sign)
+        own = controls[control_of[first]], controls[control_of[second]]
+        if control_of[first] == control_of[second]:
+            found.append(Comparison(objectives=[first, second], **raw))
+            continue
+        of_gains = uncertainty.contrast([groups[first], own[0], groups[second], own[1]], [1.0, -1.0, -1.0, 1.0])
+        found.append(Comparison(objectives=[first, second], **signed(of_gains, sign), of="gains",
+                                raw=RawDifference(raw["estimate"], raw["ci_low"], raw["ci_high"])))
     judged, named = family(f"comparisons of objectives on {label}",
                            [pair for pair in found if isinstance(pair, Comparison)])
     tested = iter(replace(pair, outcome=outcome(pair)) for pair in judged)
@@ -105,7 +114,8 @@ def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]],
     sign = 1.0 if yardstick.higher_is_better else -1.0
     found_gains, gain_family = family(f"gains over the untrained controls on {yardstick.label}",
                                       gains(yardstick, groups, control_groups, control_of, sees, curves))
-    pairs, pair_family = comparisons(yardstick.label, groups, {g.objective: g for g in found_gains}, sign)
+    pairs, pair_family = comparisons(yardstick.label, groups, {g.objective: g for g in found_gains}, sign,
+                                     control_groups, control_of)
     rows = sorted((Mean(objective=spec, **uncertainty.mean(g).record(), seeds=g.seeds) for spec, g in groups.items()),
                   key=lambda row: -sign * row.estimate)
     return YardstickVerdict(

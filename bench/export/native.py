@@ -47,7 +47,7 @@ def native_config(config: BackboneConfig, vocab: Vocab, attention: str, heads: t
         "hidden_dropout_prob": config.dropout, "hidden_act": "gelu", "position_embedding_type": config.positions,
         "rope_base": 10000.0, "attention": attention, "embedding_size": config.d_model, "type_vocab_size": 0,
         "mlm_transform": False, "pretraining_head": "",
-        # the suite's fine-tuning reads a sequence at its last token when causal, else as the mean of its tokens
+        # each family's own read: a causal model at its last token (GPT's), else the mean of its tokens
         "classifier_pooling": "last" if attention == "causal" else "mean", "initializer_range": 0.02,
         # a causal reader's BOS is [EOS], as its tokenizer's (bench.export.tokenizer)
         "pad_token_id": vocab.PAD, "bos_token_id": vocab.EOS if attention == "causal" else vocab.BOS,

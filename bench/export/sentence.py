@@ -1,6 +1,7 @@
 """sentence-transformers' files, so that `SentenceTransformer(DIR)` embeds with the exported backbone: the
 Transformer module over the folder itself and a pooling module, the mean over the tokens for an encoder, the last
-token for a causal backbone (the only one that has read the whole text), as the suite's fine-tuning reads them.
+token for a causal backbone (the only one that has read the whole text): each family's own read (the suite's
+yardsticks mean-pool every backbone).
 Models with shipped code need `trust_remote_code=True` (sentence-transformers refuses to take it from a file).
 """
 

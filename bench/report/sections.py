@@ -58,6 +58,8 @@ VERDICT_GUIDE = (
     "over test examples (a bootstrap over seeds and test examples; *n test* says on how many); *gain* is the "
     "difference from the control, tested with Holm's correction within the family named under each table. Two "
     "objectives are compared only where both beat their controls (otherwise *not measurable*), again with Holm "
+    "(two with different untrained controls, a bidirectional and a causal backbone, on their gains over their own "
+    "controls, what pretraining added, with the difference of their scores beside it) "
     "within a named family. A yardstick whose question copies an objective's training input or task (*mirrors*) "
     "diagnoses that objective's own homework and ranks nobody; the answer comes from the main yardstick, the "
     "neutral tasks read frozen at every FLOP checkpoint. *ρ* is Spearman's correlation of the mean curve with "
@@ -78,8 +80,14 @@ def yardstick_block(y: YardstickVerdict, main: bool) -> str:
     head = f"**{'Main yardstick: ' if main else ''}{y.label[:1].upper() + y.label[1:]}** (`{y.yardstick}`)."
     judged = [p for p in y.comparisons if isinstance(p, Comparison)]
     unjudged = [" vs ".join(p.objectives) for p in y.comparisons if isinstance(p, Unjudged)]
-    pairs = [[" vs ".join(p.objectives), p.outcome, estimate_text(p.estimate, p.ci_low, p.ci_high, signed=True),
-              p_text(p.p_holm)] for p in judged]
+    pairs = [[" vs ".join(p.objectives), p.outcome, p.of, estimate_text(p.estimate, p.ci_low, p.ci_high, signed=True),
+              p_text(p.p_holm),
+              estimate_text(p.raw.estimate, p.raw.ci_low, p.raw.ci_high, signed=True) if p.raw else ""]
+             for p in judged]
+    pair_columns = ["comparison", "outcome (first objective)", "of", "difference (95 % CI)", "Holm p",
+                    "difference of scores (95 % CI)"]
+    if not any(p.raw for p in judged):  # every pair shares its control: the scores are what is compared
+        pairs, pair_columns = [[*row[:2], *row[3:5]] for row in pairs], [*pair_columns[:2], *pair_columns[3:5]]
     notes = [f"Gains: {family_text(y.gain_family)}."]
     if pairs:
         notes.append(f"Comparisons: {family_text(y.comparison_family)}.")
@@ -90,8 +98,7 @@ def yardstick_block(y: YardstickVerdict, main: bool) -> str:
                                    f"({'; '.join(about)})") if part) + "\n",
         table(rows, ["objective", "mean (95 % CI)", "gain over control (95 % CI)", "Holm p of gain",
                      "share of gain", "ρ"]),
-        *([("\n" + table(pairs, ["comparison", "outcome (first objective)", "difference (95 % CI)", "Holm p"]))]
-          if pairs else []),
+        *([("\n" + table(pairs, pair_columns))] if pairs else []),
         "\n" + " ".join(notes), ""])
 
 
@@ -347,8 +354,8 @@ def downstream_table(results: Results) -> str:
     text = ["\n\n### Downstream tasks\n\nEvery final backbone on every labelled task, with one recipe for all: a "
             "frozen linear probe on its features, and fine-tuning of the backbone with a head that starts from that "
             "probe, at each rate of a small grid, the rate chosen on the dev split; only the chosen model is scored "
-            "on the test split. A causal backbone reads left to right and represents a sequence by its last token; "
-            "the others read the whole example and mean-pool it. Scores are on the test split, mean ± 95 % "
+            "on the test split. Every backbone represents a sequence by the mean of its tokens' states, a causal one's "
+            "included. Scores are on the test split, mean ± 95 % "
             "t-interval over seeds (the verdict's intervals add the test set's sampling); downstream FLOPs are not "
             f"charged to the budget. Recipe: {results.setup.get('downstream', '')}. A task's Bayes ceiling is the "
             "accuracy expected of the exact posterior of the language that generated its test examples, for a "

@@ -7,11 +7,11 @@ every objective and seed:
 - fine-tuned: the backbone and a head that starts from the frozen probe (linear probe, then fine-tune) are trained
   for a fixed number of AdamW steps at each rate of a small grid; the rate with the best score on the dev split is
   chosen, and only that model ever sees the test split.
-Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens: a causal
-model reads left to right and a sequence is represented by its last token (the only one that has seen all of it);
-the others read the whole example and mean-pool its tokens, except the embedded pair tasks, "[BOS] a [EOS] b [EOS]",
-which they read at [BOS] as BERT reads pairs at [CLS]. A tagging task reads each token where it stands, except that
-a causal model reads a hidden token ([MASK]) at the position before it. Downstream FLOPs are reported, never charged
+Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens, and every
+backbone is read the same way: a sequence is the mean of its tokens' states, a causal backbone's included (reading
+it at its last token alone, GPT's own read, and a bidirectional one at [BOS], BERT's, would make the comparison
+one of reads: untrained, the two already differ there). A tagging task reads each token where it stands, except
+that a causal model reads a hidden token ([MASK]) at the position before it, where it has seen the words before it. Downstream FLOPs are reported, never charged
 to the pretraining budget.
 """
 
@@ -67,12 +67,9 @@ def reads_left_to_right(objective: Objective) -> bool:
 
 
 def reading(objective: Objective, task: Task) -> str:
-    """Where a sequence is read: "last" token for a causal backbone (the only one that has seen all of it); "first"
-    for a bidirectional one on pairs laid out "[BOS] a [EOS] b [EOS]" (BERT reads pairs at [CLS]: the evidence sits
-    at one junction, which a mean over the window dilutes); else the "mean" over the example's tokens."""
-    if reads_left_to_right(objective):
-        return "last"
-    return "first" if task.first_position else "mean"
+    """Where a sequence is read: the "mean" over the example's tokens, for every backbone (pool() also reads the
+    "last" token or the "first" position, each family's own read)."""
+    return "mean"
 
 
 def pooling(objective: Objective, task: Task) -> str:
@@ -97,21 +94,21 @@ def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
                     segments=None if segments is None else segments.to(device))
 
 
-def representations(hidden: Tensor, split: Split, level: str, read: str) -> tuple[Tensor, Tensor]:
+def representations(hidden: Tensor, split: Split, level: str, read: str, causal: bool) -> tuple[Tensor, Tensor]:
     """(rows, d) features and their labels: per sequence, the position(s) `read` names (see reading()); per token,
     the positions that carry a tag (see per_token())."""
     if level == "token":
         scored = split.labels != IGNORE
-        return per_token(hidden, split.tokens, read)[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
+        return per_token(hidden, split.tokens, causal)[scored.to(hidden.device)], split.labels[scored].to(hidden.device)
     return pool(hidden, split.lengths.to(hidden.device), read), split.labels.to(hidden.device)
 
 
-def per_token(hidden: Tensor, tokens: Tensor, read: str) -> Tensor:
+def per_token(hidden: Tensor, tokens: Tensor, causal: bool) -> Tensor:
     """(N, T, d) the features each token is read at: its own position, except that a causal reader reads a hidden
     token ([MASK] in the task's text) at the position before it. There it has seen exactly the words before the
     hidden one and is asked what comes next, its own question; at the [MASK] itself it would read a token it never
     trained on. The embedded hidden-state probe reads a causal backbone so too (bench.yardsticks.probes)."""
-    if read != "last":
+    if not causal:
         return hidden
     hidden_here = (tokens == Vocab.MASK).to(hidden.device)
     position = (torch.arange(tokens.shape[1], device=hidden.device) - hidden_here.long()).clamp_min(0)
@@ -132,8 +129,9 @@ def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
 def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tuple[dict, int, StandardizedLinear]:
     """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe)."""
     backbone, causal, read = objective.backbone, reads_left_to_right(objective), reading(objective, task)
-    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, read)
-    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, read)
+    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, read,
+                                       causal)
+    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, read, causal)
     # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
     _, probe_flops, head = readout.fit_linear_probe(train_x, train_y, test_x,
                                                     torch.zeros(len(test_x), dtype=torch.long), task.classes,
@@ -150,14 +148,14 @@ def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tu
 class Classifier(nn.Module):
     """A backbone read in its objective's mode, with a linear head per sequence or per token."""
 
-    def __init__(self, backbone: Backbone, head: StandardizedLinear, read: str, level: str) -> None:
+    def __init__(self, backbone: Backbone, head: StandardizedLinear, read: str, level: str, causal: bool) -> None:
         super().__init__()
-        self.backbone, self.head, self.read, self.level = backbone, head, read, level
+        self.backbone, self.head, self.read, self.level, self.causal = backbone, head, read, level, causal
 
     def forward(self, split: Split) -> Tensor:
-        hidden = forward(self.backbone, self.read == "last", split)
+        hidden = forward(self.backbone, self.causal, split)
         if self.level == "token":
-            return self.head(per_token(hidden, split.tokens, self.read))  # (N, T, classes)
+            return self.head(per_token(hidden, split.tokens, self.causal))  # (N, T, classes)
         return self.head(pool(hidden, split.lengths.to(hidden.device), self.read))
 
     def loss(self, split: Split) -> Tensor:
@@ -195,7 +193,8 @@ def finetune(objective: Objective, task: Task, head: StandardizedLinear, config:
     dev_scores, best, best_score = {}, None, float("-inf")
     for lr in config.lrs:
         torch.manual_seed(task.seed)  # dropout, where the backbone has any
-        model = Classifier(copy.deepcopy(backbone), copy.deepcopy(head).to(device), read, task.level)
+        model = Classifier(copy.deepcopy(backbone), copy.deepcopy(head).to(device), read, task.level,
+                           reads_left_to_right(objective))
         train_classifier(model, task, lr, config)
         dev_scores[f"{lr:g}"] = scores(task, model.predict(task.dev), task.dev)["score"]
         if dev_scores[f"{lr:g}"] > best_score:

@@ -128,12 +128,18 @@ def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
         summary("electra:rate=0.25", {"discriminator_auc": [0.8, 0.9], "discriminator_loss": [0.3, 0.3],
                                       "label_entropy": [0.5, 0.5], "replaced_fraction": [0.2, 0.2],
                                       "discriminator_accuracy": [0.85, 0.87], "trivial_accuracy": [0.8, 0.8],
-                                      "generator_accuracy": [0.3, 0.4]}, {"generator_loss": Floor(floor=1.0, unigram=2.0, value=None, excess=None, closed=stat([0.612]))}),
+                                      "generator_accuracy": [0.3, 0.4], "discriminator_bayes_loss": [0.2, 0.2],
+                                      "discriminator_closed": [0.3, 0.35], "discriminator_precision": [0.7, 0.8],
+                                      "discriminator_recall": [0.4, 0.5]}, {"generator_loss": Floor(floor=1.0, unigram=2.0, value=None, excess=None, closed=stat([0.612]))}),
         summary("gone", {"accuracy": [0.1]}, {})])  # a results.json of an objective no longer registered
     text = objective_notes(results)
     assert "`mlm`" not in text and "`gone`" not in text
-    assert text.startswith("\n\n`electra:rate=0.25`: discriminator ROC AUC (replaced against original) "
-                           f"{fmt(stat([0.8, 0.9]))} (0.5 is chance)")
+    assert text.startswith(f"\n\n`electra:rate=0.25`: discriminator loss {fmt(stat([0.3, 0.3]))} against "
+                           f"{fmt(stat([0.5, 0.5]))}, the entropy of its labels")
+    assert (f"Bayes-optimal discriminator for the same generator and windows reaches {fmt(stat([0.2, 0.2]))}: the "
+            f"discriminator closed {fmt(stat([0.3, 0.35]))} of the gap" in text)
+    assert f"precision of \"replaced\" is {fmt(stat([0.7, 0.8]))} and its recall {fmt(stat([0.4, 0.5]))}" in text
+    assert f"ROC AUC {fmt(stat([0.8, 0.9]))} (0.5 is chance)" in text
     assert "closed 0.61 of its learnable range" in text and f"reached {fmt(stat([0.3, 0.4]))} accuracy" in text
     assert objective_notes(golden_with([summary("ar", {"accuracy": [0.3]}, {})])) == ""
 

@@ -90,3 +90,32 @@ def test_rise_with_compute_is_spearmans_rho():
     assert rise_with_compute([0, 1, 2, 3], [0.1, 0.2, 0.3, 0.4]) == pytest.approx(1.0)
     assert rise_with_compute([0, 1, 2, 3], [0.4, 0.3, 0.2, 0.1]) == pytest.approx(-1.0)
     assert rise_with_compute([0, 1], [0.1, 0.2]) is None and rise_with_compute([0, 1, 2], [0.3] * 3) is None
+
+
+def test_objectives_with_different_controls_are_compared_on_what_pretraining_added():
+    """mlm 0.80 over a bidirectional control at 0.60, ar 0.75 over a causal one at 0.45: the scores differ by +0.05,
+    the gains by −0.10. The comparison is of the gains (its interval from all four groups), the scores beside it;
+    two objectives with one control are compared on their scores."""
+    rng = np.random.default_rng(1)
+    finals = {"mlm": 0.80, "ar": 0.75, "electra": 0.70}
+    controls_of = {"mlm": "untrained, bidirectional", "ar": "untrained, causal", "electra": "untrained, bidirectional"}
+    runs = [run(spec, seed, {"states": value}, rng, control=controls_of[spec], count=4000)
+            for spec, value in finals.items() for seed in range(5)]
+    controls = [control(name, read_as, seed, {"states": value}, rng, count=4000) for seed in range(5)
+                for name, read_as, value in (("untrained, bidirectional", "mlm", 0.60), ("untrained, causal", "ar", 0.45))]
+    found, _ = verdict(by_objective(runs), "mlm", {}, [{"objective": s, "supervised_positions": 10.0} for s in finals],
+                       {s: 1e5 / BUDGET for s in finals}, BUDGET, by_control(controls), None, [task("states")])
+    states = item(found, "states (frozen)")
+    pairs = {tuple(p.objectives): p for p in states.comparisons}
+    mean = {r.objective: r.estimate for r in states.rows} | {c.control: c.estimate for c in states.controls}
+    mlm_ar = pairs[("mlm", "ar")]
+    assert mlm_ar.of == "gains" and mlm_ar.outcome == "behind"
+    assert mlm_ar.estimate == pytest.approx((mean["mlm"] - mean["untrained, bidirectional"])
+                                            - (mean["ar"] - mean["untrained, causal"]))
+    assert mlm_ar.raw.estimate == pytest.approx(mean["mlm"] - mean["ar"]) and mlm_ar.raw.estimate > 0
+    gains = {g.objective: g for g in states.gains}
+    assert mlm_ar.se > max(gains["mlm"].se, gains["ar"].se)  # four groups' spread, not two
+    mlm_electra = pairs[("mlm", "electra")]
+    assert mlm_electra.of == "scores" and mlm_electra.raw is None
+    assert mlm_electra.estimate == pytest.approx(mean["mlm"] - mean["electra"])
+    assert states.comparison_family.size == 3

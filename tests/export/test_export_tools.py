@@ -9,8 +9,8 @@ a local CSV task): the exported backbones work in the tools a researcher already
 - lm-evaluation-harness (`lm_eval --model hf`) scores the exported AR model on a YAML task over a local jsonl, and
   each log-likelihood equals the suite's within 1e-4: a sum of a few log-probabilities from GPT-NeoX's logits,
   each within 1e-5 of the suite's (tests/export/test_export.py).
-- SentenceTransformer(DIR) encodes: the mean of the MLM backbone's final states over a text's tokens, the AR
-  backbone's state at the last token, as the suite's fine-tuning reads them (within 1e-5).
+- SentenceTransformer(DIR) encodes: the mean of the MLM backbone's final states over a text's tokens, as the suite
+  reads them, and the AR backbone's state at the last token, GPT's own read (within 1e-5).
 """
 
 import csv

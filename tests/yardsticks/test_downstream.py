@@ -14,7 +14,8 @@ from bench.data.corpus import speller, synthetic_language
 from bench.data.text import train_tokenizer, vocab_for_tokenizer
 from bench.downstream import context_for_run, main as downstream_main
 from bench.yardsticks import text_tasks
-from bench.yardsticks.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, reading,
+from bench.yardsticks.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, pool,
+                                         reading, reads_left_to_right,
                                          representations, scores)
 from bench.yardsticks.embedded_tasks import asked_positions
 from bench.yardsticks.examples import Split, Task, TaskContext
@@ -250,13 +251,19 @@ def test_an_embedded_task_scored_by_another_metric_carries_no_accuracy_bounds(sy
     assert mcc.metrics == ("mcc",) and mcc.ceilings == {} and mcc.input_only is None
 
 
-def test_pairs_are_read_at_bos_by_bidirectional_backbones_and_at_the_end_by_causal_ones(synthetic_context):
+def test_every_backbone_reads_a_sequence_as_the_mean_of_its_tokens(synthetic_context):
+    """One read for all: a causal backbone is mean-pooled as a bidirectional one is, pairs included; the padding
+    after an example's end is left out."""
     order, component = (load_task(f"synthetic:{name},size=8", synthetic_context) for name in ("order", "component"))
     mlm, ar = tiny_objective("mlm:pair=sop", synthetic_context), tiny_objective("ar", synthetic_context)
-    assert (reading(mlm, order), reading(mlm, component), reading(ar, order)) == ("first", "mean", "last")
-    hidden = hidden_states(mlm.backbone, False, order.train)
-    features, _ = representations(hidden, order.train, "sequence", "first")
-    assert torch.equal(features, hidden[:, 0]) and (order.train.tokens[:, 0] == Vocab.BOS).all()
+    assert {reading(o, t) for o in (mlm, ar) for t in (order, component)} == {"mean"}
+    hidden = hidden_states(ar.backbone, True, order.train)
+    features, _ = representations(hidden, order.train, "sequence", "mean", True)
+    for row, length in enumerate(order.train.lengths.tolist()):
+        assert torch.allclose(features[row], hidden[row, :length].mean(0), atol=1e-6)
+    assert torch.equal(pool(hidden, order.train.lengths, "first"), hidden[:, 0])  # each family's own reads remain
+    assert torch.equal(pool(hidden, order.train.lengths, "last"), hidden[torch.arange(len(hidden)),
+                                                                            order.train.lengths - 1])
 
 
 def test_a_finished_synthetic_text_comparison_spells_its_tasks_again(tmp_path):
@@ -411,7 +418,7 @@ def test_finetuning_flops_equal_flop_counter_mode(spec, level, text_files, text_
     objective = tiny_objective(spec, context)
     config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=2))
     _, _, head = frozen_probe(objective, task, config)
-    model = Classifier(objective.backbone, head, reading(objective, task), level)
+    model = Classifier(objective.backbone, head, reading(objective, task), level, reads_left_to_right(objective))
     batch = task.train.rows(slice(0, 4))
     measured_step = measure_flops(lambda: model.loss(batch).backward())
     measured_dev = measure_flops(lambda: model.predict(task.dev))
@@ -430,19 +437,19 @@ def test_a_causal_reader_reads_a_hidden_word_at_the_word_before(spec, tmp_path, 
     task = load_task(f"conll:{path},test=0.2,dev=0.2", text_context)
     assert (task.train.tokens == Vocab.MASK).sum() == len(task.train)  # [MASK] is the special token, not pieces
     objective = tiny_objective(spec, text_context)
-    causal, read = reading(objective, task) == "last", reading(objective, task)
+    causal, read = reads_left_to_right(objective), reading(objective, task)
     assert causal == (spec == "ar")
     hidden = hidden_states(objective.backbone, causal, task.train)
-    features, labels = representations(hidden, task.train, "token", read)
+    features, labels = representations(hidden, task.train, "token", read, causal)
     rows, at = (task.train.tokens == Vocab.MASK).nonzero(as_tuple=True)
     assert torch.equal(features, hidden[rows, at - int(causal)]) and torch.equal(labels, task.train.labels[rows, at])
     # the word after the hidden one changes nothing a causal reader reads there, and what a bidirectional one reads
     other = Split(task.train.tokens.clone(), task.train.lengths, task.train.labels)
     other.tokens[rows, at + 1] = 7
-    moved, _ = representations(hidden_states(objective.backbone, causal, other), other, "token", read)
+    moved, _ = representations(hidden_states(objective.backbone, causal, other), other, "token", read, causal)
     assert torch.allclose(moved, features, atol=1e-6) == causal
     head = fit_linear_probe(features, labels, features, labels, task.classes, ProbeConfig(iterations=2))[2]
-    logits = Classifier(objective.backbone, head, read, "token")(task.train)
+    logits = Classifier(objective.backbone, head, read, "token", causal)(task.train)
     assert torch.allclose(logits[rows, at], head(features), atol=1e-5)
 
 
