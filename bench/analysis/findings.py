@@ -307,6 +307,19 @@ class Scale:
 
 
 @dataclass(frozen=True)
+class OtherRead:
+    """The neutral tasks read the other way than the main yardstick (fine-tuned beside frozen): who beats their
+    controls and leads there, and whether that agrees with the main yardstick (the same leader, the same objectives
+    beating their controls)."""
+
+    yardstick: str
+    label: str
+    leader: str | None
+    beat_control: list[str]
+    agrees: bool
+
+
+@dataclass(frozen=True)
 class Answer:
     """Who leads on the main yardstick (None: nobody beat their control), who beat their controls, whether the leader
     is separated from every other that did, the multiplier against the runner-up, and the scale it speaks for. The
@@ -323,6 +336,9 @@ class Answer:
     runner_up: str | None
     multiplier: Multiplier | None
     family: Family | None
+    # objectives whose runs did not learn their own task (bench.analysis.results.own_task_closed): ranked nowhere
+    did_not_learn_task: list[str] = field(default_factory=list)
+    other_read: OtherRead | None = None  # the same neutral tasks read the other way (fine-tuned for frozen)
     sentence: str | None = omitted()
 
 

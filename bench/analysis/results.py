@@ -86,6 +86,21 @@ def loss_summary(runs: list[RunRecord], floors: dict[str, float], unigram: dict[
                        for metric, floor in floors.items()}}
 
 
+# An objective has learned its own task when its runs closed at least this share, on average, of the range from the
+# task's trivial answer (the unigram loss; "all original" for ELECTRA's discriminator) to the Bayes-optimal one.
+LEARNED_TASK = 0.5
+
+
+def own_task_closed(summary: ObjectiveSummary) -> float | None:
+    """The mean share of its own task's learnable range an objective's runs closed at the budget: its discriminator's
+    for ELECTRA (the backbone's task; its generator's loss is a helper's), its loss's for the others; None where the
+    task has no Bayes reference (text, span corruption): whether it learned is then not known."""
+    if "discriminator_closed" in summary.metrics:
+        return summary.metrics["discriminator_closed"].mean
+    floor = summary.floors.get("loss")
+    return floor.closed.mean if floor is not None and floor.closed is not None else None
+
+
 def closed_share(values: list[float], start: float | None, floor: float) -> Stat | None:
     """The share of the learnable range, unigram → floor, the values have closed."""
     return None if start is None or start <= floor else stat([(start - v) / (start - floor) for v in values])
@@ -224,8 +239,10 @@ def build_results(measured: Measured) -> Results:
     has_probes = any(r.probes or r.downstream for r in runs)
     # supervised positions per FLOP, measured over the runs: the density ratio beside the multipliers
     per_flop = {o.objective: o.compute.supervised_positions / o.compute.flops for o in objectives}
+    did_not_learn = tuple(o.objective for o in objectives if (closed := own_task_closed(o)) is not None
+                          and closed < LEARNED_TASK)
     found, answer = verdict(grouped, baseline, ceilings, positions, per_flop, budget_flops, control_groups,
-                            input_only, tasks) if has_probes and baseline in grouped else (None, None)
+                            input_only, tasks, did_not_learn) if has_probes and baseline in grouped else (None, None)
     return Results(schema=SCHEMA, budget_flops=budget_flops, seq_len=measured.seq_len, baseline=baseline,
                    seeds=min((len(rs) for rs in grouped.values()), default=0), setup=measured.setup, answer=answer,
                    verdict=found, lr_sweep=measured.lr_sweep, positions=positions, bayes=bayes, objectives=objectives,

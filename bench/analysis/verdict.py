@@ -19,7 +19,7 @@ from bench.analysis import uncertainty
 from bench.analysis.claims import (AHEAD, BEHIND, NOT_MEASURABLE, beats_control, family, finite_or_none, measurable,
                                    outcome)
 from bench.analysis.findings import (Answer, Comparison, ControlMean, DensityRatio, Family, Gain, Mean, Multiplier,
-                                     RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins, YardstickVerdict)
+                                     OtherRead, RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins, YardstickVerdict)
 from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
 from bench.analysis.multipliers import Curve, multiplier
 from bench.analysis.uncertainty import Group
@@ -171,7 +171,8 @@ def density_ratios(positions: list[dict], per_flop: dict[str, float], baseline: 
 
 def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, positions: list[dict],
             per_flop: dict[str, float], budget: float, controls: dict[str, list[ControlRecord]] | None = None,
-            input_only: dict | None = None, tasks: list[dict] | None = None) -> tuple[Verdict, Answer]:
+            input_only: dict | None = None, tasks: list[dict] | None = None,
+            did_not_learn: tuple[str, ...] = ()) -> tuple[Verdict, Answer]:
     """Every yardstick's findings, the main one named, the multipliers on the neutral yardsticks with curves, the
     signal density per sequence and per FLOP, and per objective its wins over its control on neutral yardsticks;
     and the answer."""
@@ -190,24 +191,41 @@ def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, 
     found_verdict = Verdict(baseline=baseline, main=main, yardsticks=found, multipliers=multipliers,
                             wins=Wins(neutral_yardsticks=len(neutral), by_objective=wins),
                             signal_density_ratio=density_ratios(positions, per_flop, baseline))
-    return found_verdict, answer(found_verdict, measured, grouped, budget)
+    return found_verdict, answer(found_verdict, measured, grouped, budget, did_not_learn)
 
 
-def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float) -> Answer:
+# the main yardstick's neutral tasks read the other way: the answer says whether that read agrees
+OTHER_READ = {"neutral_average_frozen": "neutral_average_finetuned"}
+
+
+def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float,
+           did_not_learn: tuple[str, ...] = ()) -> Answer:
     """Which objective leads on the main yardstick, by what multiplier against the runner-up, which are not separated
-    from it, which did not beat their control, and the scale the answer speaks for."""
+    from it, which did not beat their control, and the scale the answer speaks for. An objective whose runs did not
+    learn their own task is ranked nowhere, whatever it scored."""
     runs = [run for spec_runs in grouped.values() for run in spec_runs]
     scale = Scale(parameters=runs[0].backbone_parameters, tokens=sum(r.tokens for r in runs) / len(runs),
                   flops=budget)
     item = v.item(v.main) if v.main else None
     if item is None:
         return Answer(yardstick=None, label=None, leader=None, did_not_beat_control=[], beat_control=[], scale=scale,
-                      separated=False, not_separated_from=[], runner_up=None, multiplier=None, family=None)
-    beat = [row.objective for row in item.rows if beats_control(item.gain_of(row.objective))]
+                      separated=False, not_separated_from=[], runner_up=None, multiplier=None, family=None,
+                      did_not_learn_task=list(did_not_learn))
+    ranked = [row.objective for row in item.rows if row.objective not in did_not_learn]
+    beat = [spec for spec in ranked if beats_control(item.gain_of(spec))]
+    other = v.item(OTHER_READ.get(item.yardstick, "")) if OTHER_READ.get(item.yardstick) else None
+    other_read = None
+    if other is not None:
+        other_beat = [row.objective for row in other.rows if row.objective not in did_not_learn
+                      and beats_control(other.gain_of(row.objective))]
+        leader = other_beat[0] if other_beat else None
+        other_read = OtherRead(yardstick=other.yardstick, label=other.label, leader=leader, beat_control=other_beat,
+                               agrees=leader == (beat[0] if beat else None) and set(other_beat) == set(beat))
     found = Answer(yardstick=item.yardstick, label=item.label, leader=beat[0] if beat else None,
-                   did_not_beat_control=[row.objective for row in item.rows if row.objective not in beat],
+                   did_not_beat_control=[spec for spec in ranked if spec not in beat],
                    beat_control=beat, scale=scale, separated=False, not_separated_from=[], runner_up=None,
-                   multiplier=None, family=item.comparison_family)
+                   multiplier=None, family=item.comparison_family, did_not_learn_task=list(did_not_learn),
+                   other_read=other_read)
     if len(beat) < 2:
         return found
     leader, others = beat[0], beat[1:]

@@ -91,6 +91,24 @@ def answer_sentence(answer: Answer | None) -> str:
     late = answer.did_not_beat_control
     if late and answer.leader is not None:
         text += f"; {listing(late)} did not beat {'its' if len(late) == 1 else 'their'} untrained control"
+    if answer.did_not_learn_task:
+        unlearned = answer.did_not_learn_task
+        text += (f"; {listing(unlearned)} did not learn {'its' if len(unlearned) == 1 else 'their'} own task "
+                 f"({'it' if len(unlearned) == 1 else 'each'} closed less than half of the range from its task's "
+                 f"trivial answer to the Bayes-optimal one, §4), so "
+                 f"{'it is' if len(unlearned) == 1 else 'they are'} ranked nowhere")
+    other = answer.other_read
+    if other is not None and not other.agrees:
+        them = (f"there {'only ' if len(other.beat_control) == 1 else ''}{listing(other.beat_control)} "
+                f"beat{'s' if len(other.beat_control) == 1 else ''} "
+                f"{'its' if len(other.beat_control) == 1 else 'their'} untrained control"
+                + (f" and {other.leader} leads" if other.leader and len(other.beat_control) > 1 else "")
+                if other.beat_control else "there no objective beats its untrained control")
+        text = (f"The two reads of the neutral tasks disagree: read fine-tuned ({other.label}), {them}. {text}"
+                if "frozen" in (answer.label or "") else
+                f"The two reads of the neutral tasks disagree: {other.label}: {them}. {text}")
+    elif other is not None:
+        text += f"; read {'fine-tuned' if 'fine-tuned' in other.label else 'the other way'} ({other.label}) agrees"
     scale = answer.scale
     size = (f"{scale.parameters:,}-parameter backbones trained on {scale.tokens:,.0f} tokens "
             f"({scale.flops:.2g} FLOPs) each" if scale.parameters else f"runs of {scale.flops:.2g} FLOPs")

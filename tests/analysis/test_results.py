@@ -168,3 +168,14 @@ def without_seconds(value):
     if isinstance(value, dict):
         return {k: without_seconds(v) for k, v in value.items() if "seconds" not in k}
     return [without_seconds(v) for v in value] if isinstance(value, list) else value
+
+
+def test_an_objective_learned_its_task_by_the_share_of_its_own_range_it_closed():
+    from bench.analysis.results import LEARNED_TASK, own_task_closed
+
+    floor = lambda closed: Floor(floor=1.0, unigram=2.0, value=None, excess=None, closed=stat(closed))  # noqa: E731
+    # ELECTRA's task is its discriminator's: the generator's loss, a helper's, is not read
+    electra = summary("electra", {"discriminator_closed": [0.2, 0.3]}, {"generator_loss": floor([0.9, 0.9])})
+    assert own_task_closed(electra) == pytest.approx(0.25) and own_task_closed(electra) < LEARNED_TASK
+    assert own_task_closed(summary("mlm", {}, {"loss": floor([0.8, 0.9])})) == pytest.approx(0.85)
+    assert own_task_closed(summary("span", {"accuracy": [0.5, 0.6]}, {})) is None  # no Bayes reference: not known

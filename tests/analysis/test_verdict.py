@@ -7,7 +7,7 @@ import pytest
 from bench.analysis.findings import Answer, Family, ScoredExamples, Unread, Verdict, YardstickVerdict
 from bench.analysis.results import by_control, by_objective
 from bench.analysis.verdict import density_ratios, rise_with_compute, verdict
-from tests.analysis.records import BUDGET, control, run, task
+from tests.analysis.records import BUDGET, control, examples, run, score, task
 
 TASKS = [task("states"), task("genre"), task("order", copies=("sentence_order",))]
 
@@ -119,3 +119,47 @@ def test_objectives_with_different_controls_are_compared_on_what_pretraining_add
     assert mlm_electra.of == "scores" and mlm_electra.raw is None
     assert mlm_electra.estimate == pytest.approx(mean["mlm"] - mean["electra"])
     assert states.comparison_family.size == 3
+
+
+def test_an_objective_that_did_not_learn_its_own_task_is_ranked_nowhere():
+    finals = {"mlm": {"states": 0.95, "genre": 0.7, "order": 0.5}, "ar": {"states": 0.8, "genre": 0.6, "order": 0.5}}
+    rng = np.random.default_rng(0)
+    runs = [run(spec, seed, tasks, rng) for spec, tasks in finals.items() for seed in range(5)]
+    controls = [control("untrained, x", "mlm", seed, {"states": 0.5, "genre": 0.5, "order": 0.5}, rng)
+                for seed in range(5)]
+    args = (by_objective(runs), "mlm", {}, [{"objective": s, "supervised_positions": 10.0} for s in finals],
+            {s: 1e5 / BUDGET for s in finals}, BUDGET, by_control(controls), None, TASKS)
+    _, ranked = verdict(*args)
+    assert ranked.leader == "mlm" and ranked.did_not_learn_task == []
+    _, answer = verdict(*args, did_not_learn=("mlm",))
+    assert answer.leader == "ar" and answer.did_not_learn_task == ["mlm"]
+    assert "mlm" not in answer.beat_control + answer.did_not_beat_control and answer.runner_up is None
+    from bench.report.wording import answer_sentence
+    assert "mlm did not learn its own task" in answer_sentence(answer) and "ranked nowhere" in answer_sentence(answer)
+
+
+def test_the_answer_says_first_when_the_frozen_and_fine_tuned_reads_disagree():
+    from bench.report.wording import answer_sentence
+
+    agreeing, disagreeing = ({"mlm": {"states": 0.95, "genre": 0.7}, "ar": {"states": ar, "genre": ar}}
+                             for ar in (0.8, 0.5))
+    rng = np.random.default_rng(0)
+    tasks = [task("states"), task("genre")]
+
+    def answer_of(finals, finetuned):
+        runs = [run(spec, seed, scores, rng) for spec, scores in finals.items() for seed in range(5)]
+        # the fine-tuned scores as `finetuned` gives them (run() draws both reads around one value)
+        for r in runs:
+            for name, record in r.downstream.items():
+                record["finetuned"].update(score(examples(finetuned[r.objective][name], 400, rng)))
+        controls = [control("untrained, x", "mlm", seed, {"states": 0.5, "genre": 0.5}, rng) for seed in range(5)]
+        return verdict(by_objective(runs), "mlm", {}, [{"objective": s, "supervised_positions": 10.0} for s in finals],
+                       {s: 1e5 / BUDGET for s in finals}, BUDGET, by_control(controls), None, tasks)[1]
+
+    same = answer_of(agreeing, agreeing)
+    assert same.other_read.agrees and same.other_read.leader == "mlm"
+    assert not answer_sentence(same).startswith("The two reads") and "(fine-tuned)) agrees" in answer_sentence(same)
+    split = answer_of(agreeing, disagreeing)  # frozen: both beat their controls; fine-tuned: only mlm
+    assert not split.other_read.agrees and split.other_read.beat_control == ["mlm"]
+    assert answer_sentence(split).startswith("The two reads of the neutral tasks disagree: read fine-tuned "
+                                            "(neutral tasks' average over 2 (fine-tuned)), there only mlm beats")
