@@ -126,7 +126,10 @@ class Transformer(nn.Module):
                 nn.init.normal_(residual.weight, std=0.02 / math.sqrt(2 * config.n_layer))
 
     def forward(self, x: Tensor, *, attention: str, prefix_len: int | Tensor | None = None,
-                kv_cache: KVCache | None = None) -> Tensor:
+                kv_cache: KVCache | None = None, every_layer: bool = False) -> Tensor:
+        """Final hidden states after the final norm; with `every_layer`, every layer's output side by side on the
+        last axis, (batch, T, (n_layer + 1) · d): the input to the first block, each block's output, the last one
+        after the final norm (as Hugging Face's hidden_states), for a reader that mixes the layers."""
         if attention not in ATTENTION_MODES:
             raise ValueError(f"unknown attention mode {attention!r}; choose one of {', '.join(ATTENTION_MODES)}")
         if kv_cache is not None and attention != "causal":
@@ -142,14 +145,16 @@ class Transformer(nn.Module):
         if self.config.positions == "rope":
             rope = (self.rope_cos[past_len:past_len + seq_len], self.rope_sin[past_len:past_len + seq_len])
         recompute = self.activation_checkpointing and torch.is_grad_enabled()
+        layers = []
         for layer, block in enumerate(self.blocks):
+            layers.append(x)
             if recompute:
                 x = checkpoint(block, x, mask, is_causal, rope, kv_cache, layer, use_reentrant=False)
             else:
                 x = block(x, mask, is_causal, rope, kv_cache, layer)
         if kv_cache is not None:
             kv_cache.advance(seq_len)
-        return self.norm(x)
+        return torch.cat([*layers, self.norm(x)], dim=-1) if every_layer else self.norm(x)
 
     def flops(self, batch_size: int, seq_len: int, score_entries: int | None = None) -> Flops:
         c = self.config
@@ -215,11 +220,12 @@ class Backbone(nn.Module):
         return self.dropout(x)
 
     def forward(self, input_ids: Tensor, *, attention: str, prefix_len: int | Tensor | None = None,
-                kv_cache: KVCache | None = None, segments: Tensor | None = None) -> Tensor:
-        """Final hidden states (batch, T, d_model) after the final norm."""
+                kv_cache: KVCache | None = None, segments: Tensor | None = None, every_layer: bool = False) -> Tensor:
+        """Final hidden states (batch, T, d_model) after the final norm; with `every_layer`, every layer's
+        (batch, T, (n_layer + 1) · d_model), the embeddings first (Transformer.forward)."""
         past_len = kv_cache.length if kv_cache is not None else 0
         return self.transformer(self.embed(input_ids, past_len, segments), attention=attention,
-                                prefix_len=prefix_len, kv_cache=kv_cache)
+                                prefix_len=prefix_len, kv_cache=kv_cache, every_layer=every_layer)
 
     def logits(self, hidden: Tensor) -> Tensor:
         """Tied output projection of whichever rows the caller passes."""

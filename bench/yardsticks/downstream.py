@@ -8,7 +8,9 @@ every objective and seed:
   for a fixed number of AdamW steps at each rate of a small grid; the rate with the best score on the dev split is
   chosen, and only that model ever sees the test split.
 Each backbone reads in its objective's own attention mode, with the padding invisible to the real tokens, and every
-backbone is read the same way: a sequence is the mean of its tokens' states, a causal backbone's included (reading
+backbone is read the same way: a learned scalar mix of every layer's output (the embeddings and each block's; ELMo,
+Tenney et al. 2019), fitted with the probe, since the objectives leave their answers in different layers (MLM and AR
+project the last straight onto the vocabulary, ELECTRA's feeds a discriminator head); and a sequence is the mean of its tokens' states, a causal backbone's included (reading
 it at its last token alone, GPT's own read, and a bidirectional one at [BOS], BERT's, would make the comparison
 one of reads: untrained, the two already differ there). A tagging task reads each token where it stands, except
 that a causal model reads a hidden token ([MASK]) at the position before it, where it has seen the words before it. Downstream FLOPs are reported, never charged
@@ -78,10 +80,17 @@ def pooling(objective: Objective, task: Task) -> str:
 
 
 def hidden_states(backbone: Backbone, causal: bool, split: Split, batch_size: int = 64) -> Tensor:
-    """(N, T, d) final hidden states (bench.yardsticks.readout). Padding comes after each example's tokens: a causal
+    """(N, T, (n_layer + 1) · d) every layer's hidden states, the embeddings first (bench.yardsticks.readout):
+    every reader mixes them (layers()). Padding comes after each example's tokens: a causal
     model never sees it; the others read in prefix mode with the prefix ending at the example's end, which is
     bidirectional attention over the example with the padding masked out."""
     return readout.features(backbone, len(split), lambda rows: forward(backbone, causal, split.rows(rows)), batch_size)
+
+
+def layers(backbone: Backbone) -> int:
+    """The layers a task reads: the embeddings and every block's output, mixed by a learned scalar mix
+    (readout.StandardizedLinear), one recipe for every objective."""
+    return backbone.config.n_layer + 1
 
 
 def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
@@ -90,8 +99,8 @@ def forward(backbone: Backbone, causal: bool, split: Split) -> Tensor:
     # a backbone pretrained on sentence pairs (mlm:pair=...) reads a pair's segments as it did then; a single text,
     # which holds no separator before its end, is all segment A
     segments = segments_from_separators(split.tokens) if backbone.segment_embedding is not None else None
-    return backbone(split.tokens.to(device), **attention,
-                    segments=None if segments is None else segments.to(device))
+    return backbone(split.tokens.to(device), **attention, segments=None if segments is None else segments.to(device),
+                    every_layer=True)
 
 
 def representations(hidden: Tensor, split: Split, level: str, read: str, causal: bool) -> tuple[Tensor, Tensor]:
@@ -135,12 +144,12 @@ def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tu
     # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
     _, probe_flops, head = readout.fit_linear_probe(train_x, train_y, test_x,
                                                     torch.zeros(len(test_x), dtype=torch.long), task.classes,
-                                                    config.probe)
+                                                    config.probe, layers(backbone))
     with torch.no_grad():
         predicted = head(test_x).argmax(-1)
     seq_len = task.train.tokens.shape[1]
     flops = (backbone.flops(len(task.train) + len(task.test), seq_len, 0).forward + probe_flops
-             + readout.head_flops(len(test_x), test_x.shape[1], task.classes))  # the predictions just made
+             + readout.head_flops(len(test_x), head.linear.in_features, task.classes))  # the predictions just made
     return {**scores(task, predicted, task.test), **item_counts(task, predicted, task.test)}, flops, head
 
 # --- fine-tuning ------------------------------------------------------------------------------------------------------

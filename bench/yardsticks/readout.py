@@ -1,8 +1,9 @@
 """Reading a backbone: the one code path every yardstick (the embedded probes, the downstream tasks) and every
 control (the untrained backbone) goes through, so a difference in scores is a difference in the backbones.
 
-- `features`: final-layer features in eval mode, batch by batch, float32, on the backbone's device;
-- `fit_linear_probe`: multinomial logistic regression by L-BFGS on standardised features (the frozen readout);
+- `features`: a backbone's features in eval mode, batch by batch, float32, on the backbone's device;
+- `fit_linear_probe`: multinomial logistic regression by L-BFGS on standardised features (the frozen readout), on
+  one layer or on a learned scalar mix of every layer (`StandardizedLinear`);
 - `finetune`: AdamW steps on the backbone and a head that starts from the fitted probe (linear probe, then
   fine-tune), on batches drawn from a fixed generator, under a learning-rate schedule the yardstick names;
 - `head_flops` / `finetune_flops`: what those cost, reported by the yardsticks and never charged to the budget.
@@ -33,16 +34,27 @@ def features(backbone: Backbone, count: int, read: Callable[[slice], Tensor], ba
 
 
 class StandardizedLinear(nn.Module):
-    """A linear probe on standardised features; the statistics are fixed, the layer trainable."""
+    """A linear probe on standardised features; the statistics are fixed, the layer trainable. Given `layers` > 1, the
+    features are that many layers' side by side (Backbone.forward(every_layer=True)) and the probe reads their
+    learned scalar mix, Σ softmax(mix)_l · layer_l, each layer standardised on its own (ELMo's scalar mix; Tenney et
+    al. 2019), so that no objective is favoured for keeping its answer in its last layer."""
 
-    def __init__(self, mean: Tensor, std: Tensor, classes: int) -> None:
+    def __init__(self, mean: Tensor, std: Tensor, classes: int, layers: int = 1) -> None:
         super().__init__()
         self.register_buffer("mean", mean)
         self.register_buffer("std", std)
-        self.linear = nn.Linear(mean.numel(), classes)
+        self.layers = layers
+        self.mix = nn.Parameter(torch.zeros(layers, device=mean.device))  # equal weights to start
+        self.linear = nn.Linear(mean.numel() // layers, classes)
+
+    def mixed(self, standardized: Tensor) -> Tensor:
+        if self.layers == 1:
+            return standardized
+        layers = standardized.unflatten(-1, (self.layers, -1))
+        return (layers * self.mix.softmax(0)[:, None]).sum(-2)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.linear((x - self.mean) / self.std)
+        return self.linear(self.mixed((x - self.mean) / self.std))
 
 
 class Fit(Protocol):
@@ -64,18 +76,23 @@ DEFAULT_FIT = FitSettings()  # the probes' own (bench.yardsticks.probes.ProbeCon
 
 
 def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, classes: int,
-                     fit: Fit) -> tuple[float, int, StandardizedLinear]:
-    """Multinomial logistic regression by L-BFGS on standardised features. Returns (test accuracy, FLOPs, probe)."""
+                     fit: Fit, layers: int = 1) -> tuple[float, int, StandardizedLinear]:
+    """Multinomial logistic regression by L-BFGS on standardised features, on the learned scalar mix of `layers`
+    layers side by side (fitted with the weights). Returns (test accuracy, FLOPs, probe)."""
     device = train_x.device
-    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes).to(device)
+    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes, layers).to(device)
     train_x, test_x = (train_x - model.mean) / model.std, (test_x - model.mean) / model.std
     train_y, test_y = train_y.to(device), test_y.to(device)
     generator = torch.Generator().manual_seed(fit.seed)  # on the host: the same start on every device
-    probe = model.linear
+    linear = model.linear
     with torch.no_grad():
-        probe.weight.copy_(torch.randn(probe.weight.shape, generator=generator) * 0.01)
-        probe.bias.zero_()
-    optimizer = torch.optim.LBFGS(probe.parameters(), max_iter=fit.iterations, history_size=20,
+        linear.weight.copy_(torch.randn(linear.weight.shape, generator=generator) * 0.01)
+        linear.bias.zero_()
+
+    def probe(x: Tensor) -> Tensor:
+        return linear(model.mixed(x))
+
+    optimizer = torch.optim.LBFGS(model.parameters(), max_iter=fit.iterations, history_size=20,
                                   line_search_fn="strong_wolfe")
     evaluations = 0
 
@@ -83,7 +100,7 @@ def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: T
         nonlocal evaluations
         evaluations += 1
         optimizer.zero_grad()
-        loss = F.cross_entropy(probe(train_x), train_y) + fit.l2 * probe.weight.square().sum()
+        loss = F.cross_entropy(probe(train_x), train_y) + fit.l2 * linear.weight.square().sum()
         loss.backward()
         return loss
 
@@ -92,8 +109,11 @@ def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: T
         optimizer.step(closure)
     with torch.no_grad():
         accuracy = (probe(test_x).argmax(-1) == test_y).float().mean().item()
-    # each evaluation: forward x·Wᵀ, backward the weight gradient only (features are constants)
-    flops = evaluations * 2 * 2 * train_x.shape[0] * train_x.shape[1] * classes + 2 * test_x.numel() * classes
+    # each evaluation: forward x·Wᵀ, backward the weight gradient and, under a mix, the mixed features' gradient
+    # (features are constants; the mix itself is elementwise)
+    width = linear.in_features
+    per_evaluation = (3 if layers > 1 else 2) * 2 * train_x.shape[0] * width * classes
+    flops = evaluations * per_evaluation + 2 * test_x.shape[0] * width * classes
     return accuracy, flops, model
 
 

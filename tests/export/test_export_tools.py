@@ -9,8 +9,8 @@ a local CSV task): the exported backbones work in the tools a researcher already
 - lm-evaluation-harness (`lm_eval --model hf`) scores the exported AR model on a YAML task over a local jsonl, and
   each log-likelihood equals the suite's within 1e-4: a sum of a few log-probabilities from GPT-NeoX's logits,
   each within 1e-5 of the suite's (tests/export/test_export.py).
-- SentenceTransformer(DIR) encodes: the mean of the MLM backbone's final states over a text's tokens, as the suite
-  reads them, and the AR backbone's state at the last token, GPT's own read (within 1e-5).
+- SentenceTransformer(DIR) encodes: the mean of the MLM backbone's final states over a text's tokens (the suite's
+  pooling of its final layer), and the AR backbone's state at the last token, GPT's own read (within 1e-5).
 """
 
 import csv
@@ -167,7 +167,8 @@ def test_sentence_transformers_encodes_as_the_suite_reads_a_text(finished):
     objective, context = load_objective(finished_run(comparison / "runs" / "mlm-seed0"))
     split = encode(context, texts, None, torch.zeros(len(texts)))  # "a [EOS]", as a downstream task reads it
     with torch.no_grad():
-        expected = pool(suite_reading(objective.backbone, False, split), split.lengths, "mean")
+        last = suite_reading(objective.backbone, False, split)[..., -objective.backbone.config.d_model:]
+        expected = pool(last, split.lengths, "mean")  # the final layer's mean: what the export's pooling reads
     embedded = SentenceTransformer(str(exported / "mlm-seed0"), trust_remote_code=True, device="cpu")
     torch.testing.assert_close(embedded.encode(texts, convert_to_tensor=True), expected, atol=1e-5, rtol=0)
     objective, context = load_objective(finished_run(comparison / "runs" / "ar-seed0"))

@@ -13,7 +13,7 @@ from bench.data import synthetic
 from bench.data.corpus import speller, synthetic_language
 from bench.data.text import train_tokenizer, vocab_for_tokenizer
 from bench.downstream import context_for_run, main as downstream_main
-from bench.yardsticks import text_tasks
+from bench.yardsticks import readout, text_tasks
 from bench.yardsticks.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, pool,
                                          reading, reads_left_to_right,
                                          representations, scores)
@@ -559,3 +559,43 @@ def test_tasks_of_a_comparison_with_a_length_schedule_use_its_longest_windows(tm
     # the model's max_seq_len, as bench.compare built it; config.json records a schedule as its text
     assert context_for_run(tmp_path, recorded_settings("synthetic:words=64", "16:0.5,64:0.3,32:0.2")).seq_len == 64
     assert context_for_run(tmp_path, recorded_settings("synthetic:words=64", "32")).seq_len == 32
+
+
+def test_every_objective_is_read_through_one_scalar_mix_and_one_pooling(synthetic_context, monkeypatch):
+    """The neutral tasks' one recipe: whatever the objective (bidirectional, causal, ELECTRA's discriminator), the
+    frozen probe and the fine-tuned head read every layer through the same learned scalar mix, and a sequence
+    through the same mean; only the attention mode differs."""
+    import bench.yardsticks.downstream as downstream
+
+    seen = []
+    fit, pooled = readout.fit_linear_probe, downstream.pool
+    monkeypatch.setattr(readout, "fit_linear_probe", lambda *a, **k: seen.append(("fit", a[-1])) or fit(*a, **k))
+    monkeypatch.setattr(downstream, "pool", lambda h, lengths, read: seen.append(("pool", read)) or pooled(h, lengths,
+                                                                                                            read))
+    component = load_task("synthetic:component,size=16", synthetic_context)
+    config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
+    reads = {}
+    for spec in ("mlm", "ar", "electra"):
+        seen.clear()
+        objective = tiny_objective(spec, synthetic_context)
+        _, _, head = frozen_probe(objective, component, config)
+        finetune(objective, component, head, config)
+        reads[spec] = sorted(set(seen))
+        layers = objective.backbone.config.n_layer + 1
+        assert head.layers == layers and head.mix.shape == (layers,)
+        assert not torch.allclose(head.mix, torch.zeros(layers))  # the mix was fitted, not left equal
+        hidden = hidden_states(objective.backbone, reads_left_to_right(objective), component.test)
+        assert hidden.shape[-1] == layers * objective.backbone.config.d_model
+    assert reads["mlm"] == reads["ar"] == reads["electra"] == [("fit", 3), ("pool", "mean")]
+
+
+def test_a_scalar_mix_of_one_layer_is_the_plain_probe_and_its_weights_sum_to_one():
+    features = torch.randn(40, 3 * 4, generator=torch.Generator().manual_seed(0))
+    labels = (features[:, 8] > 0).long()  # the answer sits in the last layer
+    _, _, mixed = readout.fit_linear_probe(features, labels, features, labels, 2, ProbeConfig(iterations=30), 3)
+    weights = mixed.mix.softmax(0)
+    assert weights.sum().item() == pytest.approx(1.0) and weights.argmax().item() == 2
+    _, _, plain = readout.fit_linear_probe(features[:, 8:], labels, features[:, 8:], labels, 2,
+                                           ProbeConfig(iterations=30))
+    x = features[:, 8:]
+    assert torch.allclose(plain(x), plain.linear((x - plain.mean) / plain.std))
