@@ -332,16 +332,18 @@ def token_loss(logits: Tensor, targets: Tensor) -> tuple[Tensor, dict[str, Tenso
     return loss, {"accuracy": (logits.argmax(-1) == targets).float().mean()}
 
 
-def lm_forward(backbone: Backbone, batch: Corrupted, hidden: Tensor | None = None) -> Output:
-    """Run the backbone (unless its `hidden` states are given) and project only the supervised rows: the shared
-    forward of mlm, ar and span. The projection and the cross-entropy are fused (backbone.fused_loss): the full
-    logits never exist at once."""
+def lm_forward(backbone: Backbone, batch: Corrupted, hidden: Tensor | None = None,
+               transform: nn.Module | None = None) -> Output:
+    """Run the backbone (unless its `hidden` states are given) and project only the supervised rows, through
+    `transform` first where the objective's head has one (BERT's): the shared forward of mlm, ar and span. The
+    projection and the cross-entropy are fused (backbone.fused_loss): the full logits never exist at once."""
     if hidden is None:
         hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
     rows = batch.supervised
     if rows.numel() == 0:
         return Output(hidden.sum() * 0.0, 0, {"accuracy": float("nan")})
-    loss, correct = linear_cross_entropy(hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows),
+    read = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)
+    loss, correct = linear_cross_entropy(read if transform is None else transform(read),
                                          backbone.token_embedding.weight, batch.targets.reshape(-1).index_select(0, rows))
     # a tensor, divided in float64 where the device has it: the number a host-side count / rows would give
     exact = torch.float32 if correct.device.type == "mps" else torch.float64

@@ -71,9 +71,13 @@ class MaskedLM(Objective):
 
     def __init__(self, backbone: Backbone, vocab: Vocab, options: MLMOptions | None = None) -> None:
         super().__init__(backbone, vocab, options)
+        d = backbone.config.d_model
+        # BERT's MLM head: dense, GELU, LayerNorm before the tied decoder, so the last layer is not itself pushed
+        # to be the vocabulary's linear read (as GPT's tied head pushes AR's; ELECTRA's has its discriminator head)
+        self.transform = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d, eps=backbone.config.norm_eps))
+        self.transform.apply(init_weights)
         self.pair_head = None
         if self.options.pair:
-            d = backbone.config.d_model
             backbone.add_segment_embedding()
             self.pair_head = nn.Sequential(nn.Linear(d, d), nn.Tanh(), nn.Linear(d, 2))  # BERT's pooler + classifier
             self.pair_head.apply(init_weights)
@@ -174,9 +178,9 @@ class MaskedLM(Objective):
 
     def forward(self, batch: Corrupted) -> Output:
         if not self.options.pair:
-            return lm_forward(self.backbone, batch)
+            return lm_forward(self.backbone, batch, transform=self.transform)
         hidden = self.backbone(batch.inputs, attention="bidirectional", segments=batch.info["segments"])
-        masked = lm_forward(self.backbone, batch, hidden)
+        masked = lm_forward(self.backbone, batch, hidden, self.transform)
         logits = self.pair_head(hidden[:, 0]).float()
         is_next = batch.info["is_next"]
         pair_loss = F.cross_entropy(logits, is_next)
@@ -190,13 +194,23 @@ class MaskedLM(Objective):
         d = self.backbone.config.d_model
         return Flops(dense=2 * batch_size * d * (d + 2)) if self.options.pair else Flops()
 
+    def transform_flops(self, rows: float) -> float:
+        """The transform head (d × d) on the projected rows, forward and backward."""
+        d = self.backbone.config.d_model
+        return Flops(dense=2 * rows * d * d).training_step
+
+    def vocabulary_logits(self, hidden: Tensor) -> Tensor:
+        """What the MLM head makes of final hidden states: the transform, then the tied decoder."""
+        return self.backbone.logits(self.transform(hidden))
+
     def flops(self, batch: Corrupted) -> int:
-        return lm_flops(self.backbone, batch) + self.pair_head_flops(len(batch.inputs)).training_step
+        return (lm_flops(self.backbone, batch) + int(self.transform_flops(batch.num_supervised))
+                + self.pair_head_flops(len(batch.inputs)).training_step)
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
         # FLOPs are linear in the projected rows, so the expectation is the count at the expected row number.
         unprojected = self.backbone.flops(1, seq_len, 0).training_step
-        per_row = self.backbone.flops(1, seq_len, 1).training_step - unprojected
+        per_row = self.backbone.flops(1, seq_len, 1).training_step - unprojected + self.transform_flops(1)
         return unprojected + self.pair_head_flops(1).training_step + per_row * self.expected_masked_positions(seq_len)
 
     @property

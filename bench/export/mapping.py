@@ -54,7 +54,7 @@ def causal_folders(piece: Objective) -> list[Folder]:
 def masked_folders(piece: Objective) -> list[Folder]:
     backbone = piece.backbone
     config, tensors = encoder_export(backbone, piece.vocab, "bidirectional", ("AutoModelForMaskedLM",),
-                                     getattr(piece, "pair_head", None))
+                                     getattr(piece, "pair_head", None), getattr(piece, "transform", None))
     return [Folder("", config, tensors, True, False, backbone.segment_embedding is not None, False)]
 
 

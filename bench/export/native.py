@@ -65,12 +65,18 @@ def linear_tensors(prefix: str, linear: nn.Linear) -> dict[str, Tensor]:
 
 
 def encoder_export(backbone: Backbone, vocab: Vocab, attention: str, heads: tuple[str, ...],
-                   pair_head: nn.Sequential | None = None) -> tuple[dict, dict[str, Tensor]]:
+                   pair_head: nn.Sequential | None = None,
+                   transform: nn.Sequential | None = None) -> tuple[dict, dict[str, Tensor]]:
     """(config.json, weights) of a backbone read in `attention` mode, with a sentence-pair objective's heads
-    (BERT's pooler and classifier: pair_predictions.dense, .classifier) where it has them."""
+    (BERT's pooler and classifier: pair_predictions.dense, .classifier) and a masked LM's transform (dense, GELU,
+    LayerNorm before the tied logits) where it has them."""
     segments = 0 if backbone.segment_embedding is None else backbone.segment_embedding.num_embeddings
     tensors = backbone_tensors(backbone)
     fields: dict = {"type_vocab_size": segments}
+    if transform is not None:
+        fields["mlm_transform"] = True
+        tensors |= linear_tensors("transform.0", transform[0])
+        tensors |= {"transform.2.weight": transform[2].weight, "transform.2.bias": transform[2].bias}
     if pair_head is not None:
         heads, fields["pretraining_head"] = (*heads, "AutoModelForPreTraining"), "pair"
         tensors |= linear_tensors("pair_predictions.dense", pair_head[0])

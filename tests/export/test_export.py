@@ -94,13 +94,15 @@ def load(auto, folder: Path):
 @pytest.mark.parametrize("spec,model", [("mlm", "tiny"), ("ar>mlm@0.5", "tiny"), ("mlm", "tiny:positions=learned")])
 def test_masked_lm_logits_equal_the_suites(exported, spec, model):
     objective, folder = exported(spec, model)
-    backbone, ids = last_piece(objective).backbone, tokens()
+    piece, ids = last_piece(objective), tokens()
+    backbone = piece.backbone
     with torch.no_grad():
         hidden = backbone(ids, attention="bidirectional")
-        assert torch.equal(load(AutoModelForMaskedLM, folder)(ids).logits, backbone.logits(hidden))
+        # BERT's head: the transform, then the tied decoder
+        assert torch.equal(load(AutoModelForMaskedLM, folder)(ids).logits, piece.vocabulary_logits(hidden))
         assert torch.equal(load(AutoModel, folder)(input_ids=ids).last_hidden_state, hidden)
         short = ids[:, :11]  # shorter than the window: RoPE tables for the positions read, as the suite slices them
-        expected = backbone.logits(backbone(short, attention="bidirectional"))
+        expected = piece.vocabulary_logits(backbone(short, attention="bidirectional"))
         assert torch.equal(load(AutoModelForMaskedLM, folder)(short).logits, expected)
 
 
@@ -131,9 +133,9 @@ def test_sentence_pair_backbone_reads_token_types_and_its_pair_head(exported):
     with torch.no_grad():
         hidden = backbone(batch.inputs, attention="bidirectional", segments=segments)
         out = load(AutoModelForPreTraining, folder)(input_ids=batch.inputs, token_type_ids=segments)
-        assert torch.equal(out.prediction_logits, backbone.logits(hidden))
+        assert torch.equal(out.prediction_logits, objective.vocabulary_logits(hidden))
         assert torch.equal(out.seq_relationship_logits, objective.pair_head(hidden[:, 0]))
-        single = backbone.logits(backbone(batch.inputs, attention="bidirectional"))  # no segments: all segment A
+        single = objective.vocabulary_logits(backbone(batch.inputs, attention="bidirectional"))  # all segment A
         assert torch.equal(load(AutoModelForMaskedLM, folder)(batch.inputs).logits, single)
 
 

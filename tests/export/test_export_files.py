@@ -134,7 +134,7 @@ def test_export_writes_a_run_and_every_run_of_a_comparison(tmp_path, capsys):
     objective.load_state_dict(torch.load(root / "runs" / "mlm-seed0" / "checkpoint.pt", weights_only=True)["model"])
     ids = torch.randint(4, 36, (2, 16))
     with torch.no_grad():  # the checkpoint's weights, not the objective's initial ones
-        expected = objective.backbone.logits(objective.backbone(ids, attention="bidirectional"))
+        expected = objective.vocabulary_logits(objective.backbone(ids, attention="bidirectional"))
         loaded = AutoModelForMaskedLM.from_pretrained(tmp_path / "one", trust_remote_code=True)
         assert torch.equal(loaded(ids).logits, expected)
     export_main([str(root), "--all", "--out", str(tmp_path / "all")])

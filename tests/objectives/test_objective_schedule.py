@@ -60,9 +60,12 @@ def test_the_pieces_share_one_backbone_and_the_schedule_is_judged_as_its_last_pi
     assert schedule.starts == (0.0, 0.25) and [p.spec() for p in schedule.pieces] == ["ar", "mlm"]
     assert (schedule.attention, schedule.tagging_ceiling) == ("bidirectional", "smoothing")
     assert schedule.expected_supervised_positions(SEQ_LEN) == schedule.pieces[1].expected_supervised_positions(SEQ_LEN)
-    assert sum(p.numel() for p in schedule.parameters()) == backbone.num_parameters()  # nothing counted twice
-    assert schedule.pieces_with_own_parameters() == []
-    assert build_objective("electra>mlm@0.5", backbone, vocab).pieces_with_own_parameters() == ["electra"]
+    # nothing counted twice: the backbone once, and the masked LM's own head (BERT's transform)
+    head = sum(p.numel() for p in schedule.pieces[1].transform.parameters())
+    assert sum(p.numel() for p in schedule.parameters()) == backbone.num_parameters() + head
+    assert schedule.pieces_with_own_parameters() == ["mlm"]
+    assert build_objective("electra>mlm@0.5", backbone, vocab).pieces_with_own_parameters() == ["electra", "mlm"]
+    assert build_objective("mlm>ar@0.5", backbone, vocab).pieces_with_own_parameters() == ["mlm"]
     # a batch goes to the piece that made it: its loss is that piece's
     tokens = torch.randint(4, 36, (2, SEQ_LEN), generator=torch.Generator().manual_seed(0))
     for index, piece in enumerate(schedule.pieces):
@@ -132,8 +135,9 @@ def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(c
     assert shared.keys() == ar_backbone.keys() and all(torch.equal(shared[k], ar_backbone[k]) for k in shared)
     # one AdamW across the switch: its moments and step count go on (not reset), over every step of the run
     final = torch.load(tmp_path / "straight" / "checkpoint.pt", weights_only=True)
+    # (the masked LM's own head, BERT's transform, is stepped only in its share: it gets no gradient before)
     steps = {float(state["step"]) for state in final["optimizer"]["state"].values()}
-    assert steps == {float(straight.steps)}
+    assert steps == {float(straight.steps), float(straight.phases[1]["steps"])}
     # and the learning rate is one schedule over the whole budget: the first MLM step's is the one at AR's FLOPs
     fractions = []
     monkeypatch.setattr(bench.training.loop, "learning_rate",

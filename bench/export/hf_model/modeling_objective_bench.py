@@ -179,11 +179,12 @@ def classification_loss(config: ObjectiveBenchConfig, logits: Tensor, labels: Op
 
 
 class ObjectiveBenchForSequenceClassification(WithBackbone):
-    """A linear head on the sequence read as the suite's fine-tuning reads it (config.classifier_pooling: the mean
-    over the tokens for a bidirectional backbone, the last token for a causal one)."""
+    """A linear head on the sequence read as each family reads it (config.classifier_pooling: the mean over the
+    tokens for a bidirectional backbone, the last token for a causal one, GPT's read)."""
 
     def __init__(self, config: ObjectiveBenchConfig) -> None:
         super().__init__(config)
+        self.transform = None  # a masked LM's vocabulary head is not a classifier's: its weights stay unused
         self.num_labels = config.num_labels
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
@@ -202,6 +203,7 @@ class ObjectiveBenchForSequenceClassification(WithBackbone):
 class ObjectiveBenchForTokenClassification(WithBackbone):
     def __init__(self, config: ObjectiveBenchConfig) -> None:
         super().__init__(config)
+        self.transform = None  # as in the sequence classifier
         self.num_labels = config.num_labels
         self.classifier = nn.Linear(config.hidden_size, config.num_labels)
         self.post_init()
