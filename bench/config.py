@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
+from bench.tuned import TUNED
 
 SETTING, EXECUTION, COMMAND = "setting", "execution", "command"
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
@@ -52,7 +53,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    objectives: str = "mlm,ar,electra"
+    objectives: str = TUNED["objectives"]  # the tuned default's (bench.tuned, reports/tuning)
     # five: the fewest whose intervals a reviewer accepts (over 3 seeds a percentile interval under-covers); more
     # seeds add runs to a folder, fewer read only the first
     seeds: int = kind(EXECUTION, 5)
@@ -61,7 +62,7 @@ class TrainingConfig:
     budget: float = 8e11
     budgets: tuple[float, ...] = kind(COMMAND, ())  # a sweep: one comparison (its own config) per budget
     batch_size: int = 32
-    lr: str = "3e-3,ar=1.2e-2"  # from the sweep bench.training.sweep.DEFAULT_SWEEP names (docs/default.md)
+    lr: str = TUNED["lr"]  # chosen on validation data by `python -m bench.tune` (reports/tuning)
     # peak rate per spec as a rerun (--config) recorded them: specs with options cannot be written back as --lr
     rates: tuple[tuple[str, float], ...] = ()
     lr_sweep: str | None = None
@@ -76,7 +77,7 @@ class YardstickConfig:
     no_probe_curves: bool = False
     downstream: str | None = None  # None: the data source's default tasks (bench.planning.task_specs)
     finetune_steps: int = 150
-    finetune_lrs: str = "1e-3,3e-3,1e-2"
+    finetune_lrs: str = "tuned"  # each reader's tuned rate per task where the setting is the tuned one (bench.tuned)
 
 
 @dataclass(frozen=True)

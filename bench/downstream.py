@@ -118,13 +118,13 @@ def main(argv: list[str] | None = None) -> None:
     evaluated_runs, evaluated_controls = [], []
     for record, folder in tqdm(list(zip(runs, folders)), desc="runs", unit="run", disable=args.quiet):
         objective = load_run_objective(folder, record.objective, settings, context)
-        evaluated = downstream.at_end(objective, progress=not args.quiet, desc=folder.name)
+        evaluated = downstream.at_end(objective, progress=not args.quiet, desc=folder.name, reader=record.objective)
         evaluated_runs.append(replace(record, downstream={**(record.downstream or {}), **evaluated}))
         write_json(folder / "downstream.json", evaluated_runs[-1].downstream)
     for control in tqdm(controls, desc="untrained controls", unit="control", disable=args.quiet):
         folder = out / "runs" / run_name(control.control, control.seed)
         evaluated = downstream.at_end(control_objective(control, settings, context), progress=not args.quiet,
-                                      desc=folder.name)
+                                      desc=folder.name, reader=control.control)
         evaluated_controls.append(replace(control, downstream={**(control.downstream or {}), **evaluated}))
         write_json(folder / "downstream.json", evaluated_controls[-1].downstream)
     measured = replace(measured, runs=evaluated_runs, controls=evaluated_controls)

@@ -26,6 +26,7 @@ from bench.training.memory import check_memory
 from bench.training.runs import control_name
 from bench.training.schedule import SeqLenSchedule, parse_seq_len, predict_phases
 from bench.training.sweep import learning_rates
+from bench.tuned import finetune_rates
 from bench.yardsticks.downstream import Downstream, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -155,7 +156,8 @@ def plan_downstream(config: Config, corpus: Corpus, longest: int) -> Downstream 
     context = TaskContext(longest, corpus.vocab, corpus.text_tokenizer, corpus.language or corpus.spelled_language,
                           corpus.spell)
     return Downstream(load_tasks(parse_task_list(tasks), context),
-                      finetune_config(yardsticks.finetune_steps, yardsticks.finetune_lrs))
+                      finetune_config(yardsticks.finetune_steps, yardsticks.finetune_lrs,
+                                      tuned=finetune_rates(config)))
 
 
 def plan(config: Config, fabric: Fabric) -> Plan:

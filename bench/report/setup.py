@@ -13,7 +13,7 @@ def rates_source(found: dict) -> str:
         return " (chosen by this comparison's own --lr-sweep; its runs' FLOPs are reported apart)"
     if found["kind"] == "given":
         return " (given by --lr: no sweep chose them)"
-    text = f" (borrowed from the sweep that chose the defaults, `{found['from']['command']}`"
+    text = f" (chosen on validation data by the tuning that chose the defaults, `{found['from']['command']}`"
     if found["differs"]:
         text += f"; this comparison differs in {', '.join(found['differs'])}"
     if found["never_swept"]:

@@ -42,8 +42,9 @@ class Yardstick(Protocol):
     def at_checkpoint(self, objective: Objective) -> dict | None:
         """Frozen scores at a FLOP checkpoint, for the row of curve.jsonl; None for a yardstick without a curve."""
 
-    def at_end(self, objective: Objective, progress: bool, desc: str) -> dict:
-        """A final (or untrained) backbone's scores."""
+    def at_end(self, objective: Objective, progress: bool, desc: str, reader: str | None = None) -> dict:
+        """A final (or untrained) backbone's scores; `reader`: the objective's spec, or the untrained control's
+        name (a yardstick may read each with its own tuned settings)."""
 
 
 @torch.no_grad()

@@ -55,9 +55,10 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> RunRecord:
 def read_at_end(record: Record, yardsticks: Sequence[Yardstick], objective: Objective, progress: bool,
                 desc: str, timed: bool = True) -> Record:
     """The record with each yardstick's final scores (and, with `timed`, the seconds they took) added."""
+    reader = record.control if isinstance(record, ControlRecord) else record.objective
     for yardstick in yardsticks:
         tick = time.perf_counter()
-        record = replace(record, **{yardstick.result_key: yardstick.at_end(objective, progress, desc)})
+        record = replace(record, **{yardstick.result_key: yardstick.at_end(objective, progress, desc, reader)})
         if timed:
             record = replace(record, **{yardstick.seconds_key: time.perf_counter() - tick})
     return record

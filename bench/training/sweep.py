@@ -17,6 +17,8 @@ from lightning_fabric import Fabric
 from backbone import ConfigError
 from bench.data.corpus import Corpus
 from bench.training.config import TrainConfig, run_name
+from bench.tuned import TUNED
+from objectives import parse_objective_list
 from bench.training.runs import trained_or_reused
 
 
@@ -136,8 +138,8 @@ def provenance(lr: str, default_lr: str, lr_sweep: str | None, setting: dict, sp
     return {"kind": "borrowed", "from": DEFAULT_SWEEP, "differs": differs, "never_swept": never}
 
 
-# The sweep that chose the built-in default rates (bench.config.TrainingConfig.lr): redo it, and update both, when the
-# default setting changes.
-DEFAULT_SWEEP = {"command": "python -m bench.compare --lr-sweep 1e-3,3e-3,6e-3 --sweep-fraction 1 --seeds 1",
-                 "setting": {"budget": 8e11, "seq_len": "64", "model": "mini", "batch_size": 32, "data": "synthetic"},
-                 "objectives": ["mlm", "ar", "electra"]}
+# The tuning that chose the built-in default rates (bench.config.TrainingConfig.lr, from bench/tuned.json): redo it
+# (`python -m bench.tune --write-defaults`) when the default setting changes.
+DEFAULT_SWEEP = {"command": TUNED["made_by"],
+                 "setting": {key: TUNED["setting"][key] for key in ("budget", "seq_len", "model", "batch_size", "data")},
+                 "objectives": parse_objective_list(TUNED["objectives"])}

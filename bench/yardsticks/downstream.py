@@ -21,7 +21,7 @@ to the pretraining budget.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +42,7 @@ DEFAULT_STEPS = 150
 # the suite's small models: on the docs task (examples/docs_corpus.py, mini, 2e12 FLOPs) the dev split chose the top of
 # 1e-4..1e-3 and of 3e-4..3e-3 every time, and 3e-3 in 7 of 9 runs from 1e-3..1e-2: a grid centred there
 DEFAULT_LRS = "1e-3,3e-3,1e-2"
+TUNED = "tuned"  # --finetune-lrs: the rate bench.tune chose per reader and task where the setting is the one tuned
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,12 @@ class FinetuneConfig:
     lrs: tuple[float, ...] = (1e-3, 3e-3, 1e-2)
     warmup: float = 0.1  # share of the steps warming up; then linear decay to zero (BERT's fine-tuning schedule)
     probe: ProbeConfig = field(default_factory=ProbeConfig)  # the frozen probe's L-BFGS settings
+    # (reader, task, rate): the one rate a tuning chose on validation data (bench.tune) for a reader (an objective's
+    # spec, or an untrained control's name) on a task; the others are fine-tuned at every rate of `lrs`
+    tuned: tuple[tuple[str, str, float], ...] = ()
+
+    def rates_for(self, reader: str | None, task: str) -> tuple[float, ...]:
+        return next(((rate,) for who, name, rate in self.tuned if who == reader and name == task), self.lrs)
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -240,15 +247,17 @@ class Downstream:
             return {task.name: {key: value for key, value in frozen_probe(objective, task, self.config)[0].items()
                                 if key in ("score", "hits", "units")} for task in self.tasks}
 
-    def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
-        """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent. The CPU's global RNG is
-        left as it was (a GPU's is reseeded, as every training step reseeds it anyway)."""
+    def at_end(self, objective: Objective, progress: bool = False, desc: str = "", reader: str | None = None) -> dict:
+        """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent; fine-tuned at the rate
+        tuned for `reader` on the task where there is one (FinetuneConfig.tuned), else at every rate of the grid.
+        The CPU's global RNG is left as it was (a GPU's is reseeded, as every training step reseeds it anyway)."""
         results = {}
         with torch.random.fork_rng(devices=[]):
             bar = tqdm(self.tasks, desc=f"{desc} downstream".strip(), unit="task", disable=not progress, leave=False)
             for task in bar:
                 frozen, frozen_flops, head = frozen_probe(objective, task, self.config)
-                tuned, tuned_flops = finetune(objective, task, head, self.config)
+                rates = self.config.rates_for(reader, task.name)
+                tuned, tuned_flops = finetune(objective, task, head, replace(self.config, lrs=rates))
                 results[task.name] = {"frozen": frozen, "finetuned": tuned, "pooling": pooling(objective, task),
                                       "flops": {"frozen": frozen_flops, "finetune": tuned_flops}}
         return results
@@ -256,7 +265,8 @@ class Downstream:
     def settings(self) -> dict:
         """What config.json records: the task specs and the recipe."""
         return {"tasks": [task.name for task in self.tasks], "finetune_steps": self.config.steps,
-                "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs)}
+                "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs),
+                "finetune_tuned": [list(item) for item in self.config.tuned]}
 
     def describe(self) -> list[dict]:
         return [{**task.describe(), "higher_is_better": direction(task.metrics)} for task in self.tasks]
@@ -266,25 +276,35 @@ def add_finetune_flags(add, defaults_from_run: bool = False) -> None:
     suffix = " (default: the comparison's, else {})" if defaults_from_run else " (default {})"
     add("--finetune-steps", type=int, default=None if defaults_from_run else DEFAULT_STEPS,
         help="downstream fine-tuning: AdamW steps per rate" + suffix.format(DEFAULT_STEPS))
-    add("--finetune-lrs", default=None if defaults_from_run else DEFAULT_LRS,
-        help="downstream fine-tuning: the rate grid; each task's rate is chosen on its dev split, never on test"
-             + suffix.format(DEFAULT_LRS))
+    add("--finetune-lrs", default=None if defaults_from_run else TUNED,
+        help="downstream fine-tuning: the rate grid, each backbone's rate per task chosen on its dev split, never "
+             f"on test; or {TUNED}: the one rate per objective (or untrained control) and task that `python -m "
+             f"bench.tune` chose on validation data, where the comparison's setting is the one tuned (the default "
+             f"setting; reports/tuning), else the grid {DEFAULT_LRS}" + suffix.format(TUNED))
 
 
-def finetune_config(steps: int | None, lrs: str | None, saved: dict | None = None) -> FinetuneConfig:
+def finetune_config(steps: int | None, lrs: str | None, saved: dict | None = None,
+                    tuned: tuple[tuple[str, str, float], ...] = ()) -> FinetuneConfig:
+    """The recipe; with --finetune-lrs tuned, `tuned` (bench.tuned.finetune_rates) gives the readers' own rates."""
     saved = saved or {}
     steps = steps if steps is not None else saved.get("finetune_steps", DEFAULT_STEPS)
     if steps < 1:
         raise ConfigError(f"--finetune-steps must be >= 1, got {steps}")
+    if lrs == TUNED:
+        return FinetuneConfig(steps=steps, lrs=parse_rates(DEFAULT_LRS), tuned=tuned)
     rates = parse_rates(lrs) if lrs is not None else tuple(saved.get("finetune_lrs", parse_rates(DEFAULT_LRS)))
-    return FinetuneConfig(steps=steps, lrs=rates, batch=saved.get("finetune_batch", FinetuneConfig.batch))
+    tuned = tuple(tuple(item) for item in saved.get("finetune_tuned", ())) if lrs is None else ()
+    return FinetuneConfig(steps=steps, lrs=rates, batch=saved.get("finetune_batch", FinetuneConfig.batch),
+                          tuned=tuned)
 
 
 def describe_recipe(downstream: Downstream, runs: list) -> str:
     config = downstream.config
     readings = sorted({f"{run.objective}: {next(iter(run.downstream.values()))['pooling']}" for run in runs
                        if run.downstream})
-    return (f"{', '.join(task.name for task in downstream.tasks)}; frozen linear probe (L-BFGS, "
-            f"{config.probe.iterations} iterations) and fine-tuning ({config.steps} AdamW steps of {config.batch} at "
-            f"each rate of {', '.join(f'{lr:g}' for lr in config.lrs)}, chosen on dev); sequence features: "
-            + "; ".join(readings))
+    grid = f"each rate of {', '.join(f'{lr:g}' for lr in config.lrs)}, chosen on dev"
+    rates = (f"the rate tuned on validation data for each objective or control and task (python -m bench.tune; "
+             f"{grid} for any other)" if config.tuned else grid)
+    return (f"{', '.join(task.name for task in downstream.tasks)}; frozen linear probe on a learned scalar mix of "
+            f"every layer (L-BFGS, {config.probe.iterations} iterations) and fine-tuning ({config.steps} AdamW steps "
+            f"of {config.batch} at {rates}); sequence features: " + "; ".join(readings))

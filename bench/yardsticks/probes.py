@@ -200,7 +200,7 @@ class Probes:
     def at_checkpoint(self, objective: Objective) -> None:
         return None  # diagnostics: nothing is read off their curves, so they are not drawn
 
-    def at_end(self, objective: Objective, progress: bool = False, desc: str = "") -> dict:
+    def at_end(self, objective: Objective, progress: bool = False, desc: str = "", reader: str | None = None) -> dict:
         return run_probes(objective, self.corpus, self.config)
 
 

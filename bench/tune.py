@@ -1,0 +1,196 @@
+"""One tuning budget for every objective, chosen on validation data: `python -m bench.tune [bench.compare's flags]`.
+
+A rate swept by each objective's own loss favours nobody in particular, but those losses are not comparable, and a
+rate picked on a seed that is also evaluated, or on the split that is reported, flatters whoever it picked. Here:
+- every objective gets the same number of pretraining trials: the peak rate for each (TRIAL_RATES), and for ELECTRA
+  its rate together with λ, the knob its known failure turns on (ELECTRA_TRIALS), as many trials as the others;
+- every trial trains seed TUNING_SEED, which no comparison evaluates (they run seeds 0..N-1), to the full budget;
+- the trial is chosen by the neutral tasks read frozen, the comparison's main yardstick, on their *dev* split (their
+  test split is never read), averaged over the tasks;
+- the chosen trial's backbone and every untrained control (seed TUNING_SEED) are fine-tuned on each task at every
+  rate of FINETUNE_RATES, and the dev split picks each reader's rate per task.
+A pick at an edge of its grid is reported as such: the grid should then be widened. With --write-defaults (the
+default setting only) the picks become the default comparison's (bench/tuned.json): its objectives and peak rates,
+and the one fine-tuning rate per reader and task each backbone is then fine-tuned at.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from backbone import ConfigError
+from bench.cli import run
+from bench.compare import parse_config
+from bench.config import Config
+from bench.environment import code_revision
+from bench.files import write_atomic, write_json
+from bench.jobs import Work
+from bench.pipeline import executed
+from bench.planning import plan
+from bench.training.config import run_name
+from bench.training.distributed import make_fabric
+from bench.yardsticks.downstream import Downstream
+from bench.tuned import DEFAULTS_FILE, setting_of
+
+TUNING_SEED = 1000  # never one of a comparison's seeds
+TRIAL_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # 2× apart around the rates small models take
+ELECTRA_TRIALS = tuple((f"electra:disc_weight={weight:g}" if weight != 50 else "electra", rate)
+                       for weight in (10, 50) for rate in (2e-3, 4e-3, 8e-3))  # as many as TRIAL_RATES
+FINETUNE_RATES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+
+
+def trials(spec: str) -> list[tuple[str, float]]:
+    """(spec to train, peak rate) of every trial of an objective: ELECTRA's (as the paper sets it) rate and λ
+    together, any other's rate."""
+    return list(ELECTRA_TRIALS) if spec == "electra" else [(spec, rate) for rate in TRIAL_RATES]
+
+
+def validation_view(downstream: Downstream, rates: tuple[float, ...]) -> Downstream:
+    """The same tasks with their dev split in the test split's place, fine-tuned at every rate of `rates`: whatever
+    this reads, it reads on validation data."""
+    tasks = [replace(task, test=task.dev) for task in downstream.tasks]
+    return Downstream(tasks, replace(downstream.config, lrs=rates, tuned=()))
+
+
+def validation_score(record, neutral: list[str]) -> float:
+    """The neutral tasks' frozen average on their dev split (validation_view): what picks a trial."""
+    return statistics.fmean(record.downstream[name]["frozen"]["score"] for name in neutral)
+
+
+def edge(grid: list[float], chosen: float) -> str | None:
+    return "lowest" if chosen == min(grid) else "highest" if chosen == max(grid) else None
+
+
+def tune(config: Config) -> dict:
+    fabric = make_fabric(config.hardware.accelerator, config.hardware.devices, config.hardware.num_nodes,
+                         config.hardware.strategy, config.hardware.precision, launch=False)
+    out = config.output.out
+    plan_ = plan(config.with_flags(out=out / "trials"), fabric)
+    if plan_.downstream is None:
+        raise ConfigError("bench.tune picks by the neutral tasks' dev split: give --downstream tasks")
+    plan_ = replace(plan_, probe=None, downstream=validation_view(plan_.downstream, FINETUNE_RATES))
+    tried = {spec: trials(spec) for spec in plan_.specs}
+    trained_on = {signal for objective in plan_.objectives for signal in objective.signals}
+    neutral = [task.name for task in plan_.downstream.tasks if not set(task.copies) & trained_on]
+    if not neutral:
+        raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
+                          "training signal")
+    works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate),
+                  (plan_.out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}",), True)
+             for spec in plan_.specs for trained, rate in tried[spec]]
+    controls = [Work("control", spec, (TUNING_SEED,), plan_.train, (plan_.out / run_name(name, TUNING_SEED),), True)
+                for name, spec in plan_.control_specs().items()]
+    outcomes = executed(fabric, plan_, works + controls)
+    records = iter(outcomes)
+    found: dict = {"setting": setting_of(config), "revision": code_revision(), "seed": TUNING_SEED,
+                   "finetune_rates": list(FINETUNE_RATES),
+                   "objectives": {}, "controls": {}}
+    for spec in plan_.specs:
+        rows = []
+        for (trained, rate), ((record, diverged),) in zip(tried[spec], records):
+            rows.append({"trial": trained, "lr": rate,
+                         "validation": None if diverged else validation_score(record, neutral),
+                         "tasks": {} if diverged else {name: task["frozen"]["score"]
+                                                       for name, task in record.downstream.items()},
+                         "finetune_dev": {} if diverged else {name: task["finetuned"]["dev"]
+                                                              for name, task in record.downstream.items()}})
+        scored = [row for row in rows if row["validation"] is not None]
+        if not scored:
+            raise ConfigError(f"bench.tune: every trial of {spec} diverged")
+        best = max(scored, key=lambda row: row["validation"])  # the first of equals
+        rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
+        found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
+                                     "at_edge": edge(rates, best["lr"]), **finetune_picks(best["finetune_dev"])}
+    for (name, _), ((record, _),) in zip(plan_.control_specs().items(), records):
+        found["controls"][name] = finetune_picks({task: value["finetuned"]["dev"]
+                                                  for task, value in record.downstream.items()})
+    return found
+
+
+def finetune_picks(dev: dict[str, dict[str, float]]) -> dict:
+    """Per task the fine-tuning rate with the best dev score (the first of equals), and where it lies on the grid."""
+    picks = {task: float(max(scores, key=scores.get)) for task, scores in dev.items()}
+    return {"finetune": picks, "finetune_dev": dev,
+            "finetune_at_edge": {task: side for task, rate in picks.items()
+                                 if (side := edge([float(r) for r in dev[task]], rate))}}
+
+
+def report(found: dict) -> str:
+    """The tuning's report: every trial's validation score, the picks, and any pick at an edge."""
+    lines = ["# Tuning on validation data", "",
+             f"Every objective: {len(TRIAL_RATES)} pretraining trials at the comparison's setting, seed "
+             f"{found['seed']} (never evaluated), each read frozen on the neutral tasks' dev split (their test split "
+             "is never read); the highest average picks the trial. ELECTRA's trials vary its peak rate and λ "
+             "together. The picked backbone and every untrained control are then fine-tuned on each task's train "
+             f"split at every rate of {', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split "
+             "picking each one's rate. Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items()) + ".",
+             ""]
+    for spec, tuned in found["objectives"].items():
+        tasks = list(tuned["trials"][0]["tasks"])
+        lines += [f"## `{spec}`", "", "| trial | peak rate | dev average | " + " | ".join(tasks) + " |",
+                  "|---|---|---|" + "---|" * len(tasks)]
+        for row in tuned["trials"]:
+            mark = " **(picked)**" if (row["trial"], row["lr"]) == (tuned["picked"]["objective"], tuned["picked"]["lr"]) \
+                else ""
+            score = "diverged" if row["validation"] is None else f"{row['validation']:.4f}"
+            lines.append(f"| `{row['trial']}`{mark} | {row['lr']:g} | {score} | "
+                         + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |")
+        lines += ["", edge_text(tuned["at_edge"], "the picked peak rate") + " " + finetune_text(tuned), ""]
+    lines += ["## Untrained controls", ""]
+    lines += [f"- {name}: {finetune_text(tuned)}" for name, tuned in found["controls"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def edge_text(side: str | None, what: str) -> str:
+    return f"{what[:1].upper() + what[1:]} lies inside its grid." if side is None else \
+        f"{what[:1].upper() + what[1:]} is the {side} of its grid: widen the grid."
+
+
+def finetune_text(tuned: dict) -> str:
+    picks = "; ".join(f"{task} {rate:g} (dev {tuned['finetune_dev'][task][f'{rate:g}']:.4f})"
+                      for task, rate in tuned["finetune"].items())
+    edges = ", ".join(f"{task} ({side})" for task, side in tuned["finetune_at_edge"].items())
+    return f"Fine-tuning rates picked on dev: {picks}." + (f" At an edge of the grid: {edges}." if edges else "")
+
+
+def defaults(found: dict) -> dict:
+    """What the default comparison reads (bench/tuned.json): objectives, peak rates, fine-tuning rates."""
+    picked = {spec: tuned["picked"] for spec, tuned in found["objectives"].items()}
+    first = next(iter(picked.values()))
+    lr = ",".join([f"{first['lr']:g}", *(f"{p['objective']}={p['lr']:g}" for p in list(picked.values())[1:])])
+    finetune = {p["objective"]: found["objectives"][spec]["finetune"] for spec, p in picked.items()}
+    return {"made_by": "python -m bench.tune --write-defaults", "report": "reports/tuning/report.md",
+            "setting": found["setting"], "objectives": ",".join(p["objective"] for p in picked.values()), "lr": lr,
+            "finetune": {**finetune, **{name: tuned["finetune"] for name, tuned in found["controls"].items()}}}
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    write_defaults = "--write-defaults" in argv
+    argv = [word for word in argv if word != "--write-defaults"]
+    if "-h" in argv or "--help" in argv:
+        print(__doc__ + "\nFlags: bench.compare's (python -m bench.compare --help) set the setting tuned; --out is "
+              "where the trials and the report go (default reports/tuning); --write-defaults makes the picks the "
+              "default comparison's (the default setting only).")
+        return
+    config = parse_config(argv)
+    if config.output.out is None:
+        config = config.with_flags(out=Path("reports/tuning"))
+    if write_defaults and setting_of(config) != setting_of(Config()):
+        raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")
+    found = tune(config)
+    out = config.output.out
+    write_json(out / "results.json", found)
+    write_atomic(out / "report.md", report(found))
+    print(f"report: {out / 'report.md'}")
+    if write_defaults:
+        write_atomic(DEFAULTS_FILE, json.dumps(defaults(found), indent=2) + "\n")
+        print(f"defaults: {DEFAULTS_FILE}")
+
+
+if __name__ == "__main__":
+    run(main)
