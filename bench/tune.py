@@ -7,8 +7,8 @@ rate picked on a seed that is also evaluated, or on the split that is reported, 
 - every trial trains seed TUNING_SEED, which no comparison evaluates (they run seeds 0..N-1), to the full budget;
 - the trial is chosen by the neutral tasks read frozen, the comparison's main yardstick, on their *dev* split (their
   test split is never read), averaged over the tasks;
-- the chosen trial's backbone and every untrained control (seed TUNING_SEED) are fine-tuned on each task at every
-  rate of FINETUNE_RATES, and the dev split picks each reader's rate per task.
+- the chosen trial's backbone and every untrained control (seed TUNING_SEED) are then fine-tuned on each task at
+  every rate of FINETUNE_RATES, and the dev split picks each reader's rate per task.
 A pick at an edge of its grid is reported as such: the grid should then be widened. With --write-defaults (the
 default setting only) the picks become the default comparison's (bench/tuned.json): its objectives and peak rates,
 and the one fine-tuning rate per reader and task each backbone is then fine-tuned at.
@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+import torch
 
 from backbone import ConfigError
 from bench.cli import run
@@ -31,22 +33,42 @@ from bench.files import write_atomic, write_json
 from bench.jobs import Work
 from bench.pipeline import executed
 from bench.planning import plan
+from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
-from bench.yardsticks.downstream import Downstream
+from bench.training.state import restore, setup_run
+from bench.yardsticks.downstream import Downstream, frozen_probe
+from objectives import Objective
 from bench.tuned import DEFAULTS_FILE, setting_of
 
 TUNING_SEED = 1000  # never one of a comparison's seeds
 TRIAL_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # 2× apart around the rates small models take
 ELECTRA_TRIALS = tuple((f"electra:disc_weight={weight:g}" if weight != 50 else "electra", rate)
-                       for weight in (10, 50) for rate in (2e-3, 4e-3, 8e-3))  # as many as TRIAL_RATES
-FINETUNE_RATES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+                       for weight in (10, 50) for rate in (1e-3, 2e-3, 4e-3))  # as many as TRIAL_RATES
+# down to rates at which 150 steps barely move the backbone: where fine-tuning does not help, the pick is inside
+FINETUNE_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 
 
 def trials(spec: str) -> list[tuple[str, float]]:
     """(spec to train, peak rate) of every trial of an objective: ELECTRA's (as the paper sets it) rate and λ
     together, any other's rate."""
     return list(ELECTRA_TRIALS) if spec == "electra" else [(spec, rate) for rate in TRIAL_RATES]
+
+
+@dataclass
+class FrozenOnDev:
+    """A trial's yardstick: the tasks' frozen probe on their dev split (validation_view), nothing fine-tuned."""
+
+    downstream: Downstream
+    result_key = "downstream"
+    seconds_key = "downstream_seconds"
+
+    def at_checkpoint(self, objective: Objective) -> None:
+        return None
+
+    def at_end(self, objective: Objective, progress: bool = False, desc: str = "", reader: str | None = None) -> dict:
+        return {task.name: {"frozen": frozen_probe(objective, task, self.downstream.config)[0]}
+                for task in self.downstream.tasks}
 
 
 def validation_view(downstream: Downstream, rates: tuple[float, ...]) -> Downstream:
@@ -72,20 +94,18 @@ def tune(config: Config) -> dict:
     plan_ = plan(config.with_flags(out=out / "trials"), fabric)
     if plan_.downstream is None:
         raise ConfigError("bench.tune picks by the neutral tasks' dev split: give --downstream tasks")
-    plan_ = replace(plan_, probe=None, downstream=validation_view(plan_.downstream, FINETUNE_RATES))
+    validation = validation_view(plan_.downstream, FINETUNE_RATES)
+    plan_ = replace(plan_, probe=None, downstream=FrozenOnDev(validation))
     tried = {spec: trials(spec) for spec in plan_.specs}
     trained_on = {signal for objective in plan_.objectives for signal in objective.signals}
-    neutral = [task.name for task in plan_.downstream.tasks if not set(task.copies) & trained_on]
+    neutral = [task.name for task in validation.tasks if not set(task.copies) & trained_on]
     if not neutral:
         raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
                           "training signal")
     works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate),
                   (plan_.out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}",), True)
              for spec in plan_.specs for trained, rate in tried[spec]]
-    controls = [Work("control", spec, (TUNING_SEED,), plan_.train, (plan_.out / run_name(name, TUNING_SEED),), True)
-                for name, spec in plan_.control_specs().items()]
-    outcomes = executed(fabric, plan_, works + controls)
-    records = iter(outcomes)
+    records = iter(executed(fabric, plan_, works))
     found: dict = {"setting": setting_of(config), "revision": code_revision(), "seed": TUNING_SEED,
                    "finetune_rates": list(FINETUNE_RATES),
                    "objectives": {}, "controls": {}}
@@ -95,20 +115,30 @@ def tune(config: Config) -> dict:
             rows.append({"trial": trained, "lr": rate,
                          "validation": None if diverged else validation_score(record, neutral),
                          "tasks": {} if diverged else {name: task["frozen"]["score"]
-                                                       for name, task in record.downstream.items()},
-                         "finetune_dev": {} if diverged else {name: task["finetuned"]["dev"]
-                                                              for name, task in record.downstream.items()}})
+                                                       for name, task in record.downstream.items()}})
         scored = [row for row in rows if row["validation"] is not None]
         if not scored:
             raise ConfigError(f"bench.tune: every trial of {spec} diverged")
         best = max(scored, key=lambda row: row["validation"])  # the first of equals
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
+        trial = replace(plan_.train, lr=best["lr"])
+        run = setup_run(fabric, best["trial"], TUNING_SEED, plan_.corpus, trial,
+                        plan_.out / f"{run_name(best['trial'], TUNING_SEED)}-lr{best['lr']:g}")
+        restore(fabric, run)  # the picked trial's final weights
         found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
-                                     "at_edge": edge(rates, best["lr"]), **finetune_picks(best["finetune_dev"])}
-    for (name, _), ((record, _),) in zip(plan_.control_specs().items(), records):
-        found["controls"][name] = finetune_picks({task: value["finetuned"]["dev"]
-                                                  for task, value in record.downstream.items()})
+                                     "at_edge": edge(rates, best["lr"]),
+                                     **finetune_picks(fine_tuned_on_dev(validation, run.objective))}
+    for name, spec in plan_.control_specs().items():
+        with torch.random.fork_rng(devices=[]):  # the backbone a run of seed TUNING_SEED starts from, as control_run
+            fabric.seed_everything(TUNING_SEED, verbose=False)
+            untrained = build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device)
+        found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
     return found
+
+
+def fine_tuned_on_dev(validation: Downstream, objective: Objective) -> dict[str, dict[str, float]]:
+    """{task: {rate: dev score}}: the backbone fine-tuned on each task at every rate of the grid."""
+    return {task: value["finetuned"]["dev"] for task, value in validation.at_end(objective).items()}
 
 
 def finetune_picks(dev: dict[str, dict[str, float]]) -> dict:
@@ -127,8 +157,8 @@ def report(found: dict) -> str:
              "is never read); the highest average picks the trial. ELECTRA's trials vary its peak rate and λ "
              "together. The picked backbone and every untrained control are then fine-tuned on each task's train "
              f"split at every rate of {', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split "
-             "picking each one's rate. Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items()) + ".",
-             ""]
+             "picking each one's rate. Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items())
+             + f"; git revision {found['revision']}.", ""]
     for spec, tuned in found["objectives"].items():
         tasks = list(tuned["trials"][0]["tasks"])
         lines += [f"## `{spec}`", "", "| trial | peak rate | dev average | " + " | ".join(tasks) + " |",

@@ -157,15 +157,15 @@ def judge_table8(evidence: Evidence) -> list[PaperFinding]:
 
 
 def judge_corruption(evidence: Evidence) -> list[PaperFinding]:
-    tuned = evidence.main(finetuned=True)
+    main = evidence.main()  # the default's main yardstick: one preset and one default read the same runs alike
     span = lambda rate: ("", f"span:density={rate}")  # noqa: E731
-    return [claim(evidence, "T5: span corruption at 50 % is worse than at 15 %", tuned, span(0.15), span(0.5)),
-            claim(evidence, "T5: flat from 10 % to 25 %: 10 % is comparable to 15 %", tuned, span(0.1), span(0.15),
+    return [claim(evidence, "T5: span corruption at 50 % is worse than at 15 %", main, span(0.15), span(0.5)),
+            claim(evidence, "T5: flat from 10 % to 25 %: 10 % is comparable to 15 %", main, span(0.1), span(0.15),
                   "comparable"),
-            claim(evidence, "T5: flat from 10 % to 25 %: 25 % is comparable to 15 %", tuned, span(0.25), span(0.15),
+            claim(evidence, "T5: flat from 10 % to 25 %: 25 % is comparable to 15 %", main, span(0.25), span(0.15),
                   "comparable"),
-            claim(evidence, "Wettig et al.: masking 40 % can beat 15 %", tuned, ("", "mlm:rate=0.4"), ("", "mlm")),
-            claim(evidence, "Wettig et al.: masking 80 % keeps most of 15 %'s quality (comparable within 5 %)", tuned,
+            claim(evidence, "Wettig et al.: masking 40 % can beat 15 %", main, ("", "mlm:rate=0.4"), ("", "mlm")),
+            claim(evidence, "Wettig et al.: masking 80 % keeps most of 15 %'s quality (comparable within 5 %)", main,
                   ("", "mlm:rate=0.8"), ("", "mlm"), "comparable")]
 
 
@@ -192,7 +192,7 @@ def judge_pairs(evidence: Evidence) -> list[PaperFinding]:
                   ("", "mlm:pair=nsp")),
             claim(evidence, "...and most of NSP (beats MLM alone on it)", nsp, ("", "mlm:pair=sop"), ("", "mlm")),
             claim(evidence, "Neither auxiliary costs the neutral tasks: MLM + SOP is comparable to MLM alone",
-                  evidence.main(finetuned=True), ("", "mlm:pair=sop"), ("", "mlm"), "comparable")]
+                  evidence.main(), ("", "mlm:pair=sop"), ("", "mlm"), "comparable")]
 
 
 def judge_units(evidence: Evidence) -> list[PaperFinding]:
@@ -209,7 +209,7 @@ ELECTRA_PEERS = ("mlm", "mlm:rate=0.4", "electra", "ar")
 
 def judge_electra(evidence: Evidence) -> list[PaperFinding]:
     # against MLM at 40 % too: a weak MLM baseline would inflate ELECTRA's lead (Wettig et al. 2022)
-    findings = [claim(evidence, f"ELECTRA beats {name} at equal FLOPs ({budget:.2g})", evidence.main(finetuned=True),
+    findings = [claim(evidence, f"ELECTRA beats {name} at equal FLOPs ({budget:.2g})", evidence.main(),
                       (variant, "electra"), (variant, mlm))
                 for variant, budget in BUDGETS for mlm, name in (("mlm", "MLM"), ("mlm:rate=0.4", "MLM at 40 %"))]
     return findings + [multiplier_claim(evidence, f"ELECTRA's compute multiplier over MLM is 4× or more "
@@ -240,17 +240,17 @@ CLM_BUDGETS = (2e11, 8e11, 1.6e12)
 def judge_clm(evidence: Evidence) -> list[PaperFinding]:
     """Per budget of the sweep (each a comparison, evidence.results keyed by its folder): MLM against CLM, and each
     CLM → MLM schedule against MLM alone; at the smallest budget, CLM against MLM (the paper's data efficiency); on
-    the neutral tasks fine-tuned (the paper's protocol)."""
+    the main yardstick, as the default's answer is (the paper fine-tunes; the report's fine-main read is beside it)."""
     variants = sorted(evidence.results, key=lambda name: float(name.removeprefix("budget-")))
-    tuned, findings = evidence.main(finetuned=True), []
+    main, findings = evidence.main(), []
     for variant in variants:
         budget = float(variant.removeprefix("budget-"))
-        findings.append(claim(evidence, f"MLM (40 %) beats CLM at equal FLOPs ({budget:.2g})", tuned,
+        findings.append(claim(evidence, f"MLM (40 %) beats CLM at equal FLOPs ({budget:.2g})", main,
                               (variant, "mlm:rate=0.4"), (variant, "ar")))
-        findings += [claim(evidence, f"CLM → MLM ({schedule}) beats MLM alone at equal FLOPs ({budget:.2g})", tuned,
+        findings += [claim(evidence, f"CLM → MLM ({schedule}) beats MLM alone at equal FLOPs ({budget:.2g})", main,
                            (variant, schedule), (variant, "mlm:rate=0.4")) for schedule in CLM_PEERS[3:]]
     if variants:
         findings.append(claim(evidence, "CLM is the more data-efficient: it leads MLM at the smallest budget "
-                                        f"({float(variants[0].removeprefix('budget-')):.2g})", tuned,
+                                        f"({float(variants[0].removeprefix('budget-')):.2g})", main,
                               (variants[0], "ar"), (variants[0], "mlm:rate=0.4")))
     return findings

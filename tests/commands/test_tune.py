@@ -1,0 +1,85 @@
+"""bench.tune: an equal number of trials per objective, on a seed no comparison evaluates, picked on the dev split;
+and the default comparison reads what the committed tuning picked."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.config import Config
+from bench.tune import ELECTRA_TRIALS, TRIAL_RATES, TUNING_SEED, defaults, main, trials, validation_view
+from bench.tuned import TUNED, finetune_rates, setting_of
+from bench.yardsticks.downstream import Downstream, FinetuneConfig
+from bench.yardsticks.examples import TaskContext
+from bench.yardsticks.tasks import load_task
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "2",
+        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--jobs", "1",
+        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2"]
+
+
+def test_every_objective_gets_as_many_trials_and_electra_tunes_its_rate_with_lambda():
+    assert len(trials("mlm")) == len(trials("ar")) == len(trials("electra")) == len(trials("mlm:rate=0.4"))
+    assert trials("ar") == [("ar", rate) for rate in TRIAL_RATES]
+    assert {spec for spec, _ in ELECTRA_TRIALS} == {"electra", "electra:disc_weight=10"}
+
+
+def test_the_validation_view_reads_the_dev_split_where_the_test_split_was(corpus):
+    from bench.data.corpus import Corpus  # noqa: F401  (the fixture's type)
+
+    context = TaskContext(32, corpus.vocab, language=corpus.language)
+    task = load_task("synthetic:states,size=64", context)
+    view = validation_view(Downstream([task], FinetuneConfig(tuned=(("mlm", task.name, 1e-3),))), (1e-3, 1e-2))
+    assert view.tasks[0].test is task.dev and view.tasks[0].dev is task.dev and view.tasks[0].train is task.train
+    assert view.config.lrs == (1e-3, 1e-2) and view.config.tuned == ()  # every rate tried, none taken as given
+
+
+@pytest.mark.slow
+def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score(tmp_path):
+    main([*TINY, "--out", str(tmp_path)])
+    found = json.loads((tmp_path / "results.json").read_text())
+    assert found["seed"] == TUNING_SEED and found["setting"]["model"] == "tiny"
+    counts = {spec: len(tuned["trials"]) for spec, tuned in found["objectives"].items()}
+    assert set(counts) == {"mlm", "ar", "electra"} and len(set(counts.values())) == 1
+    for tuned in found["objectives"].values():
+        scored = [row for row in tuned["trials"] if row["validation"] is not None]
+        best = max(row["validation"] for row in scored)
+        first = next(row for row in scored if row["validation"] == best)
+        assert tuned["picked"] == {"objective": first["trial"], "lr": first["lr"]}
+        for row in scored:  # the validation score is the tasks' average on dev
+            assert row["validation"] == pytest.approx(sum(row["tasks"].values()) / len(row["tasks"]))
+        for task, rate in tuned["finetune"].items():
+            dev = tuned["finetune_dev"][task]
+            assert dev[f"{rate:g}"] == max(dev.values())
+    trial_dirs = sorted(path.name for path in (tmp_path / "trials").iterdir())
+    assert trial_dirs and all(f"seed{TUNING_SEED}" in name for name in trial_dirs)  # never an evaluated seed
+    assert "(picked)" in (tmp_path / "report.md").read_text()
+    assert set(defaults(found)["finetune"]) >= {"untrained, bidirectional", "untrained, causal"}
+    with pytest.raises(SystemExit):  # not the default setting: its picks cannot become the default's
+        from bench.cli import run
+        run(main, [*TINY, "--out", str(tmp_path / "again"), "--write-defaults"])
+
+
+def test_the_default_comparison_reads_the_committed_tuning():
+    """bench/tuned.json is what the committed tuning report picked, none at an edge of its grid, and the default
+    comparison's objectives, peak rates and fine-tuning rates are its."""
+    committed = json.loads((ROOT / "reports" / "tuning" / "results.json").read_text())
+    assert TUNED == defaults(committed) and TUNED["setting"] == setting_of(Config())
+    default = Config()
+    assert default.training.objectives == TUNED["objectives"] and default.training.lr == TUNED["lr"]
+    for tuned in committed["objectives"].values():
+        assert tuned["at_edge"] is None and tuned["finetune_at_edge"] == {}
+    assert all(not tuned["finetune_at_edge"] for tuned in committed["controls"].values())
+    rates = finetune_rates(default)
+    assert {(reader, task) for reader, task, _ in rates} == {
+        (reader, task) for reader, tasks in TUNED["finetune"].items() for task in tasks}
+    assert finetune_rates(default.with_flags(budget=1e12)) == ()  # another setting: the grid, chosen on dev
+
+
+def test_a_reader_is_fine_tuned_at_its_tuned_rate_only():
+    config = FinetuneConfig(lrs=(1e-3, 3e-3, 1e-2), tuned=(("mlm", "synthetic:states", 3e-3),
+                                                            ("untrained, causal", "synthetic:states", 1e-2)))
+    assert config.rates_for("mlm", "synthetic:states") == (3e-3,)
+    assert config.rates_for("untrained, causal", "synthetic:states") == (1e-2,)
+    assert config.rates_for("ar", "synthetic:states") == config.rates_for(None, "x") == (1e-3, 3e-3, 1e-2)
