@@ -45,8 +45,10 @@ TUNING_SEED = 1000  # never one of a comparison's seeds
 TRIAL_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # 2× apart around the rates small models take
 ELECTRA_TRIALS = tuple((f"electra:disc_weight={weight:g}" if weight != 50 else "electra", rate)
                        for weight in (10, 50) for rate in (1e-3, 2e-3, 4e-3))  # as many as TRIAL_RATES
-# down to rates at which 150 steps barely move the backbone: where fine-tuning does not help, the pick is inside
+# down to 1e-5, at which the fine-tuning steps barely move the backbone: a pick there is the limit of fine-tuning
+# less and less, the frozen probe's head, beyond which no other model lies; it is no edge to widen
 FINETUNE_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
+BARELY_MOVES = 1e-5
 
 
 def trials(spec: str) -> list[tuple[str, float]]:
@@ -146,7 +148,8 @@ def finetune_picks(dev: dict[str, dict[str, float]]) -> dict:
     picks = {task: float(max(scores, key=scores.get)) for task, scores in dev.items()}
     return {"finetune": picks, "finetune_dev": dev,
             "finetune_at_edge": {task: side for task, rate in picks.items()
-                                 if (side := edge([float(r) for r in dev[task]], rate))}}
+                                 if (side := edge([float(r) for r in dev[task]], rate))
+                                 and not (side == "lowest" and rate <= BARELY_MOVES)}}
 
 
 def report(found: dict) -> str:
@@ -157,7 +160,8 @@ def report(found: dict) -> str:
              "is never read); the highest average picks the trial. ELECTRA's trials vary its peak rate and λ "
              "together. The picked backbone and every untrained control are then fine-tuned on each task's train "
              f"split at every rate of {', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split "
-             "picking each one's rate. Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items())
+             f"picking each one's rate (at {BARELY_MOVES:g} the steps barely move a backbone: a pick there means "
+             "fine-tuning less and less did better, down to the frozen probe's head, and is no edge to widen). Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items())
              + f"; git revision {found['revision']}.", ""]
     for spec, tuned in found["objectives"].items():
         tasks = list(tuned["trials"][0]["tasks"])

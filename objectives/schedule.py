@@ -143,6 +143,9 @@ class ObjectiveSchedule(Objective):
     def pooled_metrics(self, outputs: list[Output]) -> dict[str, float]:
         return self.last.pooled_metrics(outputs)
 
+    def replacement_story(self, batch: Corrupted) -> tuple[Tensor, float] | None:
+        return self.last.replacement_story(batch)  # held-out batches are the last piece's
+
     def probe_attention(self, seq_len: int) -> dict:
         return self.last.probe_attention(seq_len)
 

@@ -83,3 +83,15 @@ def test_a_reader_is_fine_tuned_at_its_tuned_rate_only():
     assert config.rates_for("mlm", "synthetic:states") == (3e-3,)
     assert config.rates_for("untrained, causal", "synthetic:states") == (1e-2,)
     assert config.rates_for("ar", "synthetic:states") == config.rates_for(None, "x") == (1e-3, 3e-3, 1e-2)
+
+
+def test_a_fine_tuning_pick_is_at_an_edge_unless_it_is_the_rate_that_barely_moves_a_backbone():
+    from bench.tune import BARELY_MOVES, FINETUNE_RATES, finetune_picks
+
+    grid = [f"{rate:g}" for rate in FINETUNE_RATES]
+    falling = {"task": {rate: 1.0 - i / 10 for i, rate in enumerate(grid)}}  # fine-tuning only hurts
+    rising = {"task": {rate: i / 10 for i, rate in enumerate(grid)}}
+    inside = {"task": {rate: -abs(i - 3) for i, rate in enumerate(grid)}}
+    assert finetune_picks(falling)["finetune"] == {"task": BARELY_MOVES} == {"task": min(FINETUNE_RATES)}
+    assert finetune_picks(falling)["finetune_at_edge"] == {} and finetune_picks(inside)["finetune_at_edge"] == {}
+    assert finetune_picks(rising)["finetune_at_edge"] == {"task": "highest"}
