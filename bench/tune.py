@@ -1,7 +1,7 @@
 """One tuning budget for every objective, chosen on validation data: `python -m bench.tune [bench.compare's flags]`.
 
-A rate swept by each objective's own loss favours nobody in particular, but those losses are not comparable, and a
-rate picked on a seed that is also evaluated, or on the split that is reported, flatters whoever it picked. Here:
+Rates picked by each objective's own loss are not picked alike (the losses are not comparable), and a rate picked on
+a seed that is also evaluated, or on the split that is reported, flatters whoever it picked. Here:
 - every objective gets the same number of pretraining trials: the peak rate for each (TRIAL_RATES), and for ELECTRA
   its rate together with λ, the knob its known failure turns on (ELECTRA_TRIALS), as many trials as the others;
 - every trial trains seed TUNING_SEED, which no comparison evaluates (they run seeds 0..N-1), to the full budget;
@@ -17,6 +17,7 @@ and the one fine-tuning rate per reader and task each backbone is then fine-tune
 from __future__ import annotations
 
 import json
+import shlex
 import statistics
 import sys
 from dataclasses import dataclass, replace
@@ -26,7 +27,7 @@ import torch
 
 from backbone import ConfigError
 from bench.cli import run
-from bench.compare import parse_config
+from bench import compare
 from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
@@ -104,24 +105,17 @@ def tune(config: Config) -> dict:
     if not neutral:
         raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
                           "training signal")
+    # trials finished before are kept with --resume only (a trial of other code would pass for this code's)
     works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate),
-                  (plan_.out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}",), True)
+                  (plan_.out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}",), config.output.resume)
              for spec in plan_.specs for trained, rate in tried[spec]]
     records = iter(executed(fabric, plan_, works))
     found: dict = {"setting": setting_of(config), "revision": code_revision(), "seed": TUNING_SEED,
-                   "finetune_rates": list(FINETUNE_RATES),
-                   "objectives": {}, "controls": {}}
+                   "finetune_rates": list(FINETUNE_RATES), "objectives": {}, "controls": {}}
     for spec in plan_.specs:
-        rows = []
-        for (trained, rate), ((record, diverged),) in zip(tried[spec], records):
-            rows.append({"trial": trained, "lr": rate,
-                         "validation": None if diverged else validation_score(record, neutral),
-                         "tasks": {} if diverged else {name: task["frozen"]["score"]
-                                                       for name, task in record.downstream.items()}})
-        scored = [row for row in rows if row["validation"] is not None]
-        if not scored:
-            raise ConfigError(f"bench.tune: every trial of {spec} diverged")
-        best = max(scored, key=lambda row: row["validation"])  # the first of equals
+        rows = [trial_row(trained, rate, record, diverged, neutral)
+                for (trained, rate), ((record, diverged),) in zip(tried[spec], records)]
+        best = picked(spec, rows)
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
         trial = replace(plan_.train, lr=best["lr"])
         run = setup_run(fabric, best["trial"], TUNING_SEED, plan_.corpus, trial,
@@ -136,6 +130,19 @@ def tune(config: Config) -> dict:
             untrained = build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device)
         found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
     return found
+
+
+def trial_row(trained: str, rate: float, record, diverged: dict | None, neutral: list[str]) -> dict:
+    return {"trial": trained, "lr": rate, "validation": None if diverged else validation_score(record, neutral),
+            "tasks": {} if diverged else {name: task["frozen"]["score"] for name, task in record.downstream.items()}}
+
+
+def picked(spec: str, rows: list[dict]) -> dict:
+    """The trial with the best validation score (the first of equals); every trial diverging is a mistake."""
+    scored = [row for row in rows if row["validation"] is not None]
+    if not scored:
+        raise ConfigError(f"bench.tune: every trial of {spec} diverged; try lower rates")
+    return max(scored, key=lambda row: row["validation"])
 
 
 def fine_tuned_on_dev(validation: Downstream, objective: Objective) -> dict[str, dict[str, float]]:
@@ -154,15 +161,16 @@ def finetune_picks(dev: dict[str, dict[str, float]]) -> dict:
 
 def report(found: dict) -> str:
     """The tuning's report: every trial's validation score, the picks, and any pick at an edge."""
-    lines = ["# Tuning on validation data", "",
+    lines = ["# Tuning on validation data", "", "|              |    |", "|--------------|----|",
+             f"| command      | `{found['command']}` |", f"| git revision | {found['revision']} |", "",
              f"Every objective: {len(TRIAL_RATES)} pretraining trials at the comparison's setting, seed "
              f"{found['seed']} (never evaluated), each read frozen on the neutral tasks' dev split (their test split "
              "is never read); the highest average picks the trial. ELECTRA's trials vary its peak rate and λ "
              "together. The picked backbone and every untrained control are then fine-tuned on each task's train "
              f"split at every rate of {', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split "
              f"picking each one's rate (at {BARELY_MOVES:g} the steps barely move a backbone: a pick there means "
-             "fine-tuning less and less did better, down to the frozen probe's head, and is no edge to widen). Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items())
-             + f"; git revision {found['revision']}.", ""]
+             "fine-tuning less and less did better, down to the frozen probe's head, and is no edge to widen). "
+             "Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items()) + ".", ""]
     for spec, tuned in found["objectives"].items():
         tasks = list(tuned["trials"][0]["tasks"])
         lines += [f"## `{spec}`", "", "| trial | peak rate | dev average | " + " | ".join(tasks) + " |",
@@ -202,21 +210,34 @@ def defaults(found: dict) -> dict:
             "finetune": {**finetune, **{name: tuned["finetune"] for name, tuned in found["controls"].items()}}}
 
 
+def build_parser():
+    """bench.compare's flags (they set the setting tuned; --out is where the trials and the report go, default
+    reports/tuning) and --write-defaults."""
+    parser = compare.build_parser()
+    parser.prog = "python -m bench.tune"
+    parser.description = ("Tune every objective with the same number of pretraining trials on a seed no comparison "
+                          "evaluates, picked on the neutral tasks' dev split, then each backbone's fine-tuning rate "
+                          "per task on dev; write report.md and results.json to --out (default reports/tuning). "
+                          "bench.compare's flags set the setting tuned.")
+    parser.epilog = None
+    parser.add_argument("--write-defaults", action="store_true",
+                        help="make the picks the default comparison's (bench/tuned.json): only for a tuning at the "
+                             "default setting")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv0 = argv
     argv = list(sys.argv[1:] if argv is None else argv)
-    write_defaults = "--write-defaults" in argv
+    write_defaults = build_parser().parse_args(argv).write_defaults  # every flag checked, --help answered
     argv = [word for word in argv if word != "--write-defaults"]
-    if "-h" in argv or "--help" in argv:
-        print(__doc__ + "\nFlags: bench.compare's (python -m bench.compare --help) set the setting tuned; --out is "
-              "where the trials and the report go (default reports/tuning); --write-defaults makes the picks the "
-              "default comparison's (the default setting only).")
-        return
-    config = parse_config(argv)
+    config = compare.parse_config(argv)
     if config.output.out is None:
         config = config.with_flags(out=Path("reports/tuning"))
     if write_defaults and setting_of(config) != setting_of(Config()):
         raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")
-    found = tune(config)
+    found = {"command": shlex.join(["python", "-m", "bench.tune", *(sys.argv[1:] if argv is None else argv0)]),
+             **tune(config)}
     out = config.output.out
     write_json(out / "results.json", found)
     write_atomic(out / "report.md", report(found))

@@ -27,8 +27,10 @@ DOCS = "/tmp/docs"  # examples/docs_corpus.py's output, where the docs reports' 
 DOCS_TASKS = f"{DOCS}/library.jsonl,{DOCS}/order.jsonl,{DOCS}/continues.jsonl,text_pair=text_pair"
 PRESETS = ("bert-table8", "corruption-rate", "electra-efficiency", "masking-units", "mlm-vs-clm", "nsp-sop",
            "seq-len-schedule", "static-vs-dynamic")
-# folder under reports/ -> bench.compare's flags besides --out and --quiet; the README's headline report first
+# folder under reports/ -> its command's flags besides --out and --quiet (bench.compare's, but for the tuning's): the
+# tuning first, since it writes the default's settings (bench/tuned.json): commit that before the others run
 REPORTS: dict[str, list[str]] = {
+    "tuning": ["--write-defaults"],
     "example": [],
     "frontier": ["--objectives", "mlm,ar,electra,ar>mlm@0.25", "--budgets", "1e11,4e11,1.6e12", "--no-probe-curves"],
     **{f"presets/{name}": ["--preset", name] for name in PRESETS},
@@ -57,7 +59,8 @@ def with_this_code(revisions: set[str]) -> bool:
 
 
 def command(name: str) -> list[str]:
-    return ["-m", "bench.compare", *REPORTS[name], "--out", f"reports/{name}", "--quiet"]
+    return ["-m", "bench.tune" if name == "tuning" else "bench.compare", *REPORTS[name], "--out", f"reports/{name}",
+            "--quiet"]
 
 
 def git(*args: str) -> str:

@@ -26,11 +26,12 @@ QUICK_START = ("pip install -e . && python -m bench.compare", 'pip install -e ".
 # the commands whose flags are checked, and where their parsers are built
 BENCH_COMMANDS = {"bench.compare": "bench.compare", "bench.downstream": "bench.downstream",
                   "bench.positions": "bench.positions", "bench.perf": "bench.perf",
-                  "bench.export": "bench.export.__main__", "docs_corpus.py": ROOT / "examples" / "docs_corpus.py"}
+                  "bench.export": "bench.export.__main__", "bench.tune": "bench.tune",
+                  "docs_corpus.py": ROOT / "examples" / "docs_corpus.py"}
 # other programs a page may show; their flags are theirs, not the suite's, and are not checked
 EXTERNAL = ("torchrun", "srun", "sbatch", "pip", "lm_eval", "bash", ".ci/run", "fabric", "python3", "pytest")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
-MENTION = re.compile(r"bench\.(?:compare|downstream|positions|perf|export)\b|docs_corpus\.py|"
+MENTION = re.compile(r"bench\.(?:compare|downstream|positions|perf|export|tune)\b|docs_corpus\.py|"
                      r"(?<![\w./-])(?:torchrun|srun|lm_eval)\b")
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

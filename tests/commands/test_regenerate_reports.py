@@ -43,14 +43,15 @@ def test_each_command_is_the_one_its_report_records(name):
 
 def test_names_are_checked_and_listed(capsys):
     regenerate = script()
-    regenerate.main(["--list", "example", "frontier"])
+    regenerate.main(["--list", "tuning", "example", "frontier"])
     assert capsys.readouterr().out.splitlines() == [
+        "python -m bench.tune --write-defaults --out reports/tuning --quiet",
         "python -m bench.compare --out reports/example --quiet",
         "python -m bench.compare --objectives 'mlm,ar,electra,ar>mlm@0.25' --budgets 1e11,4e11,1.6e12 "
         "--no-probe-curves --out reports/frontier --quiet"]
     with pytest.raises(SystemExit) as exit_info:
         regenerate.main(["exmaple"])
-    assert exit_info.value.code == 2 and "no committed report exmaple; choose from example, frontier" in \
+    assert exit_info.value.code == 2 and "no committed report exmaple; choose from tuning, example, frontier" in \
         capsys.readouterr().err
 
 
