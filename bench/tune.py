@@ -227,16 +227,14 @@ def build_parser():
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv0 = argv
-    argv = list(sys.argv[1:] if argv is None else argv)
-    write_defaults = build_parser().parse_args(argv).write_defaults  # every flag checked, --help answered
-    argv = [word for word in argv if word != "--write-defaults"]
-    config = compare.parse_config(argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    write_defaults = build_parser().parse_args(given).write_defaults  # every flag checked, --help answered
+    config = compare.parse_config([word for word in given if word != "--write-defaults"])
     if config.output.out is None:
         config = config.with_flags(out=Path("reports/tuning"))
     if write_defaults and setting_of(config) != setting_of(Config()):
         raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")
-    found = {"command": shlex.join(["python", "-m", "bench.tune", *(sys.argv[1:] if argv is None else argv0)]),
+    found = {"command": shlex.join(["python", "-m", "bench.tune", *given]),
              **tune(config)}
     out = config.output.out
     write_json(out / "results.json", found)

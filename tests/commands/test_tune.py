@@ -95,3 +95,20 @@ def test_a_fine_tuning_pick_is_at_an_edge_unless_it_is_the_rate_that_barely_move
     assert finetune_picks(falling)["finetune"] == {"task": BARELY_MOVES} == {"task": min(FINETUNE_RATES)}
     assert finetune_picks(falling)["finetune_at_edge"] == {} and finetune_picks(inside)["finetune_at_edge"] == {}
     assert finetune_picks(rising)["finetune_at_edge"] == {"task": "highest"}
+
+
+def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch):
+    from bench.cli import run
+    from bench.tune import build_parser
+
+    assert "--write-defaults" in build_parser().format_help() and "--budget" in build_parser().format_help()
+    with pytest.raises(SystemExit) as stopped:
+        run(main, ["--write-defaults", "--budgett", "1"])
+    assert stopped.value.code == 2 and "unrecognized arguments: --budgett" in capsys.readouterr().err
+    monkeypatch.setattr("bench.tune.tune", lambda config: {"setting": {}, "revision": "r", "seed": 0,
+                                                          "finetune_rates": [1e-3], "objectives": {}, "controls": {}})
+    monkeypatch.setattr("sys.argv", ["tune", "--out", str(tmp_path), "--quiet"])
+    main(None)
+    recorded = json.loads((tmp_path / "results.json").read_text())["command"]
+    assert recorded == f"python -m bench.tune --out {tmp_path} --quiet"
+    assert f"| command      | `{recorded}` |" in (tmp_path / "report.md").read_text()
