@@ -103,7 +103,7 @@ class Electra(Objective):
         is original") and, on the embedded language, the Bayes-optimal discriminator for the same generator."""
         if "discriminator_auc" not in metrics:
             return None
-        bayes = (f" The Bayes-optimal discriminator for the same generator and windows reaches "
+        bayes = (f" The Bayes reference discriminator for the same generator and windows reaches "
                  f"{metrics['discriminator_bayes_loss']}: the discriminator closed {metrics['discriminator_closed']} of "
                  f"the gap from its labels' entropy to it." if "discriminator_closed" in metrics else "")
         paper = (f" At probability 0.5 its precision of \"replaced\" is {metrics['discriminator_precision']} and its "

@@ -136,7 +136,7 @@ def test_each_objective_speaks_of_its_own_metrics_and_the_report_names_none():
     assert "`mlm`" not in text and "`gone`" not in text
     assert text.startswith(f"\n\n`electra:rate=0.25`: discriminator loss {fmt(stat([0.3, 0.3]))} against "
                            f"{fmt(stat([0.5, 0.5]))}, the entropy of its labels")
-    assert (f"Bayes-optimal discriminator for the same generator and windows reaches {fmt(stat([0.2, 0.2]))}: the "
+    assert (f"Bayes reference discriminator for the same generator and windows reaches {fmt(stat([0.2, 0.2]))}: the "
             f"discriminator closed {fmt(stat([0.3, 0.35]))} of the gap" in text)
     assert f"precision of \"replaced\" is {fmt(stat([0.7, 0.8]))} and its recall {fmt(stat([0.4, 0.5]))}" in text
     assert f"ROC AUC {fmt(stat([0.8, 0.9]))} (0.5 is chance)" in text
