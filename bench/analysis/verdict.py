@@ -211,13 +211,13 @@ def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[R
         return Answer(yardstick=None, label=None, leader=None, did_not_beat_control=[], beat_control=[], scale=scale,
                       separated=False, not_separated_from=[], runner_up=None, multiplier=None, family=None,
                       did_not_learn_task=list(did_not_learn))
-    ranked = [row.objective for row in item.rows if row.objective not in did_not_learn]
+    ranked = by_gain(item, [row.objective for row in item.rows if row.objective not in did_not_learn])
     beat = [spec for spec in ranked if beats_control(item.gain_of(spec))]
     other = v.item(OTHER_READ.get(item.yardstick, "")) if OTHER_READ.get(item.yardstick) else None
     other_read = None
     if other is not None:
-        other_beat = [row.objective for row in other.rows if row.objective not in did_not_learn
-                      and beats_control(other.gain_of(row.objective))]
+        other_beat = [spec for spec in by_gain(other, [row.objective for row in other.rows])
+                      if spec not in did_not_learn and beats_control(other.gain_of(spec))]
         leader = other_beat[0] if other_beat else None
         other_read = OtherRead(yardstick=other.yardstick, label=other.label, leader=leader, beat_control=other_beat,
                                agrees=leader == (beat[0] if beat else None) and set(other_beat) == set(beat))
@@ -237,6 +237,13 @@ def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[R
                    not_separated_from=[spec for spec in others if spec not in behind],
                    multiplier=None if base is None or other is None else
                    multiplier(base, other, budget, yardstick.higher_is_better))
+
+
+def by_gain(item: YardstickVerdict, specs: list[str]) -> list[str]:
+    """The objectives in the order of what pretraining added, their gains over their own controls (the order of
+    their scores where they share a control), as the comparisons judge them."""
+    gained = {spec: item.gain_of(spec) for spec in specs}
+    return sorted(specs, key=lambda spec: -(gained[spec].estimate if gained[spec] is not None else float("-inf")))
 
 
 def outcome_for(tests: dict[tuple[str, ...], Comparison | Unjudged], first: str, second: str) -> str:

@@ -81,13 +81,13 @@ def answer_sentence(answer: Answer | None) -> str:
     elif not answer.runner_up:
         text = (f"{where}, only {answer.leader} beats its untrained control; no other objective's gain can be "
                 "compared with it")
-    else:
-        text = f"{where}, **{answer.leader} leads**" + lead_text(answer)
-        if answer.separated:
-            text += f", separated from {listing(answer.beat_control[1:])} (Holm, {family_text(answer.family)})"
-        else:
-            text += (f", but it is not separated from {listing(answer.not_separated_from)} (Holm, "
-                     f"{family_text(answer.family)})")
+    elif answer.separated:
+        text = (f"{where}, **{answer.leader} leads**" + lead_text(answer) + f", separated from "
+                f"{listing(answer.beat_control[1:])} (Holm, {family_text(answer.family)})")
+    else:  # "leads" only where the leader is separated from every other objective that beat its control
+        text = (f"{where}, no objective leads: {answer.leader}, first by its gain over its control, is not separated "
+                f"from {listing(answer.not_separated_from)} (Holm, {family_text(answer.family)}), so no compute "
+                "multiplier is stated (the table below has each one's)")
     late = answer.did_not_beat_control
     if late and answer.leader is not None:
         text += f"; {listing(late)} did not beat {'its' if len(late) == 1 else 'their'} untrained control"
@@ -95,7 +95,7 @@ def answer_sentence(answer: Answer | None) -> str:
         unlearned = answer.did_not_learn_task
         text += (f"; {listing(unlearned)} did not learn {'its' if len(unlearned) == 1 else 'their'} own task "
                  f"({'it' if len(unlearned) == 1 else 'each'} closed less than half of the range from its task's "
-                 f"trivial answer to the Bayes-optimal one, §4), so "
+                 f"trivial answer to its Bayes reference, §4), so "
                  f"{'it is' if len(unlearned) == 1 else 'they are'} ranked nowhere")
     other = answer.other_read
     if other is not None and not other.agrees:

@@ -163,3 +163,30 @@ def test_the_answer_says_first_when_the_frozen_and_fine_tuned_reads_disagree():
     assert not split.other_read.agrees and split.other_read.beat_control == ["mlm"]
     assert answer_sentence(split).startswith("The two reads of the neutral tasks disagree: read fine-tuned "
                                             "(neutral tasks' average over 2 (fine-tuned)), there only mlm beats")
+
+
+def test_leads_is_said_only_of_a_leader_separated_from_the_others_and_ranks_follow_the_gains():
+    from bench.report.wording import answer_sentence
+
+    rng = np.random.default_rng(3)
+    # ar scores higher than mlm, but its causal control is far higher: mlm's gain is the larger
+    finals = {"mlm": {"states": 0.80, "genre": 0.80}, "ar": {"states": 0.82, "genre": 0.82}}
+    controls_of = {"mlm": "untrained, bidirectional", "ar": "untrained, causal"}
+    runs = [run(spec, seed, scores, rng, control=controls_of[spec], count=2000) for spec, scores in finals.items()
+            for seed in range(5)]
+    controls = [control(name, read_as, seed, {"states": value, "genre": value}, rng, count=2000) for seed in range(5)
+                for name, read_as, value in (("untrained, bidirectional", "mlm", 0.5),
+                                             ("untrained, causal", "ar", 0.7))]
+    tasks = [task("states"), task("genre")]
+    _, answer = verdict(by_objective(runs), "mlm", {}, [{"objective": s, "supervised_positions": 10.0} for s in finals],
+                        {s: 1e5 / BUDGET for s in finals}, BUDGET, by_control(controls), None, tasks)
+    assert answer.leader == "mlm" and answer.runner_up == "ar" and answer.separated
+    assert "**mlm leads**" in answer_sentence(answer)
+    close = {"mlm": {"states": 0.80, "genre": 0.80}, "ar": {"states": 0.80, "genre": 0.80}}
+    runs = [run(spec, seed, scores, rng, count=400) for spec, scores in close.items() for seed in range(5)]
+    controls = [control("untrained, x", "mlm", seed, {"states": 0.5, "genre": 0.5}, rng) for seed in range(5)]
+    _, tied = verdict(by_objective(runs), "mlm", {}, [{"objective": s, "supervised_positions": 10.0} for s in close],
+                      {s: 1e5 / BUDGET for s in close}, BUDGET, by_control(controls), None, tasks)
+    sentence = answer_sentence(tied)
+    assert not tied.separated and "leads**" not in sentence and "no objective leads" in sentence
+    assert "less compute" not in sentence
