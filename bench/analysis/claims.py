@@ -48,11 +48,13 @@ def holm(p_values: list[float | None]) -> list[float | None]:
     return adjusted
 
 
-def family(name: str, tests: list[T]) -> tuple[list[T], Family]:
+def family(name: str, tests: list[T], untested: int = 0) -> tuple[list[T], Family]:
     """The tests with their "p" Holm-adjusted into "p_holm" and the family named, and the family: its size is the
-    number of tests that have a p-value."""
-    adjusted = [replace(test, p_holm=p_holm, family=name) for test, p_holm in zip(tests, holm([t.p for t in tests]))]
-    return adjusted, Family(name, sum(t.p is not None for t in tests))
+    number of tests that have a p-value, plus `untested` ones counted as tested with p = 1 (a comparison the gate
+    left not measurable: the family is fixed by what was compared, not by what the data let through)."""
+    adjusted_p = holm([t.p for t in tests] + [1.0] * untested)[:len(tests)]
+    adjusted = [replace(test, p_holm=p_holm, family=name) for test, p_holm in zip(tests, adjusted_p)]
+    return adjusted, Family(name, sum(t.p is not None for t in tests) + untested)
 
 
 def significant(test: Tested | None) -> bool:

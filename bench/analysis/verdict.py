@@ -95,7 +95,8 @@ def comparisons(label: str, groups: dict[str, Group], gained: dict[str, Gain], s
         found.append(Comparison(objectives=[first, second], **signed(of_gains, sign), of="gains",
                                 raw=RawDifference(raw["estimate"], raw["ci_low"], raw["ci_high"])))
     judged, named = family(f"comparisons of objectives on {label}",
-                           [pair for pair in found if isinstance(pair, Comparison)])
+                           [pair for pair in found if isinstance(pair, Comparison)],
+                           untested=sum(isinstance(pair, Unjudged) for pair in found))
     tested = iter(replace(pair, outcome=outcome(pair)) for pair in judged)
     return [next(tested) if isinstance(pair, Comparison) else pair for pair in found], named
 

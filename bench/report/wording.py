@@ -124,6 +124,10 @@ def lead_text(answer: Answer) -> str:
     leader, runner_up, times_text = answer.leader, answer.runner_up, multiplier_text(m, reading="direct")
     if m.kind == "?":
         return f"; its lead in compute is {times_text}"
+    # "less compute" only of an interval above 1 (or a lower bound at 1 or more), never of one that holds or is below it
+    if not ((m.kind == "=" and m.ci_low is not None and m.ci_low > 1) or (m.kind == ">" and m.multiplier >= 1)):
+        return (f"; its compute multiplier against {runner_up} is {times_text}, an interval that does not lie above "
+                "1: no saving in compute is established")
     if m.reading == "reversed" and m.kind not in (">", "<"):
         # read inside both runs: where the runner-up got to by the budget, and when the leader got there
         return (f": it reaches {runner_up}'s final value with {times_text} less compute than {runner_up} "

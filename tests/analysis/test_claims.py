@@ -44,3 +44,14 @@ def test_an_outcome_comes_from_holms_p_and_the_sign():
     assert outcome(pair(-0.1, 0.01)) == BEHIND
     assert outcome(pair(0.3, 0.06)) == NOT_SEPARATED
     assert outcome(pair(0.3, None)) == NOT_SEPARATED
+
+
+def test_a_family_counts_the_pairs_the_gate_left_untested_as_p_one():
+    """Holm's family is fixed by what was compared: two pairs not measurable still count, so one judged pair with
+    p = 0.02 is adjusted by 3, not by 1."""
+    pair = Comparison(objectives=["a", "b"], estimate=0.1, ci_low=None, ci_high=None, p=0.02, se=0.01, df=10.0,
+                      test_sampling=True)
+    (alone,), size_alone = family("f", [pair])
+    (fixed,), size_fixed = family("f", [pair], untested=2)
+    assert alone.p_holm == pytest.approx(0.02) and size_alone.size == 1
+    assert fixed.p_holm == pytest.approx(0.06) and size_fixed.size == 3

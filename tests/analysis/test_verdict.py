@@ -190,3 +190,14 @@ def test_leads_is_said_only_of_a_leader_separated_from_the_others_and_ranks_foll
     sentence = answer_sentence(tied)
     assert not tied.separated and "leads**" not in sentence and "no objective leads" in sentence
     assert "less compute" not in sentence
+
+
+def test_the_comparison_family_is_every_pair_of_objectives_whatever_the_gate_lets_through():
+    found, _ = comparison({"mlm": {"states": 0.9, "genre": 0.9}, "ar": {"states": 0.85, "genre": 0.85},
+                           "electra": {"states": 0.5, "genre": 0.5}},
+                          {"states": 0.5, "genre": 0.5})
+    states = item(found, "states (frozen)")
+    assert [p.outcome for p in states.comparisons].count("not measurable") == 2  # electra beat nothing
+    assert states.comparison_family.size == 3  # three objectives, three pairs
+    judged = next(p for p in states.comparisons if p.outcome != "not measurable")
+    assert judged.p_holm == pytest.approx(min(1.0, 3 * judged.p))

@@ -61,3 +61,21 @@ def test_the_same_runs_draw_the_same_plot(tmp_path):
     for name in ("first", "second"):
         plot_loss(runs, tmp_path / f"{name}.png")
     assert (tmp_path / "first.png").read_bytes() == (tmp_path / "second.png").read_bytes()
+
+
+def test_less_compute_is_said_only_of_an_interval_above_one():
+    from bench.analysis.findings import Answer, Family, Multiplier, Scale
+    from bench.report.wording import answer_sentence
+
+    def said(value, low, high, reading="direct"):
+        m = Multiplier(multiplier=value, kind="=", reading=reading, seeds=[0, 1], ci_low=low, ci_high=high,
+                       ci_low_kind="t", ci_high_kind="t", resamples=10, range=[0.01, 100.0])
+        return answer_sentence(Answer(yardstick="y", label="y", leader="a", did_not_beat_control=[],
+                                      beat_control=["a", "b"], scale=Scale(parameters=1, tokens=1.0, flops=1.0),
+                                      separated=True, not_separated_from=[], runner_up="b", multiplier=m,
+                                      family=Family("f", 1)))
+
+    assert "would need 3× (2–4.5)" in said(3.0, 2.0, 4.5)
+    for value, low, high in ((2.0, 0.58, 6.5), (0.71, 0.2, 2.4), (0.5, 0.3, 0.8)):  # holds 1, or lies below it
+        text = said(value, low, high)
+        assert "less compute" not in text and "would need" not in text and "no saving in compute" in text
