@@ -31,7 +31,7 @@ from bench.yardsticks.downstream import Downstream, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
 from bench.yardsticks.tasks import load_tasks, parse_task_list
-from objectives import Objective, ObjectiveSchedule, Vocab, parse_objective_list
+from objectives import Objective, Vocab, parse_objective_list
 
 CONFIG_SCHEMA = 2  # config.json's layout (bench.config's sections); a folder of another is refused
 # the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
@@ -138,11 +138,6 @@ def plan_objectives(specs: list[str], corpus: Corpus, config: Config, schedule: 
     for objective in objectives:
         for seq_len in dict.fromkeys(schedule.lengths):
             objective.check_seq_len(seq_len)
-        own = objective.pieces_with_own_parameters() if isinstance(objective, ObjectiveSchedule) else []
-        if own and fabric.world_size > 1:
-            raise ConfigError(f"{objective.spec()} on {fabric.world_size} processes: its piece(s) {', '.join(own)} "
-                              "hold parameters that no gradient reaches in the other pieces' shares, which DDP "
-                              "refuses; run it on one process, or use pieces without heads of their own")
     canonical = [objective.spec() for objective in objectives]  # "mlm:rate=0.15" is "mlm"
     if len(set(canonical)) != len(canonical):
         raise ConfigError(f"an objective is listed twice in --objectives ({', '.join(canonical)})")

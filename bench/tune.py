@@ -48,6 +48,7 @@ ELECTRA_TRIALS = tuple((f"electra:disc_weight={weight:g}" if weight != 50 else "
                        for weight in (10, 50) for rate in (1e-3, 2e-3, 4e-3))  # as many as TRIAL_RATES
 # down to 1e-5, at which the fine-tuning steps barely move the backbone: a pick there is the limit of fine-tuning
 # less and less, the frozen probe's head, beyond which no other model lies; it is no edge to widen
+TUNED_OBJECTIVES = "mlm,ar,electra"  # what the default tunes: ELECTRA's λ is one of its trials
 FINETUNE_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 BARELY_MOVES = 1e-5
 
@@ -230,6 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     given = list(sys.argv[1:] if argv is None else argv)
     write_defaults = build_parser().parse_args(given).write_defaults  # every flag checked, --help answered
     config = compare.parse_config([word for word in given if word != "--write-defaults"])
+    if not compare.given_flag(given, "objectives"):  # the objectives as their papers set them, not the last picks
+        config = config.with_flags(objectives=TUNED_OBJECTIVES)
     if config.output.out is None:
         config = config.with_flags(out=Path("reports/tuning"))
     if write_defaults and setting_of(config) != setting_of(Config()):

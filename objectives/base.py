@@ -283,6 +283,10 @@ class Objective(nn.Module):
         tensors together."""
         return {}
 
+    def pieces_with_own_parameters(self) -> list[str]:
+        """A schedule's pieces that hold parameters beside the shared backbone (objectives.schedule); none here."""
+        return []
+
     def replacement_story(self, batch: Corrupted) -> tuple[Tensor, float] | None:
         """For an objective whose task is telling replaced tokens apart (ELECTRA): the distribution each position's
         replacement would be drawn from, (N, L, vocab), and the probability that a position is drawn, so that the
@@ -340,9 +344,12 @@ def lm_forward(backbone: Backbone, batch: Corrupted, hidden: Tensor | None = Non
     if hidden is None:
         hidden = backbone(batch.inputs, attention=batch.attention, prefix_len=batch.prefix_len)
     rows = batch.supervised
-    if rows.numel() == 0:
-        return Output(hidden.sum() * 0.0, 0, {"accuracy": float("nan")})
     read = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)
+    if rows.numel() == 0:
+        # a zero loss that still reaches every parameter (the head's through its empty rows): DDP syncs gradients
+        # only when every parameter has one, on every process, whatever rows a process's micro-batch drew
+        head = transform(read).sum() * 0.0 if transform is not None else 0.0
+        return Output(hidden.sum() * 0.0 + head, 0, {"accuracy": float("nan")})
     loss, correct = linear_cross_entropy(read if transform is None else transform(read),
                                          backbone.token_embedding.weight, batch.targets.reshape(-1).index_select(0, rows))
     # a tensor, divided in float64 where the device has it: the number a host-side count / rows would give

@@ -89,8 +89,9 @@ class ObjectiveSchedule(Objective):
         return self.text
 
     def pieces_with_own_parameters(self) -> list[str]:
-        """The pieces that hold parameters beside the shared backbone (ELECTRA's generator, a pair head): outside
-        their share no gradient reaches those, which DDP's gradient reducer refuses."""
+        """The pieces that hold parameters beside the shared backbone (ELECTRA's generator, MLM's transform, a pair
+        head): outside their share no gradient reaches those, so DDP looks for unused parameters
+        (bench.training.state.setup_run)."""
         shared = {id(p) for p in self.backbone.parameters()}
         return [piece.spec() for piece in self.pieces if any(id(p) not in shared for p in piece.parameters())]
 

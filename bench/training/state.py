@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 from lightning_fabric import Fabric
+from lightning_fabric.strategies import DDPStrategy
 from torch import Tensor
 
 from backbone import ConfigError, Transformer
@@ -84,6 +85,10 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
         if config.compile:  # in place: parameter names, checkpoints and copies (the probes') stay as they are
             for block in stack.blocks:  # per block: DDP's gradient all-reduce can start as each block's backward ends
                 block.compile()
+    if isinstance(fabric.strategy, DDPStrategy) and objective.pieces_with_own_parameters():
+        # a schedule's piece with a head of its own (MLM's transform, ELECTRA's generator) gets no gradient in the
+        # other pieces' shares: DDP must look for unused parameters (AdamW leaves them as a single process does)
+        fabric.strategy._ddp_kwargs["find_unused_parameters"] = True
     module, optimizer = fabric.setup(objective, make_optimizer(objective, config, fabric.device))
     schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
     counters = Counters([PhaseCounters(phase.seq_len, phase.share, piece_spec(objective, phase))

@@ -214,7 +214,7 @@ def test_the_mlm_against_clm_judge_reads_every_budget():
     found, named = judge(judge_clm(Evidence(comparisons)), "clm")
     claims = {f.claim: f for f in found}
     assert list(claims)[0] == "MLM (40 %) beats CLM at equal FLOPs (1e+09)" and len(claims) == 2 * 4 + 1
-    assert named.size == 9 and all(f.yardstick == "neutral_average_finetuned" for f in found)
+    assert named.size == 9 and all(f.yardstick == "neutral_average_frozen" for f in found)  # the main yardstick
     assert claims["MLM (40 %) beats CLM at equal FLOPs (4e+09)"].outcome == "not reproduced"  # CLM is ahead
     assert claims["CLM is the more data-efficient: it leads MLM at the smallest budget (1e+09)"].outcome == \
         "reproduced"

@@ -70,10 +70,10 @@ def write_files(folder) -> None:
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    """(comparison folder, exports folder, the CSV task's folder): the default objectives, trained and exported."""
+    """(comparison folder, exports folder, the CSV task's folder): mlm, ar and electra, trained and exported."""
     folder = tmp_path_factory.mktemp("tools")
     write_files(folder)
-    compare_main(["--seeds", "1", "--model", "tiny", "--seq-len", "24", "--batch-size", "8", "--budget", "4e8",
+    compare_main(["--objectives", "mlm,ar,electra", "--seeds", "1", "--model", "tiny", "--seq-len", "24", "--batch-size", "8", "--budget", "4e8",
                   "--eval-points", "2", "--data", f"text:{folder / 'corpus.txt'}", "--vocab-size", "120",
                   "--no-probes", "--downstream", str(folder / "task"), "--finetune-steps", str(STEPS),
                   "--finetune-lrs", str(RATE), "--quiet", "--out", str(folder / "cmp")])
