@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
-from bench.cli import run
 from bench import compare
+from bench.cli import run
 from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
@@ -38,17 +38,17 @@ from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
 from bench.training.state import restore, setup_run
+from bench.tuned import DEFAULTS_FILE, setting_of
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective
-from bench.tuned import DEFAULTS_FILE, setting_of
 
 TUNING_SEED = 1000  # never one of a comparison's seeds
 TRIAL_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # 2× apart around the rates small models take
 ELECTRA_TRIALS = tuple((f"electra:disc_weight={weight:g}" if weight != 50 else "electra", rate)
                        for weight in (10, 50) for rate in (1e-3, 2e-3, 4e-3))  # as many as TRIAL_RATES
+TUNED_OBJECTIVES = "mlm,ar,electra"  # what the default tunes: ELECTRA's λ is one of its trials
 # down to 1e-5, at which the fine-tuning steps barely move the backbone: a pick there is the limit of fine-tuning
 # less and less, the frozen probe's head, beyond which no other model lies; it is no edge to widen
-TUNED_OBJECTIVES = "mlm,ar,electra"  # what the default tunes: ELECTRA's λ is one of its trials
 FINETUNE_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 BARELY_MOVES = 1e-5
 

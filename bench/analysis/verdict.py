@@ -19,7 +19,8 @@ from bench.analysis import uncertainty
 from bench.analysis.claims import (AHEAD, BEHIND, NOT_MEASURABLE, beats_control, family, finite_or_none, measurable,
                                    outcome)
 from bench.analysis.findings import (Answer, Comparison, ControlMean, DensityRatio, Family, Gain, Mean, Multiplier,
-                                     OtherRead, RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins, YardstickVerdict)
+                                     OtherRead, RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins,
+                                     YardstickVerdict)
 from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
 from bench.analysis.multipliers import Curve, multiplier
 from bench.analysis.uncertainty import Group
