@@ -107,8 +107,8 @@ def tune(config: Config) -> dict:
         raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
                           "training signal")
     # trials finished before are kept with --resume only (a trial of other code would pass for this code's)
-    works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate),
-                  (plan_.out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}",), config.output.resume)
+    works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate), (trial_dir(plan_.out, trained, rate),),
+                  config.output.resume)
              for spec in plan_.specs for trained, rate in tried[spec]]
     records = iter(executed(fabric, plan_, works))
     found: dict = {"setting": setting_of(config), "revision": code_revision(), "seed": TUNING_SEED,
@@ -120,7 +120,7 @@ def tune(config: Config) -> dict:
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
         trial = replace(plan_.train, lr=best["lr"])
         run = setup_run(fabric, best["trial"], TUNING_SEED, plan_.corpus, trial,
-                        plan_.out / f"{run_name(best['trial'], TUNING_SEED)}-lr{best['lr']:g}")
+                        trial_dir(plan_.out, best["trial"], best["lr"]))
         restore(fabric, run)  # the picked trial's final weights
         found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
                                      "at_edge": edge(rates, best["lr"]),
@@ -131,6 +131,10 @@ def tune(config: Config) -> dict:
             untrained = build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device)
         found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
     return found
+
+
+def trial_dir(out: Path, trained: str, rate: float) -> Path:
+    return out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}"
 
 
 def trial_row(trained: str, rate: float, record, diverged: dict | None, neutral: list[str]) -> dict:
@@ -176,9 +180,9 @@ def report(found: dict) -> str:
         tasks = list(tuned["trials"][0]["tasks"])
         lines += [f"## `{spec}`", "", "| trial | peak rate | dev average | " + " | ".join(tasks) + " |",
                   "|---|---|---|" + "---|" * len(tasks)]
+        chosen = (tuned["picked"]["objective"], tuned["picked"]["lr"])
         for row in tuned["trials"]:
-            mark = " **(picked)**" if (row["trial"], row["lr"]) == (tuned["picked"]["objective"], tuned["picked"]["lr"]) \
-                else ""
+            mark = " **(picked)**" if (row["trial"], row["lr"]) == chosen else ""
             score = "diverged" if row["validation"] is None else f"{row['validation']:.4f}"
             lines.append(f"| `{row['trial']}`{mark} | {row['lr']:g} | {score} | "
                          + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |")
@@ -202,12 +206,12 @@ def finetune_text(tuned: dict) -> str:
 
 def defaults(found: dict) -> dict:
     """What the default comparison reads (bench/tuned.json): objectives, peak rates, fine-tuning rates."""
-    picked = {spec: tuned["picked"] for spec, tuned in found["objectives"].items()}
-    first = next(iter(picked.values()))
-    lr = ",".join([f"{first['lr']:g}", *(f"{p['objective']}={p['lr']:g}" for p in list(picked.values())[1:])])
-    finetune = {p["objective"]: found["objectives"][spec]["finetune"] for spec, p in picked.items()}
+    picks = {spec: tuned["picked"] for spec, tuned in found["objectives"].items()}
+    first = next(iter(picks.values()))
+    lr = ",".join([f"{first['lr']:g}", *(f"{p['objective']}={p['lr']:g}" for p in list(picks.values())[1:])])
+    finetune = {p["objective"]: found["objectives"][spec]["finetune"] for spec, p in picks.items()}
     return {"made_by": "python -m bench.tune --write-defaults", "report": "reports/tuning/report.md",
-            "setting": found["setting"], "objectives": ",".join(p["objective"] for p in picked.values()), "lr": lr,
+            "setting": found["setting"], "objectives": ",".join(p["objective"] for p in picks.values()), "lr": lr,
             "finetune": {**finetune, **{name: tuned["finetune"] for name, tuned in found["controls"].items()}}}
 
 

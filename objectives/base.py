@@ -290,7 +290,7 @@ class Objective(nn.Module):
     def replacement_story(self, batch: Corrupted) -> tuple[Tensor, float] | None:
         """For an objective whose task is telling replaced tokens apart (ELECTRA): the distribution each position's
         replacement would be drawn from, (N, L, vocab), and the probability that a position is drawn, so that the
-        embedded language can give the Bayes-optimal answer on exactly these held-out windows. None otherwise."""
+        embedded language can give the Bayes reference answer on exactly these held-out windows. None otherwise."""
         return None
 
     def bayes_floors(self) -> list[FloorSpec]:

@@ -100,12 +100,12 @@ class Electra(Objective):
     @classmethod
     def report_note(cls, metrics: dict[str, str], closed: dict[str, str]) -> str | None:
         """The discriminator read as the paper's pretraining metrics read it, against its trivial answer ("everything
-        is original") and, on the embedded language, the Bayes-optimal discriminator for the same generator."""
+        is original") and, on the embedded language, the Bayes reference discriminator for the same generator."""
         if "discriminator_auc" not in metrics:
             return None
         bayes = (f" The Bayes reference discriminator for the same generator and windows reaches "
-                 f"{metrics['discriminator_bayes_loss']}: the discriminator closed {metrics['discriminator_closed']} of "
-                 f"the gap from its labels' entropy to it." if "discriminator_closed" in metrics else "")
+                 f"{metrics['discriminator_bayes_loss']}: the discriminator closed {metrics['discriminator_closed']} "
+                 f"of the gap from its labels' entropy to it." if "discriminator_closed" in metrics else "")
         paper = (f" At probability 0.5 its precision of \"replaced\" is {metrics['discriminator_precision']} and its "
                  f"recall {metrics['discriminator_recall']} (trained ELECTRA discriminators: about 0.80 and 0.5)."
                  if "discriminator_recall" in metrics else "")
@@ -145,7 +145,7 @@ class Electra(Objective):
 
     @torch.no_grad()
     def replacement_story(self, batch: Corrupted) -> tuple[Tensor, float]:
-        """What the Bayes-optimal discriminator needs to know of the corruption: at every position, the generator's
+        """What the Bayes reference discriminator needs to know of the corruption: at every position, the generator's
         distribution over the vocabulary had that position been [MASK]ed too (at a position the batch masked, the very
         one its sample was drawn from), (N, L, vocab) probabilities; and the probability that a position is drawn,
         rate × mask (a kept position's draw, which saw the original, is counted as shown as it was)."""
@@ -157,10 +157,9 @@ class Electra(Objective):
             at = positions[start:start + chunk]
             variants = batch.inputs.unsqueeze(0).repeat(len(at), 1, 1)  # (positions, N, L), position t masked in t
             variants[torch.arange(len(at)), :, at] = self.vocab.MASK
-            hidden = self.generator(self.generator_in(self.backbone.embed(variants.flatten(0, 1))),
-                                    attention="bidirectional").view(len(at), N, L, -1)
+            hidden = self.generator_states(variants.flatten(0, 1)).view(len(at), N, L, -1)
             hidden = hidden[torch.arange(len(at)), :, at]  # (positions, N, width): variant t read at t
-            distributions.append(self.backbone.logits(self.generator_head(hidden)).float().softmax(-1))
+            distributions.append(self.generator_logits(hidden).float().softmax(-1))
         return torch.cat(distributions).transpose(0, 1), self.options.rate * self.options.mask
 
     def bayes_floors(self) -> list[FloorSpec]:
@@ -176,12 +175,19 @@ class Electra(Objective):
         # number of masked positions (rule=exact), so each mean is weighed by its own count.
         return {"generator": batch.num_supervised, "discriminator": batch.inputs.numel()}
 
+    def generator_states(self, inputs: Tensor) -> Tensor:
+        """The generator's hidden states over (masked) inputs, read through the shared embeddings."""
+        return self.generator(self.generator_in(self.backbone.embed(inputs)), attention="bidirectional")
+
+    def generator_logits(self, hidden: Tensor) -> Tensor:
+        """The generator's MLM head on the rows given: dense, GELU, LayerNorm, then the tied embeddings."""
+        return self.backbone.logits(self.generator_head(hidden))
+
     def forward(self, batch: Corrupted) -> Output:
         rows = batch.supervised
-        embedded = self.backbone.embed(batch.inputs)
-        generator_hidden = self.generator(self.generator_in(embedded), attention="bidirectional")
+        generator_hidden = self.generator_states(batch.inputs)
         generator_hidden = generator_hidden.reshape(-1, generator_hidden.shape[-1]).index_select(0, rows)
-        generator_logits = self.backbone.logits(self.generator_head(generator_hidden))
+        generator_logits = self.generator_logits(generator_hidden)
         generator_loss, generator_metrics = token_loss(generator_logits, batch.targets.reshape(-1)[rows])
 
         with torch.no_grad():  # Gumbel-max sampling at temperature 1; no gradient flows through the sample

@@ -240,7 +240,7 @@ CLM_BUDGETS = (2e11, 8e11, 1.6e12)
 def judge_clm(evidence: Evidence) -> list[PaperFinding]:
     """Per budget of the sweep (each a comparison, evidence.results keyed by its folder): MLM against CLM, and each
     CLM → MLM schedule against MLM alone; at the smallest budget, CLM against MLM (the paper's data efficiency); on
-    the main yardstick, as the default's answer is (the paper fine-tunes; the report's fine-main read is beside it)."""
+    the main yardstick, as the default's answer is (the paper fine-tunes; the report's fine-tuned read is beside it)."""
     variants = sorted(evidence.results, key=lambda name: float(name.removeprefix("budget-")))
     main, findings = evidence.main(), []
     for variant in variants:

@@ -87,7 +87,7 @@ def loss_summary(runs: list[RunRecord], floors: dict[str, float], unigram: dict[
 
 
 # An objective has learned its own task when its runs closed at least this share, on average, of the range from the
-# task's trivial answer (the unigram loss; "all original" for ELECTRA's discriminator) to the Bayes-optimal one.
+# task's trivial answer (the unigram loss; "all original" for ELECTRA's discriminator) to its Bayes floor or reference.
 LEARNED_TASK = 0.5
 
 

@@ -88,11 +88,11 @@ def comparisons(label: str, groups: dict[str, Group], gained: dict[str, Gain], s
                                   estimate=sign * float(groups[first].values.mean() - groups[second].values.mean())))
             continue
         raw = signed(uncertainty.difference(groups[first], groups[second]), sign)
-        own = controls[control_of[first]], controls[control_of[second]]
         if control_of[first] == control_of[second]:
             found.append(Comparison(objectives=[first, second], **raw))
             continue
-        of_gains = uncertainty.contrast([groups[first], own[0], groups[second], own[1]], [1.0, -1.0, -1.0, 1.0])
+        of_gains = uncertainty.contrast([groups[first], controls[control_of[first]], groups[second],
+                                         controls[control_of[second]]], [1.0, -1.0, -1.0, 1.0])
         found.append(Comparison(objectives=[first, second], **signed(of_gains, sign), of="gains",
                                 raw=RawDifference(raw["estimate"], raw["ci_low"], raw["ci_high"])))
     judged, named = family(f"comparisons of objectives on {label}",
@@ -215,7 +215,7 @@ def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[R
                       did_not_learn_task=list(did_not_learn))
     ranked = by_gain(item, [row.objective for row in item.rows if row.objective not in did_not_learn])
     beat = [spec for spec in ranked if beats_control(item.gain_of(spec))]
-    other = v.item(OTHER_READ.get(item.yardstick, "")) if OTHER_READ.get(item.yardstick) else None
+    other = v.item(OTHER_READ[item.yardstick]) if item.yardstick in OTHER_READ else None
     other_read = None
     if other is not None:
         other_beat = [spec for spec in by_gain(other, [row.objective for row in other.rows])

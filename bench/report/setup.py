@@ -18,7 +18,8 @@ def rates_source(found: dict) -> str:
         text += f"; this comparison differs in {', '.join(found['differs'])}"
     if found["never_swept"]:
         text += f"; never swept: {', '.join(found['never_swept'])}, which take their name's or the common rate"
-    return text + ("; run --lr-sweep for rates of its own)" if found["differs"] or found["never_swept"] else ")")
+    return text + ("; run python -m bench.tune for rates of its own)" if found["differs"] or found["never_swept"]
+                   else ")")
 
 
 def model_text(facts: dict) -> str:

@@ -51,7 +51,7 @@ class Yardstick(Protocol):
 def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], objective: Objective,
              language: Language | None = None) -> dict[str, float]:
     """The objective's own loss and metrics, averaged over supervised positions, its pooled metrics, and, on the
-    embedded language, the Bayes-optimal answer to its question where that depends on the model (ELECTRA's
+    embedded language, the Bayes reference answer to its question where that depends on the model (ELECTRA's
     discriminator); every rank computes the same. Unlike a training step, this reads every batch's numbers from the
     device."""
     was_training = module.training
@@ -63,12 +63,13 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], 
     with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
         torch.manual_seed(EVAL_SEED)
         for batch in batches:
+            batch = batch.to(fabric.device)
             with fabric.autocast():
-                output = module(batch.to(fabric.device))
+                output = module(batch)
             if output.supervised_positions == 0:
                 continue
             outputs.append(output)
-            stories.append(objective.replacement_story(batch.to(fabric.device)) if language is not None else None)
+            stories.append(objective.replacement_story(batch) if language is not None else None)
             for key, value in {"loss": output.loss, **output.metrics}.items():
                 totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
             weight += output.supervised_positions

@@ -11,10 +11,11 @@ Each backbone reads in its objective's own attention mode, with the padding invi
 backbone is read the same way: a learned scalar mix of every layer's output (the embeddings and each block's; ELMo,
 Tenney et al. 2019), fitted with the probe, since the objectives leave their answers in different layers (AR
 projects its last straight onto the vocabulary, MLM through BERT's transform, ELECTRA's feeds a discriminator head);
-and a sequence is the mean of its tokens' states, a causal backbone's included (reading
-it at its last token alone, GPT's own read, and a bidirectional one at [BOS], BERT's, would make the comparison
-one of reads: untrained, the two already differ there). A tagging task reads each token where it stands, except
-that a causal model reads a hidden token ([MASK]) at the position before it, where it has seen the words before it. Downstream FLOPs are reported, never charged
+and a sequence is the mean of its tokens' states, a causal backbone's included (reading it at its last token alone,
+GPT's own read, and a bidirectional one at [BOS], BERT's, would make the comparison one of reads: untrained, the two
+already differ there). A tagging task reads each token where it stands, except that a causal model reads a hidden
+token ([MASK]) at the position before it, where it has seen the words before it. Downstream FLOPs are reported, never
+charged
 to the pretraining budget.
 """
 
