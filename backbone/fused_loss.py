@@ -71,45 +71,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_loss, (grad_weight * grad_loss).to(ctx.weight_dtype), None, None
 
 
-_is_batched = torch._C._functorch.is_batchedtensor
-IGNORED = -100  # objectives.IGNORE: rows that pad a seed's supervised rows up to the longest seed's under vmap
-
-
-class _SeedLinearCrossEntropy(torch.autograd.Function):
-    """linear_cross_entropy under torch.func.vmap, where each seed of a stacked model (its own hidden rows, weight
-    and targets) is one vmap entry: the rule runs _LinearCrossEntropy seed by seed, the very kernel a separate run
-    calls, on that seed's rows without the IGNORED rows that pad seeds with fewer supervised positions."""
-
-    @staticmethod
-    def forward(hidden: Tensor, weight: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
-        raise RuntimeError("_SeedLinearCrossEntropy runs only under torch.func.vmap")
-
-    @staticmethod
-    def setup_context(ctx, inputs, output) -> None:
-        pass
-
-    @staticmethod
-    def vmap(info, in_dims, hidden: Tensor, weight: Tensor, targets: Tensor):
-        seeds = info.batch_size
-        hidden, weight, targets = (tensor.movedim(dim, 0) if dim is not None else tensor.expand(seeds, *tensor.shape)
-                                   for tensor, dim in zip((hidden, weight, targets), in_dims))
-        rows = (targets != IGNORED).sum(1).tolist()  # padding comes last (bench.training.stacking.padded_rows)
-        losses, correct = [], []
-        for h, w, t, kept in zip(hidden.unbind(0), weight.unbind(0), targets.unbind(0), rows):
-            if kept == 0:  # as lm_forward's batch without supervised rows: a zero loss
-                losses.append(h.sum() * 0.0)
-                correct.append(torch.zeros((), dtype=torch.long, device=h.device))
-                continue
-            loss, right = _LinearCrossEntropy.apply(h[:kept], w, t[:kept], torch.is_grad_enabled())
-            losses.append(loss)
-            correct.append(right)
-        return (torch.stack(losses), torch.stack(correct)), (0, 0)
-
-
 def linear_cross_entropy(hidden: Tensor, weight: Tensor, targets: Tensor) -> tuple[Tensor, Tensor]:
     """(mean cross-entropy of hidden @ weightᵀ against targets, number of rows whose arg-max is the target).
     The gradient products run only when a gradient will be asked for (not under no_grad, as in evaluation)."""
-    if _is_batched(hidden) or _is_batched(weight):  # seeds stacked under torch.func.vmap (bench.training.stacking)
-        return _SeedLinearCrossEntropy.apply(hidden, weight, targets)
     need_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
     return _LinearCrossEntropy.apply(hidden, weight, targets, need_grad)

@@ -166,10 +166,6 @@ def add_job_flags(add) -> None:
     add("--threads-per-run", type=int, default=None, metavar="N",
         help="torch threads of each run on a CPU: the same count gives the same numbers, however many run at once "
              "(default: the cores shared out among the runs at once)")
-    add("--batch-seeds", action="store_true",
-        help="train each objective's seeds as one stacked model where it can (else one by one, saying why): "
-             "bit-exact with separate runs; measured no faster on a 2-core CPU, meant for GPUs, where a small "
-             "model's steps are bound by kernel launches")
     add("--launcher", default="pool", choices=("pool", "slurm", "local"),
         help="pool: this machine's processes (--jobs); slurm: each run a Slurm job through submitit (pip install "
              "-e '.[slurm]'), this command waiting for them and writing the report, --resume collecting finished "

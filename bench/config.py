@@ -94,7 +94,6 @@ class HardwareConfig:
     # how many runs at once and where (bench.jobs): never what a run computes at a given thread count
     jobs: int | None = kind(COMMAND)  # None: what the machine uses well (bench.jobs.auto_jobs)
     threads_per_run: int | None = kind(COMMAND)  # None: the cores shared out among the runs at once
-    batch_seeds: bool = kind(COMMAND, False)  # bit-exact with separate runs (bench.training.stacked)
     launcher: str = kind(COMMAND, "pool")
     slurm_partition: str | None = kind(COMMAND)
     slurm_time: int = kind(COMMAND, 60)

@@ -30,7 +30,6 @@ from bench.data.corpus import Corpus
 from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric
 from bench.training.runs import control_run, finished_result, trained_or_reused
-from bench.training.stacked import trained_or_reused_seeds
 from bench.training.memory import device_memory_bytes, step_memory
 from bench.training.stopping import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request,
                                      stop_on_signals)
@@ -54,8 +53,7 @@ Outcome = tuple  # (result or None, divergence record or None): trained_or_reuse
 
 @dataclass(frozen=True)
 class Work:
-    """One unit a worker executes: a run ("run"), an untrained control ("control"), or several seeds of one
-    objective stacked in one model ("seeds", --batch-seeds)."""
+    """One unit a worker executes: a run ("run") or an untrained control ("control")."""
 
     kind: str
     spec: str
@@ -93,9 +91,6 @@ def execute(fabric, context: Context, work: Work, progress: bool, control=contro
         result = fabric.broadcast(finished_result(work.run_dirs[0]) if work.reuse else None, src=0)
         return [(result or control(fabric, work.spec, work.seeds[0], corpus, work.train, work.run_dirs[0], yardsticks,
                                    progress), None)]
-    if work.kind == "seeds":
-        return trained_or_reused_seeds(fabric, work.spec, list(work.seeds), corpus, work.train, list(work.run_dirs),
-                                       work.reuse, yardsticks, progress)
     return [trained_or_reused(fabric, work.spec, work.seeds[0], corpus, work.train, work.run_dirs[0], work.reuse,
                               yardsticks, progress)]
 

@@ -11,8 +11,8 @@ FLOP/s (the suite's own count for ours, FlopCounterMode's for the peers) over th
 measured in the same run. Also: MLM masking against the collator, one process's share of a batch (its own rows) against
 corrupting the whole batch, and KV-cached generation against recomputing the prefix for every new token. With
 `--comparison-steps N`, N training steps of mlm at the default comparison's shape, through the training code: one run,
-one run on one thread, two runs at once (two processes of one thread) and 5 seeds stacked in one model, each set
-beside the first as its peer, each the median of 3 rounds that take the four in turn
+one run on one thread and two runs at once (two processes of one thread), each set beside the first as its peer,
+each the median of 3 rounds that take the three in turn
 (bench.training.throughput.comparison_rows). With
 `--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training), every
 timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the device's
@@ -371,8 +371,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="where the models run; corruption and the collator stay on the host (default cpu)")
     parser.add_argument("--comparison-steps", type=int, default=0,
                         help="also time STEPS training steps of mlm at the default comparison's shape (mini, T = 64, "
-                             "batch 32, on the CPU): one run, one run on one thread, two runs at once, 5 seeds "
-                             "stacked, each the median of 3 rounds; 60 takes about a minute (default 0: left out)")
+                             "batch 32, on the CPU): one run, one run on one thread, two runs at once, "
+                             "each the median of 3 rounds; 60 takes about a minute (default 0: left out)")
     parser.add_argument("--json", action="store_true", help="print a JSON list of rows instead of the table")
     args = parser.parse_args(argv)
     for name in ("seq_len", "batch_size", "repeats", "new_tokens", "comparison_steps"):

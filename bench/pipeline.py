@@ -36,7 +36,6 @@ from bench.training.distributed import agree_on_folder, launch_processes, make_f
 from bench.training.stopping import current_stop_request, stop_agreed, stop_message
 from bench.training.records import ControlRecord, RunRecord
 from bench.training.runs import control_run
-from bench.training.stacked import can_batch_seeds
 from bench.training.sweep import provenance, sweep, sweep_rates
 from bench.training.throughput import threads
 from bench.yardsticks.bayes import loss_floors, unigram_losses
@@ -199,19 +198,12 @@ def control_works(plan_: Plan) -> list[Work]:
 
 
 def run_works(fabric: Fabric, plan_: Plan) -> list[Work]:
-    """The runs as works: one per objective and seed, or with --batch-seeds one per objective whose seeds can
-    train stacked (the reason printed once for each that cannot)."""
+    """The runs as works: one per objective and seed."""
     config, works = plan_.config, []
     seeds, reuse = range(config.training.seeds), config.output.resume
     for spec in plan_.specs:
         train, dirs = replace(plan_.train, lr=plan_.learning_rates[spec]), [plan_.out / "runs" / run_name(spec, seed)
                                                                              for seed in seeds]
-        reason = can_batch_seeds(spec, train, fabric, plan_.corpus) if config.hardware.batch_seeds else False
-        if reason is True and len(dirs) > 1:
-            works.append(Work("seeds", spec, tuple(seeds), train, tuple(dirs), reuse))
-            continue
-        if reason not in (True, False) and fabric.is_global_zero:
-            print(f"--batch-seeds: the seeds of {spec} train one by one: {reason}", file=sys.stderr)
         works += [Work("run", spec, (seed,), train, (run_dir,), reuse) for seed, run_dir in zip(seeds, dirs)]
     return works
 

@@ -2,8 +2,8 @@
 # The device check of issues 22 and 33, prepared to run once on one GPU (an H200 lent by the workplace, or any CUDA
 # machine): about 11 minutes on an H200, everything under ${OUT:-gpu-check}/. Not part of CI, which has no GPU.
 #   bash scripts/gpu-check.sh [STEP ...]     (from the repository root, with the suite installed)
-# With step names (tests, perf-small, perf-base-512, sync-debug, compare, jobs-throughput, jobs-compare,
-# batch-seeds), only those run: a lease shorter than the whole check spends itself on what it must answer.
+# With step names (tests, perf-small, perf-base-512, sync-debug, compare, jobs-throughput, jobs-compare),
+# only those run: a lease shorter than the whole check spends itself on what it must answer.
 # Where a step fails, the ones after it still run, and summary.txt says which failed.
 set -uo pipefail
 out=${OUT:-gpu-check}
@@ -80,7 +80,7 @@ for metrics in "$out"/compare/runs/*/logs/from-step-0/metrics.csv; do
     [[ -f "$metrics" ]] && echo "$metrics: $(tail -1 "$metrics")" >>"$out/summary.txt"
 done
 # issue 33: small runs side by side on one GPU. Tokens/s of 1, 2, 4 and 8 default-shape runs (mini, T = 64, batch
-# 32, fp32/TF32) at once, each a process of its own started together, and of 5 seeds stacked in one model; the
+# 32, fp32/TF32) at once, each a process of its own started together; the
 # memory each process reserved says how many such runs the GPU holds (bench.jobs.PER_GPU_SMALL's choice)
 # (a file, not stdin: the processes are spawned, and each imports the script's functions again)
 cat >"$out/jobs_throughput.py" <<'PY'
@@ -91,7 +91,6 @@ import torch
 from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
-from bench.training.stacked import train_seeds
 from bench.training.throughput import steps_config
 
 STEPS = 600
@@ -119,17 +118,9 @@ if __name__ == "__main__":
         tokens, seconds, reserved = sum(d[0] for d in done), max(d[1] for d in done), max(d[2] for d in done)
         print(f"{count} at once: {tokens / seconds:,.0f} tokens/s together, {reserved / 2**20:,.0f} MiB reserved "
               f"per run (+ its CUDA context): about {torch.cuda.mem_get_info()[1] // (reserved + 2**30)} fit")
-    corpus, fabric = load_corpus("synthetic", 64), make_fabric("cuda")
-    config = steps_config("mlm", corpus, STEPS, "mini", 32)
-    with tempfile.TemporaryDirectory() as folder:
-        found = train_seeds(fabric, "mlm", list(range(5)), corpus, config, [Path(folder) / str(s) for s in range(5)],
-                            progress=False)
-    print(f"5 seeds stacked: {sum(r.tokens for r in found) / sum(r.train_seconds for r in found):,.0f} tokens/s")
 PY
 step jobs-throughput 300 python "$out/jobs_throughput.py"
-# the pool and the stacked seeds through the command, on the GPU: 2 objectives x 2 seeds at the default shape
+# the pool through the command, on the GPU: 2 objectives x 2 seeds at the default shape
 step jobs-compare 240 python -m bench.compare --objectives mlm,ar --seeds 2 --budget 2e12 --accelerator cuda \
     --downstream none --no-probes --jobs 4 --out "$out/jobs"
-step batch-seeds 240 python -m bench.compare --objectives mlm,ar --seeds 2 --budget 2e12 --accelerator cuda \
-    --downstream none --no-probes --quiet --batch-seeds --out "$out/batch-seeds"
 echo "failed: ${failed[*]:-none}" | tee -a "$out/summary.txt"

@@ -1,6 +1,6 @@
 """Training throughput at one shape, measured on the training code itself: a run of a few steps alone (train_run),
 several runs at once in processes of their own (the spawn context, one thread each: what running one job per core
-does), or seeds stacked in one model (train_seeds). Each is timed as its results time it: train_seconds, the
+does). Each is timed as its results time it: train_seconds, the
 training steps with their batches built, evaluation left out. bench.perf prints them side by side.
 """
 
@@ -20,7 +20,6 @@ from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric
 from bench.training.records import RunRecord
 from bench.training.runs import train_run
-from bench.training.stacked import train_seeds
 
 
 def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> TrainConfig:
@@ -56,15 +55,6 @@ def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, see
     return totals([result], result.train_seconds)
 
 
-def stacked(spec: str, corpus: Corpus, config: TrainConfig, seeds: int, thread_count: int) -> dict:
-    """`seeds` seeds as one stacked model on `thread_count` threads: each result's train_seconds is its share of
-    the group's steps, so they add up to the group's."""
-    with threads(thread_count), tempfile.TemporaryDirectory() as folder:
-        results = train_seeds(make_fabric(), spec, list(range(seeds)), corpus, config,
-                              [Path(folder) / str(seed) for seed in range(seeds)], progress=False)
-    return totals(results, sum(r.train_seconds for r in results))
-
-
 def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> dict:
     """`processes` runs (seeds 0, 1, ...) at the same time, each in a process of its own on one thread, started
     together once every process is ready: the aggregate over the longest run's seconds."""
@@ -97,14 +87,13 @@ def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, re
         results.put(f"{type(error).__name__}: {error}")
 
 
-def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
+def comparison_rows(steps: int, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
                     batch_size: int = 32, data: str = "synthetic", rounds: int = 3) -> list[dict]:
     """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
     steps of `spec` through the training code (this module): one run on every thread, one run on one
-    thread, two runs at once (two processes of one thread each, as one job per core runs them) and `seeds` seeds
-    stacked in one model (bench.training.stacked). Beside each, as its peer, the one run on every thread.
+    thread and two runs at once (two processes of one thread each, as one job per core runs them). Beside each, as its peer, the one run on every thread.
 
-    Each is measured in `rounds` rounds that take the four in turn, and its median round is kept (its seconds in
+    Each is measured in `rounds` rounds that take the three in turn, and its median round is kept (its seconds in
     every round beside it): a shared machine's slower spells, which moved one setting by a tenth between two runs of
     bench.perf, fall on every setting alike and on one round, not on one setting's only measurement."""
     corpus = load_corpus(data, seq_len)
@@ -113,8 +102,7 @@ def comparison_rows(steps: int, seeds: int = 5, spec: str = "mlm", model: str = 
     shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
     settings = {f"{shape}: one run, {every} threads": lambda: alone(spec, corpus, config, every),
                 f"{shape}: one run, 1 thread": lambda: alone(spec, corpus, config, 1),
-                f"{shape}: two runs at once, 2 processes of 1 thread": lambda: at_once(spec, corpus, config, 2),
-                f"{shape}: {seeds} seeds stacked, {every} threads": lambda: stacked(spec, corpus, config, seeds, every)}
+                f"{shape}: two runs at once, 2 processes of 1 thread": lambda: at_once(spec, corpus, config, 2)}
     taken: dict[str, list[dict]] = {name: [] for name in settings}
     for _ in range(rounds):
         for name, measured in settings.items():

@@ -99,3 +99,19 @@ def test_the_matmul_peak_stops_growing_once_a_product_is_long(monkeypatch):
     monkeypatch.setattr(perf, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.01)
     assert perf.matmul_peak(torch.float32, size=1024) == 2 * 1024 ** 3 / 0.01 and sorted(set(sides)) == [256, 512,
                                                                                                          1024]
+
+
+@pytest.mark.slow
+def test_perf_times_the_default_comparisons_step_alone_and_at_once():
+    # tiny shapes: this checks that the rows are made and hold sane keys; their speeds are bench.perf's to print
+    from bench.training.throughput import comparison_rows
+    rows = comparison_rows(steps=3, model="tiny", seq_len=16, batch_size=4,
+                           data="synthetic:train=64,heldout=16,words=64,states=4", rounds=3)
+    names = [row["name"] for row in rows]
+    assert [name.split(": ")[1] for name in names][1:] == ["one run, 1 thread",
+                                                           "two runs at once, 2 processes of 1 thread"]
+    assert [row["runs"] for row in rows] == [1, 1, 2]
+    for row in rows:
+        assert row["tokens"] == row["runs"] * 3 * 4 * 16 and row["seconds"] > 0 and row["ours_tokens_per_s"] > 0
+        assert row["flops_per_step"] == rows[0]["flops_per_step"] and row["ours_flops_per_s"] > 0
+        assert len(row["seconds_each_round"]) == 3 and sorted(row["seconds_each_round"])[1] == row["seconds"]

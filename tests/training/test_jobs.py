@@ -70,12 +70,6 @@ def test_runs_as_submitit_jobs_give_the_results_of_runs_in_this_process(one_by_o
     assert all((out / "runs" / name / "slurm_job.json").exists() for name in ("mlm-seed0", "ar-seed1"))
 
 
-@pytest.mark.slow
-def test_batched_seeds_give_the_results_of_separate_runs(one_by_one, tmp_path, capsys):
-    main([*TINY, "--batch-seeds", "--out", str(tmp_path / "batched")])
-    assert results(tmp_path / "batched") == results(one_by_one)
-
-
 @pytest.mark.parametrize("args, message", [
     (["--jobs", "2", "--devices", "2"], "--jobs 2 runs each run on one device; --devices 2"),
     (["--jobs", "0"], "--jobs must be >= 1, got 0"),
@@ -213,16 +207,3 @@ def test_a_worker_killed_by_the_system_ends_the_command_in_one_line_naming_the_u
     message = str(exit_info.value.code)
     assert message.startswith("a worker process ended abruptly") and "mlm-seed0, mlm-seed1" in message
     assert "--resume" in message and not _pools
-
-
-def test_batched_seeds_where_they_can_else_one_by_one_with_the_reason_once(tmp_path, capsys):
-    fabric = make_fabric("cpu", launch=False)
-    stacked = plan(parse_config([*TINY, "--batch-seeds", "--out", str(tmp_path / "a")]), fabric)
-    assert [(work.kind, work.seeds) for work in run_works(fabric, stacked)] == [("seeds", (0, 1))] * 2
-    fabric = make_fabric("cpu", precision="bf16-mixed", launch=False)
-    bf16 = plan(parse_config([*TINY, "--batch-seeds", "--precision", "bf16-mixed", "--out", str(tmp_path / "b")]),
-                fabric)
-    assert [(work.kind, work.seeds) for work in run_works(fabric, bf16)] == [("run", (0,)), ("run", (1,))] * 2
-    assert capsys.readouterr().err.splitlines() == [
-        f"--batch-seeds: the seeds of {spec} train one by one: it trains in 32-true only, not bf16-mixed"
-        for spec in ("mlm", "ar")]
