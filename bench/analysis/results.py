@@ -25,7 +25,7 @@ from bench.training.schedule import parse_seq_len
 SCHEMA = 2  # results.json's layout; a folder of another schema is refused rather than misread (bench.downstream)
 PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned")
 QUESTIONS = ("hidden_state", "replaced_word")
-COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "wall_seconds",
+COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "cooldown_flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")
 
 
@@ -61,8 +61,8 @@ def p_value(values: list[float], baseline: list[float]) -> float | None:
 
 def compute_summary(runs: list[RunRecord]) -> Compute:
     mean = {key: sum(getattr(r, key) for r in runs) / len(runs) for key in COMPUTE_KEYS}
-    # where the wall time went: the steps, the evaluations at the FLOP checkpoints (held-out loss, curve probes and
-    # tasks, checkpointing), and the final probes and tasks on rank 0
+    # where the wall time went: the steps, the FLOP checkpoints (their cool-down branches, held-out loss, curve probes
+    # and tasks, checkpointing), and the final probes and tasks on rank 0
     spent = {"train_seconds": [r.train_seconds for r in runs],
              "checkpoint_seconds": [r.wall_seconds - r.train_seconds for r in runs],
              "final_seconds": [(r.probe_seconds or 0) + (r.downstream_seconds or 0) for r in runs]}
@@ -140,6 +140,7 @@ def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | Non
             rows.append(TaskRow(
                 objective=spec, pooling=results[0]["pooling"], frozen=stat([r["frozen"]["score"] for r in results]),
                 finetuned=stat([r["finetuned"]["score"] for r in results]),
+                native=stat([r["native"]["score"] for r in results if "native" in r]),
                 metrics={key: stat([r["finetuned"][key] for r in results]) for key in results[0]["finetuned"]
                          if key not in ("score", "lr", "dev", "hits", "units")},
                 rates={f"{rate:g}": rates.count(rate) for rate in sorted(set(rates))},
@@ -147,7 +148,14 @@ def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | Non
                 flops=TaskFlops(**{key: sum(r["flops"][key] for r in results) / len(results)
                                    for key in ("frozen", "finetune")})))
         summary.append(TaskSummary(described.get(name, {"task": name}), rows))
-    return DownstreamSummary(summary)
+    trained_on = {signal for run in runs for signal in getattr(run, "signals", None) or ()}
+    neutral = [name for name in names if not set(described.get(name, {}).get("copies", ())) & trained_on]
+    native = {}
+    for spec, spec_runs in grouped.items():
+        per_seed = [[((r.downstream or {}).get(name) or {}).get("native", {}).get("score") for name in neutral]
+                    for r in spec_runs]
+        native[spec] = stat([sum(row) / len(row) for row in per_seed if None not in row]) if neutral else None
+    return DownstreamSummary(summary, native)
 
 
 PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")

@@ -5,7 +5,7 @@ budget sweep's frontier (Sweep), what bench.analysis.budgets builds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from bench.analysis.findings import (NOT_MEASURABLE, Answer, Crossover, GainAt, Placed, Stat, Verdict,
                                      fields_from_json, from_json, omitted, to_json)
@@ -16,7 +16,7 @@ from bench.training.records import ControlRecord, RunRecord
 @dataclass(frozen=True)
 class Compute:
     """What an objective's runs spent, means over seeds: the counters, the throughput, where the wall time went
-    (the steps, the evaluations at the FLOP checkpoints, the final probes and tasks) and the FLOPs per token and per
+    (the steps, the FLOP checkpoints' cool-down branches and evaluations, the final probes and tasks) and the FLOPs per token and per
     supervised position."""
 
     flops_per_step: float
@@ -24,6 +24,7 @@ class Compute:
     tokens: float
     supervised_positions: float
     flops: float
+    cooldown_flops: float  # the FLOP checkpoints' cool-down branches, spent besides the budget
     wall_seconds: float
     tokens_per_second: float
     supervised_per_sequence: float
@@ -100,6 +101,7 @@ class TaskRow:
     pooling: str
     frozen: Stat | None
     finetuned: Stat | None
+    native: Stat | None  # the family's own read, frozen (bench.yardsticks.downstream.native_read): ranks nobody
     metrics: dict[str, Stat | None]
     rates: dict[str, int]
     rate_at_edge: bool
@@ -130,6 +132,9 @@ class TaskSummary:
 @dataclass(frozen=True)
 class DownstreamSummary:
     tasks: list[TaskSummary]
+    # per objective or control, the neutral tasks' average read the family's own way, frozen: a diagnostic beside
+    # the main yardstick (which reads every backbone one way), never ranked
+    native_average: dict[str, Stat | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

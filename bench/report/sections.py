@@ -8,7 +8,7 @@ from backbone.flops import TILE
 from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
 from bench.analysis.results import by_objective
-from bench.analysis.summaries import Results
+from bench.analysis.summaries import DownstreamSummary, Results
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)
 from objectives import REGISTRY, Objective
@@ -107,10 +107,12 @@ def multiplier_table(v: Verdict) -> str:
     names = list(dict.fromkeys(m.yardstick for m in v.multipliers))
     labels = [v.item(name).label for name in names]
     unknown = DensityRatio(per_sequence=None, per_flop=None)
-    rows = [[spec] + [multiplier_text(next((m for m in v.multipliers if m.objective == spec and m.yardstick == name),
-                                           None)) for name in names]
-            + [ratio_text(density.per_sequence), ratio_text(density.per_flop)]
-            for spec in dict.fromkeys(m.objective for m in v.multipliers)
+    # a pair besides the baseline's is the answer's (its leader against the runner-up), named as such
+    rows = [[spec if against == v.baseline else f"{spec} against `{against}`"]
+            + [multiplier_text(next((m for m in v.multipliers if (m.objective, m.against) == (spec, against)
+                                     and m.yardstick == name), None)) for name in names]
+            + ([ratio_text(density.per_sequence), ratio_text(density.per_flop)] if against == v.baseline else ["", ""])
+            for spec, against in dict.fromkeys((m.objective, m.against) for m in v.multipliers)
             for density in [v.signal_density_ratio.get(spec, unknown)]]
     return (f"**Compute multiplier against `{v.baseline}`** on the neutral yardsticks with curves: the factor of "
             f"compute `{v.baseline}` needs to reach each objective's value at the budget, read off its mean curve "
@@ -219,7 +221,8 @@ def compute_section(results: Results) -> str:
         c = o.compute
         rows.append([o.objective, o.seeds, f"{c.flops_per_step:.4g}", f"{c.flops_per_token:.4g}",
                      f"{c.flops_per_supervised:.4g}", f"{c.steps:.1f}", f"{c.tokens:.4g}",
-                     f"{c.supervised_positions:.4g}", f"{c.flops:.4g}", f"{c.train_seconds:.1f}",
+                     f"{c.supervised_positions:.4g}", f"{c.flops:.4g}", f"{c.cooldown_flops:.4g}",
+                     f"{c.train_seconds:.1f}",
                      f"{c.checkpoint_seconds:.1f}", f"{c.final_seconds:.1f}", f"{c.tokens_per_second:,.0f}"])
         seconds["train"] += c.train_seconds * o.seeds
         seconds["evaluations"] += (c.checkpoint_seconds + c.final_seconds) * o.seeds
@@ -229,11 +232,15 @@ def compute_section(results: Results) -> str:
             "while rank 0 runs the final probes and tasks." if total > 0 else "")
     return ("## 3. Compute\n\nMeans over seeds. FLOPs are the suite's analytic count of every matrix product each "
             "objective executes (forward + backward, generator included); training stops at the first step that "
-            "reaches the budget. Wall time is split into the training steps, the evaluations at the FLOP "
-            "checkpoints (held-out loss, curve probes and tasks, checkpointing) and the final probes and tasks."
+            "reaches the budget. Each curve point before the budget is a finished run: a branch that cools the "
+            "learning rate down to zero at that checkpoint, as a run with that budget would, evaluated and then "
+            "dropped; its FLOPs are counted apart (cool-down FLOPs), not charged against the budget. Wall time is "
+            "split into the training steps, the FLOP checkpoints (cool-down branches, held-out loss, curve probes "
+            "and tasks, checkpointing) and the final probes and tasks."
             f"{cost}\n\n"
             + table(rows, ["objective", "seeds", "FLOPs / step", "FLOPs / token", "FLOPs / supervised", "steps",
-                           "tokens", "supervised positions", "total FLOPs", "training s", "checkpoint evals s",
+                           "tokens", "supervised positions", "total FLOPs", "cool-down FLOPs", "training s",
+                           "checkpoint branches and evals s",
                            "final evals s", "tokens / s"]))
 
 
@@ -348,6 +355,16 @@ def probe_table(results: Results) -> str:
             + table(rows, ["", "reads", "hidden state", "replaced word", "replaced word (fine-tuned)", "probe FLOPs"]))
 
 
+def native_text(summary: DownstreamSummary) -> str:
+    """The neutral tasks' average read each family's own way, per objective and control: how far the one read
+    moves each backbone."""
+    found = {reader: value for reader, value in summary.native_average.items() if value is not None}
+    if not found:
+        return ""
+    return (" The neutral tasks' average on the native read (frozen; mean ± 95 % t-interval over seeds): "
+            + "; ".join(f"{reader} {fmt(value)}" for reader, value in found.items()) + ".")
+
+
 def downstream_table(results: Results) -> str:
     summary = results.downstream
     if not summary:
@@ -362,19 +379,23 @@ def downstream_table(results: Results) -> str:
             "accuracy expected of the exact posterior of the language that generated its test examples, for a "
             "reader of the whole window or of the left context; *input only* is what the input alone gives; "
             "*copies* names the training signal a task's question copies (a pair objective's own task, a [MASK] "
-            "in its inputs): such a task diagnoses and does not rank."]
+            "in its inputs): such a task diagnoses and does not rank. *Native read* is a diagnostic that ranks "
+            "nobody: the frozen probe on each family's own read, its last layer alone and a sequence at its last "
+            "token (a causal backbone, GPT's read) or at [BOS] (a bidirectional one, BERT's and ELECTRA's [CLS]), "
+            "where the one read mixes every layer and pools every backbone by the mean." + native_text(summary)]
     for task in summary.tasks:
         about = task_about(task.description)
         edge = [row.objective for row in task.rows if row.rate_at_edge]
         if edge:
             about += (f". The rate chosen on dev lies at the edge of the grid for {', '.join(edge)}: a wider "
                       "--finetune-lrs may score higher")
-        rows = [[row.objective, fmt(row.frozen), fmt(row.finetuned),
+        rows = [[row.objective, fmt(row.frozen), fmt(row.finetuned), fmt(row.native),
                  ", ".join(f"{fmt(stat)} {key}" for key, stat in row.metrics.items()) if len(row.metrics) > 1
                  else "", ", ".join(f"{rate} ×{count}" for rate, count in row.rates.items()),
                  f"{row.flops.frozen:.3g} / {row.flops.finetune:.3g}"] for row in task.rows]
         text.append(f"\n**`{task.name}`** ({about})\n\n"
-                    + table(rows, ["objective", "frozen probe", "fine-tuned", "fine-tuned, each metric",
+                    + table(rows, ["objective", "frozen probe", "fine-tuned", "native read (diagnostic)",
+                                   "fine-tuned, each metric",
                                    "rate chosen on dev (× seeds)", "FLOPs frozen / fine-tune"]))
     return "\n".join(text)
 

@@ -1,5 +1,5 @@
 """What a run is told (TrainConfig) and what follows from it alone: the optimizer, the learning rate as a function
-of the FLOP budget spent, the evaluation grid, matmul precision.
+of the FLOPs spent, the evaluation grid, matmul precision.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ class TrainConfig:
     batch_size: int = 32  # global, the same for every objective
     lr: float = 1e-3
     warmup: float = 0.05  # share of the budget spent warming up
-    min_lr_ratio: float = 0.1  # cosine decay ends at this share of the peak
+    # share of a finished run's budget spent cooling down, linearly to zero: the last of the full run's, and of each
+    # FLOP checkpoint's branch (learning_rate), so that every point on a curve is a run that finished its schedule
+    cooldown: float = 0.2
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     eval_points: int = 6  # log-spaced FLOP checkpoints, the last at the budget
@@ -64,6 +66,10 @@ def check_config(config: TrainConfig, world_size: int) -> None:
         raise ConfigError(f"--log-every must be >= 0 steps, got {config.log_every}")
     if config.flops not in CONVENTIONS:
         raise ConfigError(f"--flops must be one of {', '.join(CONVENTIONS)}, got {config.flops!r}")
+    if not 0 < config.cooldown <= 1:
+        raise ConfigError(f"the cool-down must be a share of the budget in (0, 1], got {config.cooldown:g}")
+    if not 0 <= config.warmup <= 1:
+        raise ConfigError(f"the warm-up must be a share of the budget in [0, 1], got {config.warmup:g}")
     if config.checkpoint_every is not None and not 0 < config.checkpoint_every < math.inf:
         raise ConfigError(f"--checkpoint-every must be a positive number of minutes, got {config.checkpoint_every:g}")
 
@@ -119,13 +125,22 @@ def eval_grid(config: TrainConfig) -> list[float]:
     return grid[:-1] + [config.budget_flops]
 
 
-def learning_rate(fraction: float, config: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to min_lr_ratio, over the fraction of the FLOP budget spent."""
-    if fraction < config.warmup:
-        return config.lr * max(fraction, 1e-3) / config.warmup
-    progress = min(1.0, (fraction - config.warmup) / max(1e-12, 1 - config.warmup))
-    cosine = 0.5 * (1 + math.cos(math.pi * progress))
-    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+def learning_rate(flops: float, budget: float, config: TrainConfig) -> float:
+    """Warmup-stable-decay (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training
+    Durations"; MiniCPM) after `flops` FLOPs of a run that ends at `budget`: a linear warm-up over the first `warmup`
+    share of the full budget (in FLOPs, the same for every budget), the peak rate, then a linear cool-down to zero
+    over the last `cooldown` share of `budget`. `budget` is the full one, or a FLOP checkpoint's: until that
+    checkpoint's cool-down starts the two rates are equal, so a branch that cools down from there is exactly the run
+    trained to the checkpoint's budget."""
+    warm_up = config.warmup * config.budget_flops
+    warm = max(flops / warm_up, 0.02) if warm_up else 1.0  # the first step at 2 % of the peak, not at zero
+    cool = (budget - flops) / (config.cooldown * budget)
+    return config.lr * max(0.0, min(1.0, warm, cool))
+
+
+def cooldown_start(checkpoint: float, config: TrainConfig) -> float:
+    """The FLOPs from which a run ending at `checkpoint` takes a lower rate than one ending later."""
+    return (1 - config.cooldown) * checkpoint
 
 
 def run_name(spec: str, seed: int) -> str:

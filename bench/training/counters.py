@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 from backbone import ConfigError
 
-COUNTERS_SCHEMA = 3  # 1: the untyped dict of earlier revisions, which had no schema entry; 2: without `threads`
+# 1: the untyped dict of earlier revisions, which had no schema entry; 2: without `threads`; 3: without the cool-downs
+COUNTERS_SCHEMA = 4
 
 
 @dataclass
@@ -47,6 +48,9 @@ class Counters:
     train_seconds: float = 0.0
     wall_seconds: float = 0.0
     next_eval: int = 0  # the index of the next FLOP checkpoint in the evaluation grid
+    # what the FLOP checkpoints' cool-down branches spent (bench.training.loop), besides the run's own counts above
+    cooldown_steps: int = 0
+    cooldown_flops: int = 0
     last_finite_loss: float | None = None
     revisions: list[str] = field(default_factory=list)  # each session's code, in order
     threads: list[int] = field(default_factory=list)  # each session's torch threads, in order

@@ -1,10 +1,15 @@
-"""The training loop: `fit` trains to the FLOP budget as a short loop of named calls (take_batch, update, count,
-evaluate_or_save, stop_if_asked); at every FLOP checkpoint the held-out evaluation and the yardsticks' curve points
-are written, and the state saved. Yardsticks are called by name (`Yardstick`): the loop imports none of them.
+"""The training loop: `fit` trains to the FLOP budget as a short loop of named calls (cool_down_branches,
+take_batch, update, count, evaluate_or_save, stop_if_asked). The learning rate is warmup-stable-decay
+(bench.training.config.learning_rate), and every point of a run's curve is a finished run: where a FLOP checkpoint's
+cool-down would start, the loop branches, trains the branch to the checkpoint at a rate that falls to zero there (the
+very steps a run with that budget takes), writes its held-out evaluation and the yardsticks' curve points, drops it
+and goes on from where it branched, saving that state. The branches' steps and FLOPs are counted apart from the
+run's. Yardsticks are called by name (`Yardstick`): the loop imports none of them.
 """
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from contextlib import closing
@@ -23,7 +28,8 @@ from bench.data.synthetic import Language
 from bench.files import append_jsonl
 from bench.seeds import derive_seed
 from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
-from bench.training.config import EVAL_SEED, eval_grid, learning_rate, run_name
+from bench.training.config import (EVAL_SEED, cooldown_start, eval_grid, learning_rate, match_optimizer_to_device,
+                                   run_name)
 from bench.training.curve import curve_row
 from bench.training.distributed import Agreement, agree, step_counts
 from bench.training.live import LiveMetrics
@@ -120,17 +126,19 @@ class TrainingDiverged(RuntimeError):
                        "last_finite_loss": last_finite_loss, "flops": flops}
 
 
-def train_step(fabric: Fabric, run: Run, rows: Corrupted, loss_counts: dict[str, int]) -> Tensor:
+def train_step(fabric: Fabric, run: Run, rows: Corrupted, loss_counts: dict[str, int],
+               budget: float | None = None) -> Tensor:
     """One optimizer step on this process's `rows` of the global batch, in micro-batches of config.micro_batch
-    windows whose gradients add up to the share's; `loss_counts`: the global batch's (step_counts). Returns this
-    process's part of the global batch's loss (the processes' parts sum to it) as a tensor on the device: nothing in
-    the step reads a value back from the device (fit reads this one, once)."""
+    windows whose gradients add up to the share's; `loss_counts`: the global batch's (step_counts); `budget`: where
+    the learning rate's cool-down ends (a checkpoint's branch), else the run's budget. Returns this process's part
+    of the global batch's loss (the processes' parts sum to it) as a tensor on the device: nothing in the step reads
+    a value back from the device (fit reads this one, once)."""
     world, rank, step = fabric.world_size, fabric.global_rank, run.counters.step
     objective, config = run.objective, run.config
     per_rank = config.batch_size // world
     size = config.micro_batch or per_rank
     for group in run.optimizer.param_groups:
-        group["lr"] = learning_rate(run.counters.flops / config.budget_flops, config)
+        group["lr"] = learning_rate(run.counters.flops, budget or config.budget_flops, config)
     seed_step(fabric.device, derive_seed(run.seed, step, rank))  # the step's draws (ELECTRA's sampling) are its own
     run.optimizer.zero_grad(set_to_none=True)
     parts = []
@@ -174,14 +182,11 @@ def share_of_loss(objective: Objective, output: Output, micro: Corrupted, totals
                for name, term in terms.items())
 
 
-def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], grid: list[float],
-                          yardsticks: Sequence[Yardstick], started: float) -> None:
-    """Evaluate at the FLOP checkpoint just passed, append the row to curve.jsonl and checkpoint the state."""
+def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], checkpoint: float,
+                          yardsticks: Sequence[Yardstick]) -> None:
+    """Evaluate the model as it stands, the run trained to the FLOP `checkpoint`, and append the row to curve.jsonl."""
     counters = run.counters
-    while counters.next_eval < len(grid) and counters.flops >= grid[counters.next_eval]:
-        counters.next_eval += 1
-    row = curve_row(counters, grid[counters.next_eval - 1], evaluate(fabric, run.module, heldout, run.objective,
-                                                                      run.language))
+    row = curve_row(counters, checkpoint, evaluate(fabric, run.module, heldout, run.objective, run.language))
     loss = row["metrics"]["loss"]
     if not math.isfinite(loss):  # the last update broke the weights: not a finished run
         raise TrainingDiverged(run.spec, run.seed, counters.step, loss, counters.last_finite_loss, counters.flops)
@@ -191,10 +196,8 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], gr
                 point = yardstick.at_checkpoint(run.objective)
                 if point is not None:  # a diagnostic has no curve
                     row[yardstick.result_key] = point
-    counters.wall_seconds = time.perf_counter() - started
     if fabric.is_global_zero:
         append_jsonl(run.curve_path, row)
-    save_checkpoint(fabric, run.checkpoint_path, run.state(fabric))
 
 
 @dataclass
@@ -254,21 +257,22 @@ class TrainingLoop:
         self.prefetch.start(*self.upcoming)
         return Step(step, phase, rows, spent)
 
-    def update(self, step: Step) -> Agreement:
+    def update(self, step: Step, branch: float | None = None) -> Agreement:
         """The optimizer step, then the one all-reduce every process agrees on (loss, stop and save requests, and,
-        on several processes, the next step's counts)."""
+        on several processes, the next step's counts). `branch`: the checkpoint a cool-down branch ends at (its
+        state is never saved)."""
         config = self.run.config
-        loss_part = train_step(self.fabric, self.run, step.rows, step.spent.loss_counts)
-        save_due = config.checkpoint_every is not None and \
+        loss_part = train_step(self.fabric, self.run, step.rows, step.spent.loss_counts, branch)
+        save_due = branch is None and config.checkpoint_every is not None and \
             time.monotonic() - self.last_save >= 60 * config.checkpoint_every
         agreed = agree(self.fabric, loss_part, self.request.signal_name is not None, save_due,
                        self.prefetch.ahead() if self.fabric.world_size > 1 else None)
         self.carried = (self.upcoming, agreed.ahead) if agreed.ahead else None
         return agreed
 
-    def count(self, step: Step, loss: float) -> None:
-        """The run's and its phase's counters, the bar and the live metrics; a non-finite loss ends the run (every
-        rank sees the same loss, so every rank stops here)."""
+    def count(self, step: Step, loss: float, live: bool = True) -> None:
+        """The run's and its phase's counters, and (`live`: not in a branch) the bar and the live metrics; a
+        non-finite loss ends the run (every rank sees the same loss, so every rank stops here)."""
         run, counters, spent = self.run, self.run.counters, step.spent
         if not math.isfinite(loss):
             self.bar.close()
@@ -276,22 +280,78 @@ class TrainingLoop:
                                    counters.flops + spent.flops)
         tokens = run.config.batch_size * step.rows.inputs.shape[1]
         counters.add_step(step.phase, tokens, spent.supervised_positions, spent.flops, loss)
+        if not live:
+            return
         self.bar.update(min(100.0, 100 * counters.flops / run.config.budget_flops) - self.bar.n)
         self.bar.set_postfix_str(f"loss {loss:.3f}", refresh=False)
         self.live.step(counters.step, loss, run.optimizer.param_groups[0]["lr"], tokens, spent.flops,
                        run.grad_norm, getattr(self.fabric.strategy.precision, "scaler", None))
 
     def evaluate_or_save(self, agreed: Agreement) -> None:
-        """At a FLOP checkpoint: evaluate and save; else save when a process asked (a signal, --checkpoint-every)."""
+        """At the budget: the checkpoints' branches still due, then the run's own evaluation, and save; else save
+        when a process asked (a signal, --checkpoint-every)."""
         counters = self.run.counters
-        if counters.flops >= self.grid[counters.next_eval]:
-            checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid, self.yardsticks, self.started)
-            self.last_save = time.monotonic()
-            self.live.restart()
+        if counters.flops >= self.run.config.budget_flops:
+            self.cool_down_branches()
+            checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid[-1], self.yardsticks)
+            counters.next_eval = len(self.grid)
+            self.save()
         elif agreed.stop or agreed.save:
-            counters.wall_seconds = time.perf_counter() - self.started
-            save_checkpoint(self.fabric, self.run.checkpoint_path, self.run.state(self.fabric))
-            self.last_save = time.monotonic()
+            self.save()
+
+    def save(self) -> None:
+        self.run.counters.wall_seconds = time.perf_counter() - self.started
+        save_checkpoint(self.fabric, self.run.checkpoint_path, self.run.state(self.fabric))
+        self.last_save = time.monotonic()
+        self.live.restart()
+
+    def cool_down_branches(self) -> None:
+        """Each FLOP checkpoint before the budget whose cool-down starts by now (a run trained to it would take a
+        lower rate than this one from here): branch, train the branch to the checkpoint at that run's rates, evaluate
+        it as the run finished at that budget, drop it and restore the state it branched from, then save that state
+        with the evaluation counted. The branch reads the steps' own rows and draws (a pure function of the step),
+        so it is the separate run to the last bit where the warm-up has the same length in FLOPs. A stop signal in
+        a branch drops it and saves the state it branched from: a resumed run does the branch again."""
+        run, counters = self.run, self.run.counters
+        while counters.next_eval < len(self.grid) - 1 and \
+                counters.flops > cooldown_start(self.grid[counters.next_eval], run.config):
+            checkpoint, branched_from = self.grid[counters.next_eval], self.snapshot()
+            self.bar.set_postfix_str(f"cooling down to {checkpoint:.3g} FLOPs", refresh=True)
+            stop = False
+            while counters.flops < checkpoint and not stop:
+                step = self.take_batch()
+                agreed = self.update(step, branch=checkpoint)
+                self.count(step, agreed.loss, live=False)
+                stop = agreed.stop
+            if not stop:
+                checkpoint_evaluation(self.fabric, run, self.heldout, checkpoint, self.yardsticks)
+            before = branched_from["counters"]
+            steps, flops = counters.step - before.step, counters.flops - before.flops
+            self.restore(branched_from)
+            if stop:
+                self.save()
+                self.stop_if_asked(True)
+            counters.cooldown_steps += steps
+            counters.cooldown_flops += flops
+            counters.next_eval += 1
+            self.save()
+
+    def snapshot(self) -> dict:
+        """The trainable state and counters, copied, for a branch to start from and the run to come back to."""
+        run = self.run
+        return {"model": {key: value.detach().clone() for key, value in run.objective.state_dict().items()},
+                "optimizer": copy.deepcopy(run.optimizer.state_dict()), "counters": copy.deepcopy(run.counters),
+                "precision": copy.deepcopy(self.fabric.strategy.precision.state_dict()), "carried": self.carried}
+
+    def restore(self, snapshot: dict) -> None:
+        """Back to a snapshot, in place (fit holds the counters object): the run goes on as if never branched."""
+        run = self.run
+        run.objective.load_state_dict(snapshot["model"])
+        run.optimizer.load_state_dict(snapshot["optimizer"])
+        match_optimizer_to_device(run.optimizer, self.fabric.device)
+        self.fabric.strategy.precision.load_state_dict(snapshot["precision"])
+        run.counters.__dict__.update(snapshot["counters"].__dict__)
+        self.carried = snapshot["carried"]  # the counts of the step the run goes on with, agreed before the branch
 
     def stop_if_asked(self, agreed: bool) -> None:
         """After a signal the state is saved: end the command (closing the bar first, so the message has a line)."""
@@ -314,6 +374,7 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick
     with stop_on_signals() as request, closing(TrainingLoop(fabric, run, corpus, yardsticks, progress,
                                                             request)) as loop:
         while not early and counters.flops < run.config.budget_flops:
+            loop.cool_down_branches()
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
             # --- the step: its rows, the update, the one all-reduce
             step = loop.take_batch()

@@ -13,7 +13,9 @@ from backbone import ConfigError
 from bench.files import read_json
 from bench.training.curve import CurvePoint
 
-RUN_SCHEMA = 2  # result.json's layout: the curve's rows in parts (bench.training.curve), the code revision named
+# result.json's layout: 2, the curve's rows in parts (bench.training.curve), the code revision named; 3, with the
+# cool-down branches' steps and FLOPs, after which every curve point is a finished run
+RUN_SCHEMA = 3
 
 # a yardstick's scores and seconds are absent when it did not run, not null
 OPTIONAL = ("probes", "probe_seconds", "downstream", "downstream_seconds")
@@ -50,6 +52,8 @@ class RunRecord:
     tokens: int
     supervised_positions: int
     phases: list[dict]
+    cooldown_steps: int  # the FLOP checkpoints' cool-down branches (bench.training.loop): spent besides `flops`
+    cooldown_flops: int
     supervised_per_sequence: float
     flops_per_step: float
     wall_seconds: float

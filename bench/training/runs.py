@@ -40,6 +40,7 @@ def run_result(fabric: Fabric, run: Run, corpus: Corpus) -> RunRecord:
         threads=torch.get_num_threads(),  # sums split by thread: a run's numbers hold at this count
         steps=counters.step, flops=counters.flops, tokens=counters.tokens,
         supervised_positions=counters.supervised_positions, phases=[phase.to_json() for phase in counters.phases],
+        cooldown_steps=counters.cooldown_steps, cooldown_flops=counters.cooldown_flops,
         supervised_per_sequence=measured_positions / (measured_steps * batch_size),
         flops_per_step=counters.flops / counters.step,
         wall_seconds=counters.wall_seconds, train_seconds=counters.train_seconds,

@@ -120,7 +120,8 @@ def restore(fabric: Fabric, run: Run) -> None:
                           "objective schedule; resume it with the ones it started with")
     fabric.strategy.precision.load_state_dict(state["precision"])
     if fabric.is_global_zero:
-        kept = [row for row in read_jsonl(run.curve_path) if row["step"] <= run.counters.step]
+        # the rows of the checkpoints the saved state had evaluated (a branch's row is of a step past the state's)
+        kept = read_jsonl(run.curve_path)[:run.counters.next_eval] if run.curve_path.exists() else []
         # in one replace: the checkpoint's counters are past these evaluations, so a curve lost here (a kill between
         # deleting and rewriting it) would never be evaluated again
         if kept:

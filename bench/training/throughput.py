@@ -91,7 +91,8 @@ def comparison_rows(steps: int, spec: str = "mlm", model: str = "mini", seq_len:
                     batch_size: int = 32, data: str = "synthetic", rounds: int = 3) -> list[dict]:
     """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
     steps of `spec` through the training code (this module): one run on every thread, one run on one
-    thread and two runs at once (two processes of one thread each, as one job per core runs them). Beside each, as its peer, the one run on every thread.
+    thread and two runs at once (two processes of one thread each, as one job per core runs them). Beside each, as
+    its peer, the one run on every thread.
 
     Each is measured in `rounds` rounds that take the three in turn, and its median round is kept (its seconds in
     every round beside it): a shared machine's slower spells, which moved one setting by a tenth between two runs of

@@ -39,7 +39,8 @@ def run(spec: str, seed: int, finals: dict[str, float], rng: np.random.Generator
     return RunRecord(
         schema=RUN_SCHEMA, objective=spec, seed=seed, attention="bidirectional", lr=1e-3, control=control,
         signals=list(signals), sees="smoothing", revision="test", threads=1, steps=10, flops=flops, tokens=1000,
-        supervised_positions=supervised, phases=[], supervised_per_sequence=1.0, flops_per_step=flops / 10,
+        supervised_positions=supervised, phases=[], cooldown_steps=2, cooldown_flops=flops // 5,
+        supervised_per_sequence=1.0, flops_per_step=flops / 10,
         wall_seconds=1.0, train_seconds=1.0, tokens_per_second=1000.0, parameters=100, backbone_parameters=100,
         expected_supervised_per_sequence=1.0, expected_flops_per_sequence=1.0,
         curve=tuple(CurvePoint.from_json(row) for row in rows), downstream=downstream)

@@ -32,7 +32,7 @@ def run_record(objective: str, seed: int, loss: float, accuracy: float, train_se
         "schema": RUN_SCHEMA, "objective": objective, "seed": seed, "attention": "bidirectional", "lr": 1e-3,
         "control": "untrained, bidirectional", "signals": ["mask_token"], "sees": "smoothing", "revision": "test",
         "threads": 1, "steps": 10, "flops": 2e9, "tokens": 1280, "supervised_positions": 192, "phases": [],
-        "supervised_per_sequence": 12.0, "flops_per_step": 2e8, "wall_seconds": train_seconds + 3.0,
+        "cooldown_steps": 2, "cooldown_flops": 4e8, "supervised_per_sequence": 12.0, "flops_per_step": 2e8, "wall_seconds": train_seconds + 3.0,
         "train_seconds": train_seconds, "tokens_per_second": 1280 / train_seconds, "parameters": 100,
         "backbone_parameters": 90, "expected_supervised_per_sequence": 12.0, "expected_flops_per_sequence": 1e7,
         "curve": curve, "probe_seconds": 1.5}, "a test's run")
@@ -86,7 +86,8 @@ def test_report_tables_are_the_results_numbers_formatted():
     assert "The evaluations took 9 s of the runs' 19 s (47 %)" in section
     row = next(line for line in section.splitlines() if line.startswith("| mlm"))
     assert [cell.strip() for cell in row.strip("|").split("|")] == [
-        "mlm", "2", "2e+08", "1.562e+06", "1.042e+07", "10.0", "1280", "192", "2e+09", "5.0", "3.0", "1.5", "256"]
+        "mlm", "2", "2e+08", "1.562e+06", "1.042e+07", "10.0", "1280", "192", "2e+09", "4e+08", "5.0", "3.0", "1.5",
+        "256"]
     losses = next(line for line in loss_table(results).splitlines() if line.startswith("| mlm"))
     assert f"| {fmt(stat([1.5, 1.7]), 4)} " in losses and "accuracy 0.600 ± " in losses
 
@@ -99,9 +100,9 @@ def test_records_of_another_layout_are_refused_not_misread(tmp_path):
         load_results({**golden, "verdict": {"baseline": "mlm"}})  # a verdict without its fields
     flat = {"objective": "mlm", "curve": [{"checkpoint": 1e9, "step": 5, "loss": 2.5}]}  # before the rows had parts
     write_json(tmp_path / "result.json", flat)
-    with pytest.raises(ConfigError, match="schema 1, not 2"):
+    with pytest.raises(ConfigError, match=f"schema 1, not {RUN_SCHEMA}"):
         finished_result(tmp_path)
-    write_json(tmp_path / "result.json", {**flat, "schema": RUN_SCHEMA})  # schema 2 named, its fields not there
+    write_json(tmp_path / "result.json", {**flat, "schema": RUN_SCHEMA})  # the schema named, its fields not there
     with pytest.raises(ConfigError, match="does not hold a RunRecord"):
         finished_result(tmp_path)
     assert finished_result(tmp_path / "absent") is None

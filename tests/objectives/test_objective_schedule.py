@@ -139,13 +139,13 @@ def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(c
     steps = {float(state["step"]) for state in final["optimizer"]["state"].values()}
     assert steps == {float(straight.steps), float(straight.phases[1]["steps"])}
     # and the learning rate is one schedule over the whole budget: the first MLM step's is the one at AR's FLOPs
-    fractions = []
+    asked = []
     monkeypatch.setattr(bench.training.loop, "learning_rate",
-                        lambda fraction, c: fractions.append(fraction) or learning_rate(fraction, c))
+                        lambda flops, budget, c: asked.append((flops, budget)) or learning_rate(flops, budget, c))
     train_run(fabric, "ar>mlm@0.5", 0, corpus, c, tmp_path / "watched", progress=False)
-    fractions = list(dict.fromkeys(fractions))  # asked once per parameter group, with the same fraction
-    assert len(fractions) == straight.steps and fractions == sorted(fractions) and fractions[0] == 0
-    assert fractions[switch] == straight.phases[0]["flops"] / c.budget_flops
+    spent = [flops for flops, budget in dict.fromkeys(asked) if budget == c.budget_flops]  # not the branches'
+    assert len(spent) == straight.steps and spent == sorted(spent) and spent[0] == 0
+    assert spent[switch] == straight.phases[0]["flops"]
 
 
 def test_resume_after_a_kill_in_the_second_piece_equals_the_uninterrupted_run(corpus, fabric, tmp_path):

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,8 @@ from bench.files import read_jsonl
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
                                     training_batch)
-from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, eval_grid,
-                                   learning_rate, make_optimizer, tf32_matmuls)
+from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
+                                   eval_grid, learning_rate, make_optimizer, tf32_matmuls)
 from bench.training.counters import COUNTERS_SCHEMA
 from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
@@ -72,13 +73,17 @@ def test_eval_grid_is_log_spaced_and_ends_at_the_budget():
     assert eval_grid(TrainConfig(budget_flops=3e9, eval_points=1)) == [3e9]
 
 
-def test_schedule_warms_up_and_decays_over_the_budget_fraction():
-    c = TrainConfig(budget_flops=1.0, lr=1e-3, warmup=0.1, min_lr_ratio=0.1)
-    assert learning_rate(0.05, c) == pytest.approx(0.5e-3)
-    assert learning_rate(0.1, c) == pytest.approx(1e-3)
-    assert learning_rate(0.55, c) == pytest.approx(0.55e-3)  # half-way down the cosine: (1 + 0.1) / 2
-    assert learning_rate(1.0, c) == pytest.approx(1e-4)
-    values = [learning_rate(f / 100, c) for f in range(10, 101)]
+def test_schedule_warms_up_holds_and_cools_down_to_zero_at_the_budget_it_ends_at():
+    c = TrainConfig(budget_flops=100.0, lr=1e-3, warmup=0.1, cooldown=0.2)
+    assert learning_rate(5, 100, c) == pytest.approx(0.5e-3)  # half-way up the warm-up (10 FLOPs)
+    assert learning_rate(10, 100, c) == learning_rate(80, 100, c) == pytest.approx(1e-3)  # stable
+    assert learning_rate(90, 100, c) == pytest.approx(0.5e-3)  # half-way down the cool-down
+    assert learning_rate(100, 100, c) == 0.0
+    # a checkpoint's branch: the same warm-up in FLOPs, the same rate until its own cool-down starts
+    assert learning_rate(5, 50, c) == learning_rate(5, 100, c)
+    assert cooldown_start(50, c) == 40 and learning_rate(40, 50, c) == learning_rate(40, 100, c) == 1e-3
+    assert learning_rate(45, 50, c) == pytest.approx(0.5e-3) and learning_rate(45, 100, c) == 1e-3
+    values = [learning_rate(f, 100, c) for f in range(10, 101)]
     assert all(a >= b for a, b in zip(values, values[1:]))
 
 
@@ -143,12 +148,39 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     assert [row.metrics for row in unprobed.curve] == [row.metrics for row in straight.curve]
 
 
+@pytest.mark.parametrize("spec", ["mlm", "electra"])
+def test_each_curve_point_is_the_run_trained_to_its_budget_to_the_last_bit(spec, corpus, fabric, tmp_path):
+    """A checkpoint's cool-down branch takes the steps of a separate run whose budget is the checkpoint (the same
+    warm-up in FLOPs): its evaluation and its frozen read are that run's, exactly; its FLOPs are counted apart, and
+    the run it branched from goes on as if it never had."""
+    c, probe = config(4e9, probe_every_eval=True), [checkpoint_task(corpus)]
+    run = train_run(fabric, spec, 2, corpus, c, tmp_path / "run", probe, progress=False)
+    grid = eval_grid(c)
+    assert [row.checkpoint for row in run.curve] == grid
+    for point, checkpoint in zip(run.curve[:-1], grid):
+        alone = replace(c, budget_flops=checkpoint, eval_points=1, warmup=c.warmup * c.budget_flops / checkpoint)
+        separate = train_run(fabric, spec, 2, corpus, alone, tmp_path / f"{checkpoint:g}", probe, progress=False)
+        (row,) = separate.curve
+        assert (point.step, point.flops, point.metrics, point.downstream) == \
+            (row.step, row.flops, row.metrics, row.downstream)
+    # what the branches spent: each from the last step before its cool-down to its checkpoint
+    step_flops = int(run.flops_per_step)  # the same every step for these objectives
+    forks = [(int(cooldown_start(point.checkpoint, c)) // step_flops + 1) * step_flops for point in run.curve[:-1]]
+    assert run.cooldown_flops == sum(point.flops - fork for point, fork in zip(run.curve, forks))
+    assert run.cooldown_steps == run.cooldown_flops // step_flops > 0
+    # and the run itself is the one that never branched: the same as a run with one evaluation, at its end
+    once = train_run(fabric, spec, 2, corpus, replace(c, eval_points=1), tmp_path / "once", progress=False)
+    assert (once.steps, once.flops, once.curve[-1].metrics) == (run.steps, run.flops, run.curve[-1].metrics)
+    assert once.cooldown_steps == once.cooldown_flops == 0
+
+
 def test_a_kill_while_resume_rewrites_the_curve_leaves_its_evaluations(corpus, fabric, tmp_path, monkeypatch):
     """Resuming drops the curve rows after the checkpoint. The checkpoint's counters are past the rows it keeps, so
     they are never evaluated again: a kill mid-rewrite (here, as the curve is written) must leave them on disk."""
     assert train_run(fabric, "ar", 0, corpus, config(), tmp_path, progress=False, stop_after_steps=12) is None
     kept = read_jsonl(tmp_path / "curve.jsonl")
-    assert kept and all(row["step"] <= 12 for row in kept)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["counters"]
+    assert kept and len(kept) == saved["next_eval"] and saved["step"] <= 12
     with open(tmp_path / "curve.jsonl", "a") as curve:  # an evaluation made after the checkpoint, to be redone
         curve.write(json.dumps({**kept[-1], "step": 13}) + "\n")
 
@@ -440,8 +472,10 @@ def test_a_stop_signal_saves_at_the_end_of_the_step_and_the_rerun_is_exact(corpu
             train_run(fabric, "electra", 0, corpus, config(), tmp_path / "stopped", progress=False)
     assert stopped.value.code == EXIT_STOPPED and signal.getsignal(signal.SIGUSR1) is before
     assert capsys.readouterr().err.strip().splitlines() == [stopped.value.message]
-    assert stopped.value.message.startswith("stopped by SIGUSR1 after step 6 of electra seed 0: the state is saved")
-    assert torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)["counters"]["step"] == 6
+    # the 6th training forward is the run's 5th step: the second checkpoint's cool-down branch took one before it
+    assert straight.cooldown_steps == 1
+    assert stopped.value.message.startswith("stopped by SIGUSR1 after step 5 of electra seed 0: the state is saved")
+    assert torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)["counters"]["step"] == 5
     resumed = train_run(fabric, "electra", 0, corpus, config(), tmp_path / "stopped", progress=False)
     assert without_timings(resumed) == without_timings(straight)
 
@@ -474,8 +508,10 @@ def test_sigterm_to_the_command_then_resume_gives_the_uninterrupted_result(tmp_p
         assert "--resume" in stderr and not (tmp_path / "stopped" / "report.md").exists()
         # saved at the end of the step the signal arrived in, not at the last evaluation
         step = int(stderr.strip().splitlines()[-1].split("after step ")[1].split()[0])
-        saved = torch.load(curve.parent / "checkpoint.pt", weights_only=True)["counters"]["step"]
-        assert saved == step > max(row["step"] for row in read_jsonl(curve))
+        counters = torch.load(curve.parent / "checkpoint.pt", weights_only=True)["counters"]
+        rows = read_jsonl(curve)  # the first checkpoint's, made by a branch that ended past the step it forked at
+        assert len(rows) == counters["next_eval"] == 1
+        assert counters["step"] == step > rows[0]["step"] - counters["cooldown_steps"]
         assert straight.wait(timeout=240) == 0, straight.stderr.read()
     finally:
         for process in (straight, stopped):
