@@ -12,7 +12,7 @@ reading's number where it has one, so an end of the interval is open only where 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -83,6 +83,23 @@ def resampled_curve(curve: Curve, weights: dict, seeds: np.ndarray) -> tuple[np.
     """(resamples × checkpoints, resamples): a seed's curve and final value are one run's, resampled together."""
     return (np.stack([resampled(g, weights, seeds) for g in curve.points], axis=1),
             resampled(curve.final, weights, seeds))
+
+
+FLIPPED = {"=": "=", "<": ">", ">": "<", "?": "?", None: None}
+
+
+def inverted(found: Multiplier) -> Multiplier:
+    """The same multiplier read the other way round (the baseline's worth against the objective): 1 / m, its
+    interval 1 / high to 1 / low, each bound's sense flipped. One pair has one number: the answer quotes the table's
+    entry this way when its leader is the table's baseline, never a second reading with its own interval."""
+    flip = lambda value: None if value is None else 1 / value  # noqa: E731
+    # a direct reading (where the baseline reached the objective's final value) read the other way round is where
+    # the objective reached the baseline's: the reversed reading of the swapped pair, and the other way about
+    return replace(found, objective=found.against, against=found.objective, multiplier=1 / found.multiplier,
+                   kind=FLIPPED[found.kind], reading={"direct": "reversed", "reversed": "direct"}[found.reading],
+                   bound=None, seeds=found.seeds[::-1], ci_low=flip(found.ci_high),
+                   ci_high=flip(found.ci_low), ci_low_kind=FLIPPED[found.ci_high_kind],
+                   ci_high_kind=FLIPPED[found.ci_low_kind], range=[1 / found.range[1], 1 / found.range[0]])
 
 
 def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool = True,

@@ -22,7 +22,7 @@ from bench.analysis.findings import (Answer, Comparison, ControlMean, DensityRat
                                      OtherRead, RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins,
                                      YardstickVerdict)
 from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
-from bench.analysis.multipliers import Curve, multiplier
+from bench.analysis.multipliers import Curve, inverted, multiplier
 from bench.analysis.uncertainty import Group
 from bench.training.records import ControlRecord, RunRecord
 
@@ -193,7 +193,13 @@ def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, 
     found_verdict = Verdict(baseline=baseline, main=main, yardsticks=found, multipliers=multipliers,
                             wins=Wins(neutral_yardsticks=len(neutral), by_objective=wins),
                             signal_density_ratio=density_ratios(positions, per_flop, baseline))
-    return found_verdict, answer(found_verdict, measured, grouped, budget, did_not_learn)
+    found_answer = answer(found_verdict, measured, grouped, budget, did_not_learn)
+    quoted = found_answer.multiplier
+    if quoted is not None and not any(isinstance(m, Multiplier) and m.yardstick == quoted.yardstick and
+                                      {m.objective, m.against} == {quoted.objective, quoted.against}
+                                      for m in multipliers):
+        found_verdict = replace(found_verdict, multipliers=[*multipliers, quoted])  # the table holds what it quotes
+    return found_verdict, found_answer
 
 
 # the main yardstick's neutral tasks read the other way: the answer says whether that read agrees
@@ -233,12 +239,27 @@ def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[R
     leader, others = beat[0], beat[1:]
     tests = {tuple(p.objectives): p for p in item.comparisons}
     behind = [spec for spec in others if outcome_for(tests, leader, spec) == AHEAD]
-    yardstick = measured[item.yardstick]
-    base, other = curve_of(grouped[others[0]], yardstick), curve_of(grouped[leader], yardstick)
     return replace(found, runner_up=others[0], separated=len(behind) == len(others),
                    not_separated_from=[spec for spec in others if spec not in behind],
-                   multiplier=None if base is None or other is None else
-                   multiplier(base, other, budget, yardstick.higher_is_better))
+                   multiplier=pair_multiplier(v, measured[item.yardstick], grouped, leader, others[0], budget))
+
+
+def pair_multiplier(v: Verdict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], leader: str,
+                    runner_up: str, budget: float) -> Multiplier | None:
+    """The leader's multiplier against the runner-up: the verdict's table entry for the pair (inverted where the
+    leader is the table's baseline), so the answer, the table and results.json quote one number with one interval;
+    read afresh only for a pair the table does not hold (the answer's pair is then added to the table)."""
+    for found in v.multipliers:
+        if isinstance(found, Multiplier) and found.yardstick == yardstick.name:
+            if (found.objective, found.against) == (leader, runner_up):
+                return found
+            if (found.objective, found.against) == (runner_up, leader):
+                return inverted(found)
+    base, other = curve_of(grouped[runner_up], yardstick), curve_of(grouped[leader], yardstick)
+    if base is None or other is None:
+        return None
+    return replace(multiplier(base, other, budget, yardstick.higher_is_better), objective=leader, against=runner_up,
+                   yardstick=yardstick.name)
 
 
 def by_gain(item: YardstickVerdict, specs: list[str]) -> list[str]:

@@ -78,6 +78,36 @@ def test_the_answer_names_the_leader_its_multiplier_and_who_did_not_beat_its_con
     assert isinstance(multiplier, Unread) and multiplier.outcome == "not measurable"
 
 
+def test_the_answer_quotes_the_tables_multiplier_for_its_pair_one_number_one_interval():
+    # the leader is the table's baseline: the answer is the table's entry read the other way round, exactly
+    found, answer = comparison({"mlm": {"states": 0.95, "genre": 0.7, "order": 0.5},
+                                "ar": {"states": 0.8, "genre": 0.6, "order": 0.5}}, {"states": 0.5, "genre": 0.5,
+                                                                                     "order": 0.5})
+    entry = next(m for m in found.multipliers if (m.objective, m.against, m.yardstick) == ("ar", "mlm", found.main))
+    quoted = answer.multiplier
+    assert (quoted.objective, quoted.against) == ("mlm", "ar") and quoted.multiplier == 1 / entry.multiplier
+    assert (quoted.ci_low, quoted.ci_high) == (1 / entry.ci_high, 1 / entry.ci_low) and quoted.log_se == entry.log_se
+    # neither is the baseline: the answer's pair is read once and the table holds it, the same object
+    found, answer = comparison({"electra": {"states": 0.5, "genre": 0.5, "order": 0.5},
+                                "mlm": {"states": 0.95, "genre": 0.7, "order": 0.5},
+                                "ar": {"states": 0.8, "genre": 0.6, "order": 0.5}}, {"states": 0.5, "genre": 0.5,
+                                                                                     "order": 0.5})
+    assert found.baseline == "electra" and (answer.leader, answer.runner_up) == ("mlm", "ar")
+    assert answer.multiplier in found.multipliers and answer.multiplier.against == "ar"
+
+
+def test_a_multiplier_read_the_other_way_round_is_its_inverse_with_its_bounds_flipped():
+    from bench.analysis.findings import Multiplier
+    from bench.analysis.multipliers import inverted
+    m = Multiplier(objective="ar", against="mlm", yardstick="y", multiplier=0.25, kind="=", reading="direct",
+                   seeds=[5, 4], ci_low=None, ci_high=0.5, ci_low_kind="<", ci_high_kind="=", resamples=10,
+                   range=[0.05, 1.0])
+    back = inverted(m)
+    assert (back.objective, back.against, back.multiplier, back.reading) == ("mlm", "ar", 4.0, "reversed")
+    assert (back.ci_low, back.ci_high, back.ci_low_kind, back.ci_high_kind) == (2.0, None, "=", ">")
+    assert back.seeds == [4, 5] and back.range == [1.0, 20.0] and inverted(back) == m
+
+
 def test_signal_density_is_per_sequence_and_per_flop():
     # ar: 63 positions per sequence against mlm's 9.45, but 1.1× mlm's FLOPs per supervised position
     positions = [{"objective": "mlm", "supervised_positions": 9.45}, {"objective": "ar", "supervised_positions": 63.0}]
