@@ -212,9 +212,12 @@ def judge_electra(evidence: Evidence) -> list[PaperFinding]:
     findings = [claim(evidence, f"ELECTRA beats {name} at equal FLOPs ({budget:.2g})", evidence.main(),
                       (variant, "electra"), (variant, mlm))
                 for variant, budget in BUDGETS for mlm, name in (("mlm", "MLM"), ("mlm:rate=0.4", "MLM at 40 %"))]
-    return findings + [multiplier_claim(evidence, f"ELECTRA's compute multiplier over MLM is 4× or more "
-                                                  f"({budget:.2g})", variant, "electra", "mlm", 4.0)
-                       for variant, budget in BUDGETS]
+    # the paper's "less than ¼ of the compute" is one large-scale comparison (ELECTRA-400K at 7.1e20 FLOPs against
+    # RoBERTa-500K at 3.2e21), so it is set against the largest budget here alone, as a question, not at every budget
+    variant, budget = BUDGETS[-1]
+    return findings + [multiplier_claim(evidence, f"ELECTRA's compute multiplier over MLM is 4× or more, as against "
+                                                  f"RoBERTa at 3.2e21 FLOPs ({budget:.2g} here)", variant, "electra",
+                                        "mlm", 4.0)]
 
 
 def judge_seq_len(evidence: Evidence) -> list[dict]:

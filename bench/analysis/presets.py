@@ -137,8 +137,9 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         {"objectives": ",".join(ELECTRA_PEERS), "seeds": 5},
         PaperTable("Clark et al. 2020 (ELECTRA), Tables 1 and 2 (GLUE dev)",
                    "At equal compute ELECTRA beats BERT (Small: 79.9 vs 75.1 at 1.4e18 FLOPs), and matches RoBERTa "
-                   "with less than ¼ of its compute (89.0 at 7.1e20 vs 88.9 at 3.2e21); the discriminator learns from "
-                   "all T positions instead of 0.15 T (a signal-density ratio of 6.65 at T = 512).",
+                   "with less than ¼ of its compute (89.0 at 7.1e20 vs 88.9 at 3.2e21), one comparison at that scale; "
+                   "the discriminator learns from all input tokens instead of the 15 % masked (the paper's words; "
+                   "the ratio, 512 / 76.8 = 6.67 at T = 512, is this suite's arithmetic, not the paper's).",
                    ("GLUE", "train FLOPs"),
                    (("BERT-Small", (75.1, 1.4e18)), ("ELECTRA-Small", (79.9, 1.4e18)),
                     ("RoBERTa-500K", (88.9, 3.2e21)), ("ELECTRA-400K", (89.0, 7.1e20))),

@@ -13,7 +13,9 @@ Tenney et al. 2019), fitted with the probe, since the objectives leave their ans
 projects its last straight onto the vocabulary, MLM through BERT's transform, ELECTRA's feeds a discriminator head);
 and a sequence is the mean of its tokens' states, a causal backbone's included (reading it at its last token alone,
 GPT's own read, and a bidirectional one at [BOS], BERT's, would make the comparison one of reads: untrained, the two
-already differ there). A tagging task reads each token where it stands, except that a causal model reads a hidden
+already differ there). Each family's own read, its last layer alone and a sequence at its last token (GPT) or at
+[BOS] (BERT's and ELECTRA's [CLS]), is read frozen beside it as a diagnostic that ranks nobody ("native").
+A tagging task reads each token where it stands, except that a causal model reads a hidden
 token ([MASK]) at the position before it, where it has seen the words before it. Downstream FLOPs are reported, never
 charged
 to the pretraining budget.
@@ -83,6 +85,12 @@ def reading(objective: Objective, task: Task) -> str:
     return "mean"
 
 
+def native_read(causal: bool) -> str:
+    """Where each family reads a sequence itself, from its last layer: GPT at its last token, BERT and ELECTRA at
+    the first position ([CLS]; here [BOS])."""
+    return "last" if causal else "first"
+
+
 def pooling(objective: Objective, task: Task) -> str:
     return {"last": "last token", "first": "first position ([BOS])", "mean": "mean over tokens"}[
         reading(objective, task)]
@@ -144,16 +152,23 @@ def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
 
 # --- the frozen probe -----------------------------------------------------------------------------------------------
 
-def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig) -> tuple[dict, int, StandardizedLinear]:
-    """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe)."""
-    backbone, causal, read = objective.backbone, reads_left_to_right(objective), reading(objective, task)
-    train_x, train_y = representations(hidden_states(backbone, causal, task.train), task.train, task.level, read,
-                                       causal)
-    test_x, _ = representations(hidden_states(backbone, causal, task.test), task.test, task.level, read, causal)
+def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig,
+                 native: bool = False) -> tuple[dict, int, StandardizedLinear]:
+    """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe).
+    `native`: the family's own read instead of the one read (native_read), a diagnostic."""
+    backbone, causal = objective.backbone, reads_left_to_right(objective)
+    read, mixed = (native_read(causal), 1) if native else (reading(objective, task), layers(backbone))
+    width = backbone.config.d_model
+
+    def features(split: Split) -> tuple[Tensor, Tensor]:
+        hidden = hidden_states(backbone, causal, split)
+        return representations(hidden[..., -width:] if native else hidden, split, task.level, read, causal)
+
+    (train_x, train_y), (test_x, _) = features(task.train), features(task.test)
     # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
     _, probe_flops, head = readout.fit_linear_probe(train_x, train_y, test_x,
                                                     torch.zeros(len(test_x), dtype=torch.long), task.classes,
-                                                    config.probe, layers(backbone))
+                                                    config.probe, mixed)
     with torch.no_grad():
         predicted = head(test_x).argmax(-1)
     seq_len = task.train.tokens.shape[1]
@@ -259,8 +274,11 @@ class Downstream:
                 frozen, frozen_flops, head = frozen_probe(objective, task, self.config)
                 rates = self.config.rates_for(reader, task.name)
                 tuned, tuned_flops = finetune(objective, task, head, replace(self.config, lrs=rates))
-                results[task.name] = {"frozen": frozen, "finetuned": tuned, "pooling": pooling(objective, task),
-                                      "flops": {"frozen": frozen_flops, "finetune": tuned_flops}}
+                native, native_flops, _ = frozen_probe(objective, task, self.config, native=True)
+                results[task.name] = {"frozen": frozen, "finetuned": tuned, "native": native,
+                                      "pooling": pooling(objective, task),
+                                      "flops": {"frozen": frozen_flops, "finetune": tuned_flops,
+                                                "native": native_flops}}
         return results
 
     def settings(self) -> dict:

@@ -250,7 +250,7 @@ def test_long_sequences_give_finite_likelihoods_and_posteriors():
 # ----------------------------------------------------------------------------------------------- the report
 def test_downstream_table_shows_the_ceilings_beside_the_majority_class(golden_results):
     row = TaskRow(objective="mlm", pooling="mean over tokens", frozen=Stat(0.51, None, 1), finetuned=Stat(0.52, None, 1),
-                  metrics={}, rates={"0.001": 1}, rate_at_edge=False, flops=TaskFlops(frozen=1.0, finetune=2.0))
+                  native=Stat(0.47, None, 1), metrics={}, rates={"0.001": 1}, rate_at_edge=False, flops=TaskFlops(frozen=1.0, finetune=2.0))
     described = {"level": "sequence", "classes": 2, "metric": "accuracy", "source": "sampled",
                  "majority_accuracy": 0.494}
     tasks = [TaskSummary({"task": "synthetic:order", **described, "ceilings": {"smoothing": 0.9587, "filtering": 0.9587},
@@ -263,3 +263,4 @@ def test_downstream_table_shows_the_ceilings_beside_the_majority_class(golden_re
     assert "majority-class accuracy 0.494; Bayes ceiling whole window 0.959, left context 0.959" in order
     assert "input only 0.520; copies sentence_order" in order
     assert "majority-class accuracy 0.494" in plain and "Bayes ceiling" not in plain
+    assert "native read (diagnostic)" in order and "| 0.470 " in order

@@ -589,6 +589,29 @@ def test_every_objective_is_read_through_one_scalar_mix_and_one_pooling(syntheti
     assert reads["mlm"] == reads["ar"] == reads["electra"] == [("fit", 3), ("pool", "mean")]
 
 
+def test_the_native_read_is_each_familys_last_layer_at_its_own_position(synthetic_context, monkeypatch):
+    """The diagnostic beside the one read: the last layer alone, a causal backbone's sequence at its last token
+    (GPT's read), a bidirectional one's at [BOS] (BERT's and ELECTRA's [CLS]); fitted as a plain probe."""
+    import bench.yardsticks.downstream as downstream
+
+    fitted = []
+    fit = readout.fit_linear_probe
+    monkeypatch.setattr(readout, "fit_linear_probe", lambda *a, **k: fitted.append((a[0], a[-1])) or fit(*a, **k))
+    component = load_task("synthetic:component,size=16", synthetic_context)
+    config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
+    for spec, position in (("mlm", "first"), ("ar", "last"), ("electra", "first")):
+        fitted.clear()
+        objective = tiny_objective(spec, synthetic_context)
+        causal, width = reads_left_to_right(objective), objective.backbone.config.d_model
+        scores, flops, head = frozen_probe(objective, component, config, native=True)
+        (features, layers), = fitted
+        last = hidden_states(objective.backbone, causal, component.train)[..., -width:]
+        lengths = component.train.lengths
+        expected = last[torch.arange(len(last)), lengths - 1] if position == "last" else last[:, 0]
+        assert downstream.native_read(causal) == position and layers == 1 and head.layers == 1
+        assert torch.equal(features, expected) and 0 <= scores["score"] <= 1 and flops > 0
+
+
 def test_a_scalar_mix_of_one_layer_is_the_plain_probe_and_its_weights_sum_to_one():
     features = torch.randn(40, 3 * 4, generator=torch.Generator().manual_seed(0))
     labels = (features[:, 8] > 0).long()  # the answer sits in the last layer
