@@ -22,12 +22,18 @@ def budget_folder(budget: float) -> str:
     return f"budget-{budget:g}"
 
 
-def interval(low: float | None, high: float | None, form: str = ".2g") -> str:
-    if low is None:
-        return "no CI: too many resamples do not meet or rise"
-    if low == 0 or not np.isfinite(high):
-        return "CI unbounded"
-    return f"{low:{form}}–{high:{form}}"
+def estimable(low: float | None, high: float | None) -> bool:
+    """Whether a fitted quantity has a finite two-sided interval (too many resamples that never meet or rise leave
+    none): only then is its point stated."""
+    return low is not None and high is not None and low > 0 and bool(np.isfinite(high))
+
+
+def inside(low: float, high: float, budgets: list[float]) -> bool:
+    """Whether a fitted budget's interval lies within the sweep: a place the runs measured, not an extrapolation."""
+    return budgets[0] <= low and high <= budgets[-1]
+
+
+NOT_ESTIMABLE = "not estimable (too many resamples of the seeds never meet or rise: no interval, so no point either)"
 
 
 def frontier_multiplier_text(row: MultiplierAt | UnreadAt) -> str:
@@ -36,8 +42,17 @@ def frontier_multiplier_text(row: MultiplierAt | UnreadAt) -> str:
     if row.multiplier is None:
         return "none (the baseline's fit does not rise)"
     if row.outside:
-        return f"outside the sweep (the fit's {row.multiplier:.2g}× is no result)"
-    return f"{row.multiplier:.2g}× ({interval(row.ci_low, row.ci_high)})"
+        return "outside the sweep (no result)"
+    if not estimable(row.ci_low, row.ci_high):
+        return NOT_ESTIMABLE
+    return f"{row.multiplier:.2g}× ({row.ci_low:.2g}–{row.ci_high:.2g})"
+
+
+def placed_text(budget: float, low: float | None, high: float | None, budgets: list[float]) -> str | None:
+    """A fitted budget with its interval where both are inside the sweep; None where it is not a finding."""
+    if not estimable(low, high) or not inside(low, high, budgets):
+        return None
+    return f"{budget:.3g} FLOPs (95 % CI {low:.3g}–{high:.3g})"
 
 
 def crossover_text(found: Crossover, budgets: list[float]) -> str:
@@ -46,15 +61,21 @@ def crossover_text(found: Crossover, budgets: list[float]) -> str:
     if found.where == "never":
         return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
     if found.where != "within":
-        return f"{first} and {second}: no crossover within the sweep {sweep} (the fits meet only outside it: no result)."
+        return (f"{first} and {second}: no crossover within the sweep {sweep} (the fits meet only outside it: no "
+                "result).")
     if found.outcome == NOT_MEASURABLE:
         return (f"{first} and {second}: the fits meet at {found.budget:.3g} FLOPs, but one of them does not beat "
                 "its untrained control at the budgets around it: not measurable.")
     if found.contradicted:
         return (f"{first} and {second}: the fits meet at {found.budget:.3g} FLOPs, but the measured means at the "
                 "budgets around it do not change order: no crossover is stated.")
-    return (f"{first} and {second} cross at {found.budget:.3g} FLOPs "
-            f"(95 % CI {interval(found.ci_low, found.ci_high, '.3g')}), within the sweep {sweep}.")
+    placed = placed_text(found.budget, found.ci_low, found.ci_high, budgets)
+    if placed is None:
+        reach = ("has no interval" if not estimable(found.ci_low, found.ci_high) else
+                 f"has a 95 % interval ({found.ci_low:.3g}–{found.ci_high:.3g}) that reaches outside it")
+        return (f"{first} and {second}: where their fits meet is not estimable within the sweep {sweep} (the "
+                f"crossing {reach}): no crossover is stated.")
+    return f"{first} and {second} cross at {placed}, within the sweep {sweep}."
 
 
 def gain_text(gain: GainAt | None) -> str:
@@ -64,12 +85,13 @@ def gain_text(gain: GainAt | None) -> str:
     return f"**{gain.estimate:+.3f}**{ci}" if beats_control(gain) else f"{gain.estimate:+.3f}{ci}"
 
 
-def meets_text(meets: Placed) -> str:
+def meets_text(meets: Placed, budgets: list[float]) -> str:
     if meets.where == "never":
         return "never (the fitted gain does not rise)"
     if meets.where != "within":
         return "outside the sweep (no result)"
-    return f"{meets.budget:.3g} FLOPs ({interval(meets.ci_low, meets.ci_high, '.3g')})"
+    return placed_text(meets.budget, meets.ci_low, meets.ci_high, budgets) or \
+        "not estimable within the sweep (its interval is open or reaches outside it)"
 
 
 def gain_section(item: SweepYardstick, budgets: list[float]) -> str:
@@ -81,7 +103,7 @@ def gain_section(item: SweepYardstick, budgets: list[float]) -> str:
         trend, ci = found.trend, found.trend.per_decade_ci
         rows.append([spec, *(gain_text(g) for g in found.per_budget),
                      f"{trend.per_decade:+.3f}" + ("" if ci is None else f" ({ci[0]:+.3f} to {ci[1]:+.3f})"),
-                     meets_text(trend.meets)])
+                     meets_text(trend.meets, budgets)])
     return ("Gain over its own untrained control at each budget (that budget's verdict: difference with its 95 % "
             "interval over seeds and test examples; **bold** where it beats the control, Holm within that "
             "comparison's family), fitted as a line in log-FLOPs: the gain per decade of compute (95 % interval: the "

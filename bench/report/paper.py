@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from bench.analysis.findings import NOT_MEASURABLE
 from bench.analysis.paper_findings import CrossoverFinding, MultiplierTest, Paper, PaperFinding, Setting, Unmeasured
 from bench.report.sections import fmt, table
@@ -51,7 +53,11 @@ def finding_text(found: PaperFinding) -> str:
         return found.evidence
     if isinstance(found, CrossoverFinding):
         meet = found.crossover
-        return "" if meet is None or meet.budget is None else f"the fits meet at {meet.budget:.3g} FLOPs"
+        if meet is None or meet.budget is None or meet.where != "within":
+            return "the fits do not meet within the sweep"
+        if meet.ci_low is None or meet.ci_high is None or not meet.ci_low > 0 or not math.isfinite(meet.ci_high):
+            return "where the fits meet is not estimable (no interval)"
+        return f"the fits meet at {meet.budget:.3g} FLOPs (95 % CI {meet.ci_low:.3g}–{meet.ci_high:.3g})"
     if found.kind == "multiplier":
         m = found.multiplier if isinstance(found, MultiplierTest) else None
         return "" if m is None else (f"{found.objectives[0]} against {found.objectives[1]} on {found.yardstick}:"

@@ -54,8 +54,8 @@ def multiplier_text(m: Multiplier | Unread | None, reading: str | None = None) -
     if kind == "<":
         return f"< {times(value)}× (" + ("it never reached the other's value)" if reversed_reading else
                                           "already reached at the other's first checkpoint)")
-    if m.ci_low_kind is None:
-        return f"{times(value)}× (one seed: no CI)"
+    if m.ci_low_kind is None:  # no interval, so no point either: a bare number would be quoted as a finding
+        return "not estimable (one seed: no interval)"
     low_bound, high_bound = m.range
     low = times(m.ci_low) if m.ci_low is not None else f"< {times(low_bound)}"
     high = times(m.ci_high) if m.ci_high is not None else f"> {times(high_bound)}"

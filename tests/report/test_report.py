@@ -79,3 +79,37 @@ def test_less_compute_is_said_only_of_an_interval_above_one():
     for value, low, high in ((2.0, 0.58, 6.5), (0.71, 0.2, 2.4), (0.5, 0.3, 0.8)):  # holds 1, or lies below it
         text = said(value, low, high)
         assert "less compute" not in text and "would need" not in text and "no saving in compute" in text
+
+
+def test_a_multiplier_without_an_interval_states_no_point():
+    from bench.analysis.findings import Multiplier
+    from bench.report.wording import multiplier_text
+
+    one_seed = Multiplier(multiplier=6.7, kind="=", reading="direct", seeds=[1, 1], ci_low=None, ci_high=None,
+                          ci_low_kind=None, ci_high_kind=None, resamples=0, range=[0.05, 1.0])
+    assert multiplier_text(one_seed) == "not estimable (one seed: no interval)"
+
+
+def test_a_frontier_states_a_fitted_quantity_only_with_an_interval_inside_its_sweep():
+    from bench.analysis.findings import Crossover, Placed
+    from bench.analysis.summaries import MultiplierAt
+    from bench.report.frontier import crossover_text, frontier_multiplier_text, meets_text
+
+    budgets = [1e11, 4e11, 1.6e12]
+    crossing = lambda low, high: Crossover(pair=["mlm", "ar"], where="within", budget=3e11, ci_low=low,  # noqa: E731
+                                           ci_high=high, lack_of_fit=True, contradicted=False)
+    assert crossover_text(crossing(2e11, 5e11), budgets) == ("mlm and ar cross at 3e+11 FLOPs (95 % CI 2e+11–5e+11), "
+                                                             "within the sweep [1e+11, 1.6e+12] FLOPs.")
+    for low, high in ((0.02, 1.7e22), (None, None), (2e11, float("inf"))):  # reaching outside, open, unbounded
+        text = crossover_text(crossing(low, high), budgets)
+        assert "not estimable" in text and "no crossover is stated" in text and "cross at" not in text
+    meets = lambda low, high: Placed(where="within", budget=1.22e11, ci_low=low, ci_high=high,  # noqa: E731
+                                     lack_of_fit=False)
+    assert meets_text(meets(1.1e11, 1.4e11), budgets) == "1.22e+11 FLOPs (95 % CI 1.1e+11–1.4e+11)"
+    assert "1.22e+11" not in meets_text(meets(None, None), budgets)
+    assert "1.22e+11" not in meets_text(meets(5e10, 1.4e11), budgets)
+    row = lambda low, high: MultiplierAt(budget=4e11, multiplier=0.29, ci_low=low, ci_high=high,  # noqa: E731
+                                         lack_of_fit=False, outside=False)
+    assert frontier_multiplier_text(row(0.1, 0.8)) == "0.29× (0.1–0.8)"
+    assert "0.29" not in frontier_multiplier_text(row(None, None)) and "not estimable" in frontier_multiplier_text(
+        row(None, None))
