@@ -215,6 +215,8 @@ class Multiplier:
     resamples: int
     range: list[float]
     read_the_other_way: float | None = omitted()
+    # "gains": read off each one's gain over its own untrained control (the two controls differ), else "scores"
+    on: str | None = omitted()
     bound: str | None = omitted()  # "baseline": a reversed "<" bound by the baseline's side, not the objective's
     log_se: float | None = omitted()
     df: int | None = omitted()

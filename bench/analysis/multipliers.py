@@ -39,11 +39,15 @@ def reversed_kind(base_kind: np.ndarray, other_kind: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Curve:
-    """One objective on one yardstick: its checkpoints, a Group per checkpoint and at the budget (the same seeds)."""
+    """One objective on one yardstick: its checkpoints, a Group per checkpoint and at the budget (the same seeds);
+    `control`, its untrained control, where two objectives' controls differ: the curve is then its gain over that
+    control (the control's mean, resampled with it), so that what pretraining added is compared, not where each
+    attention mode starts."""
 
     flops: np.ndarray  # (checkpoints,)
     points: tuple[Group, ...]
     final: Group
+    control: Group | None = None
 
 
 def crossings(curves: np.ndarray, log_flops: np.ndarray, targets: np.ndarray,
@@ -76,13 +80,18 @@ def readings(base: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nd
 
 
 def means(curve: Curve) -> tuple[np.ndarray, np.ndarray]:
-    return (np.array([[g.values.mean() for g in curve.points]]), np.array([curve.final.values.mean()]))
+    start = 0.0 if curve.control is None else curve.control.values.mean()
+    return (np.array([[g.values.mean() - start for g in curve.points]]), np.array([curve.final.values.mean() - start]))
 
 
-def resampled_curve(curve: Curve, weights: dict, seeds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(resamples × checkpoints, resamples): a seed's curve and final value are one run's, resampled together."""
-    return (np.stack([resampled(g, weights, seeds) for g in curve.points], axis=1),
-            resampled(curve.final, weights, seeds))
+def resampled_curve(curve: Curve, weights: dict, seeds: np.ndarray,
+                    control_seeds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(resamples × checkpoints, resamples): a seed's curve and final value are one run's, resampled together; less
+    the control's mean in the same resample (its seeds drawn apart: a control is not paired with a run)."""
+    start = 0.0 if curve.control is None else resampled(curve.control, weights, control_seeds)
+    return (np.stack([resampled(g, weights, seeds) - start for g in curve.points], axis=1) if curve.control is None
+            else np.stack([resampled(g, weights, seeds) for g in curve.points], axis=1) - start[:, None],
+            resampled(curve.final, weights, seeds) - start)
 
 
 FLIPPED = {"=": "=", "<": ">", ">": "<", "?": "?", None: None}
@@ -111,6 +120,7 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
     reading = "reversed" if estimate["direct"][0][0] == 1 else "direct"
     kind, log_m = (part[0] for part in estimate[reading])
     found = {"multiplier": float(math.exp(log_m)), "kind": KINDS[int(kind)], "reading": reading,
+             "on": "scores" if base.control is None else "gains",
              "seeds": [base.final.seeds, other.final.seeds], "ci_low": None, "ci_high": None,
              "ci_low_kind": None, "ci_high_kind": None, "resamples": 0,
              "range": [float(base.flops[0] / budget), float(base.flops[-1] / budget)]}
@@ -122,12 +132,16 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
             found["bound"] = "baseline"
     if min(found["seeds"]) < 2 or resamples < 1:
         return Multiplier(**found)
-    groups = [*base.points, base.final, *other.points, other.final]
+    controls = [curve.control for curve in (base, other) if curve.control is not None]
+    groups = [*base.points, base.final, *other.points, other.final, *controls]
     weights, _ = draws(groups, resamples, seed)
     rng = np.random.default_rng(seed + 1)
-    drawn = readings(resampled_curve(base, weights, rng.integers(0, base.final.seeds, (resamples, base.final.seeds))),
-                     resampled_curve(other, weights, rng.integers(0, other.final.seeds,
-                                                                   (resamples, other.final.seeds))),
+
+    def drawn_seeds(group: Group | None) -> np.ndarray | None:
+        return None if group is None else rng.integers(0, group.seeds, (resamples, group.seeds))
+
+    drawn = readings(resampled_curve(base, weights, drawn_seeds(base.final), drawn_seeds(base.control)),
+                     resampled_curve(other, weights, drawn_seeds(other.final), drawn_seeds(other.control)),
                      base.flops, other.flops, budget, higher_is_better)
     (kinds, values), (other_kinds, other_values) = drawn.pop(reading), *drawn.values()
     swapped = (kinds != 0) & (other_kinds == 0)  # a bound where the other reading has a number

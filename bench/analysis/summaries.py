@@ -16,8 +16,8 @@ from bench.training.records import ControlRecord, RunRecord
 @dataclass(frozen=True)
 class Compute:
     """What an objective's runs spent, means over seeds: the counters, the throughput, where the wall time went
-    (the steps, the FLOP checkpoints' cool-down branches and evaluations, the final probes and tasks) and the FLOPs per token and per
-    supervised position."""
+    (the steps, the FLOP checkpoints' cool-down branches and evaluations, the final probes and tasks) and the FLOPs
+    per token and per supervised position."""
 
     flops_per_step: float
     steps: float

@@ -134,15 +134,28 @@ def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]],
         comparisons=pairs, comparison_family=pair_family)
 
 
-def curve_of(runs: list[RunRecord], yardstick: Yardstick) -> Curve | None:
+def curve_of(runs: list[RunRecord], yardstick: Yardstick, control: list[ControlRecord] | None = None) -> Curve | None:
+    """The runs' curve on the yardstick; given their untrained control's records, their gain over it."""
     found, final = curve_groups(runs, yardstick), group(runs, yardstick.final)
-    if found is None or final is None:
+    start = group(control, yardstick.final) if control else None
+    if found is None or final is None or (control and start is None):
         return None
-    return Curve(np.array(found[0], dtype=float), tuple(found[1]), final)
+    return Curve(np.array(found[0], dtype=float), tuple(found[1]), final, start)
+
+
+def pair_curves(yardstick: Yardstick, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
+                base: str, other: str) -> tuple[Curve | None, Curve | None]:
+    """Two objectives' curves for a multiplier: their scores where they share an untrained control, else their gains
+    over their own controls (as their comparison is judged), so that where a bidirectional and a causal backbone
+    start does not enter a multiplier of pretraining."""
+    starts = {spec: grouped[spec][0].control for spec in (base, other)}
+    on_gains = starts[base] != starts[other]
+    return tuple(curve_of(grouped[spec], yardstick, controls.get(starts[spec]) if on_gains else None)
+                 for spec in (base, other))
 
 
 def multipliers_on(item: YardstickVerdict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], baseline: str,
-                   budget: float) -> list[Multiplier | Unread]:
+                   budget: float, controls: dict[str, list[ControlRecord]]) -> list[Multiplier | Unread]:
     """Against the baseline, every objective's multiplier on a neutral yardstick with curves, where the pair is
     measurable (both beat their controls); the rest are recorded as not measurable."""
     gained = {g.objective: g for g in item.gains}
@@ -153,7 +166,7 @@ def multipliers_on(item: YardstickVerdict, yardstick: Yardstick, grouped: dict[s
         if not measurable(gained, spec, baseline):
             found.append(Unread(objective=spec, against=baseline, yardstick=item.yardstick))
             continue
-        base, other = curve_of(grouped[baseline], yardstick), curve_of(grouped[spec], yardstick)
+        base, other = pair_curves(yardstick, grouped, controls, baseline, spec)
         if base is not None and other is not None:
             found.append(replace(multiplier(base, other, budget, yardstick.higher_is_better), objective=spec,
                                  against=baseline, yardstick=item.yardstick))
@@ -187,13 +200,13 @@ def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, 
             measured[yardstick.name] = yardstick
     main = main_yardstick(list(measured.values()), {item.yardstick: item.mirrors for item in found})
     multipliers = [m for item in found if not item.mirrors and measured[item.yardstick].point is not None
-                   for m in multipliers_on(item, measured[item.yardstick], grouped, baseline, budget)]
+                   for m in multipliers_on(item, measured[item.yardstick], grouped, baseline, budget, controls or {})]
     neutral = [item for item in found if not item.mirrors and item.measures_pretraining is not None]
     wins = {spec: [item.yardstick for item in neutral if beats_control(item.gain_of(spec))] for spec in grouped}
     found_verdict = Verdict(baseline=baseline, main=main, yardsticks=found, multipliers=multipliers,
                             wins=Wins(neutral_yardsticks=len(neutral), by_objective=wins),
                             signal_density_ratio=density_ratios(positions, per_flop, baseline))
-    found_answer = answer(found_verdict, measured, grouped, budget, did_not_learn)
+    found_answer = answer(found_verdict, measured, grouped, budget, did_not_learn, controls or {})
     quoted = found_answer.multiplier
     if quoted is not None and not any(isinstance(m, Multiplier) and m.yardstick == quoted.yardstick and
                                       {m.objective, m.against} == {quoted.objective, quoted.against}
@@ -207,7 +220,7 @@ OTHER_READ = {"neutral_average_frozen": "neutral_average_finetuned"}
 
 
 def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float,
-           did_not_learn: tuple[str, ...] = ()) -> Answer:
+           did_not_learn: tuple[str, ...] = (), controls: dict[str, list[ControlRecord]] | None = None) -> Answer:
     """Which objective leads on the main yardstick, by what multiplier against the runner-up, which are not separated
     from it, which did not beat their control, and the scale the answer speaks for. An objective whose runs did not
     learn their own task is ranked nowhere, whatever it scored."""
@@ -241,11 +254,12 @@ def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[R
     behind = [spec for spec in others if outcome_for(tests, leader, spec) == AHEAD]
     return replace(found, runner_up=others[0], separated=len(behind) == len(others),
                    not_separated_from=[spec for spec in others if spec not in behind],
-                   multiplier=pair_multiplier(v, measured[item.yardstick], grouped, leader, others[0], budget))
+                   multiplier=pair_multiplier(v, measured[item.yardstick], grouped, leader, others[0], budget,
+                                              controls or {}))
 
 
 def pair_multiplier(v: Verdict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], leader: str,
-                    runner_up: str, budget: float) -> Multiplier | None:
+                    runner_up: str, budget: float, controls: dict[str, list[ControlRecord]]) -> Multiplier | None:
     """The leader's multiplier against the runner-up: the verdict's table entry for the pair (inverted where the
     leader is the table's baseline), so the answer, the table and results.json quote one number with one interval;
     read afresh only for a pair the table does not hold (the answer's pair is then added to the table)."""
@@ -255,7 +269,7 @@ def pair_multiplier(v: Verdict, yardstick: Yardstick, grouped: dict[str, list[Ru
                 return found
             if (found.objective, found.against) == (runner_up, leader):
                 return inverted(found)
-    base, other = curve_of(grouped[runner_up], yardstick), curve_of(grouped[leader], yardstick)
+    base, other = pair_curves(yardstick, grouped, controls, runner_up, leader)
     if base is None or other is None:
         return None
     return replace(multiplier(base, other, budget, yardstick.higher_is_better), objective=leader, against=runner_up,

@@ -119,7 +119,9 @@ def multiplier_table(v: Verdict) -> str:
             "over the FLOP checkpoints (linear in log-FLOPs); where it never gets there, both curves are read at its "
             "own final value (the ELECTRA paper's reading). Intervals: the log-multiplier ± t × the SD of a bootstrap "
             "over seeds and test examples; an end is open where neither reading reached it within the run. Only "
-            "pairs where both beat their controls are read. Beside it, the signal-density ratio: supervised positions "
+            "pairs where both beat their controls are read; where their untrained controls differ (a bidirectional "
+            "and a causal backbone), off their gains over their own controls (each curve less its control's mean, "
+            "resampled with it), as their comparison is judged. Beside it, the signal-density ratio: supervised positions "
             "per sequence, and per FLOP (measured over the runs, every FLOP an objective spends counted), over the "
             "baseline's: what the multiplier would be if every supervised position were worth the same.\n\n"
             + table(rows, ["objective", *labels, "density ratio per sequence", "density ratio per FLOP"]))

@@ -39,6 +39,21 @@ def test_a_known_compute_shift_is_read_exactly(higher, k):
     assert found.ci_low < k < found.ci_high
 
 
+def test_where_controls_differ_the_multiplier_is_read_off_the_gains():
+    """The objective gains what the baseline gains with a third of its compute, but its untrained control starts
+    0.2 higher: on the scores it would look worth far more than a third; on the gains it is exactly a third."""
+    offsets, k, start = (-0.02, 0.0, 0.02), 1 / 3, 0.2
+    base_control, other_control = Group(np.array([0.5, 0.5, 0.5])), Group(np.array([0.5 + start] * 3))
+    raw_base = curve([line(e) for e in offsets])
+    raw_other = curve([lambda f, e=e: line(e)(k * f) + start for e in offsets])
+    on_gains = multiplier(Curve(raw_base.flops, raw_base.points, raw_base.final, base_control),
+                          Curve(raw_other.flops, raw_other.points, raw_other.final, other_control), BUDGET,
+                          resamples=200)
+    assert on_gains.on == "gains" and on_gains.multiplier == pytest.approx(k, rel=1e-9)
+    on_scores = multiplier(raw_base, raw_other, BUDGET, resamples=200)
+    assert on_scores.on == "scores" and on_scores.multiplier > 3 * k
+
+
 def test_a_multiplier_the_baseline_never_reaches_is_read_at_its_final_value():
     """The objective is the baseline's curve shifted by 4× in compute: past anything the baseline reached, so the
     direct reading is a bound; its own curve reached the baseline's final value at a quarter of the budget."""
