@@ -5,6 +5,12 @@ A small generator (default ¼ of the backbone's width, same depth) does MLM on 1
 the chosen positions; the backbone, as discriminator, labels every position original or replaced. A sampled token
 equal to the original counts as original. Loss = generator MLM + λ · discriminator, λ = 50. The generator shares the
 token (and learned position) embeddings; its transformer weights are its own. Every FLOP of the generator counts.
+
+The paper's Table 5 ablation, which says where ELECTRA's gain comes from, is two options on the same generator:
+`supervise=masked` takes the backbone's loss over the generator's positions only (ELECTRA 15 %), and `head=mlm`
+predicts the original token there instead of telling replaced from original (Replace MLM; with `supervise=all`,
+All-Tokens MLM, here without the paper's copy mechanism). An MLM head is BERT's transform and the tied decoder, its
+loss weighed 1 (λ balances a binary loss against the generator's; two vocabulary losses need no balance).
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from objectives.draws import Randomness
 from objectives.masking import RULES, expected_count, rewrite, select_positions
 
 
+HEADS = ("discriminator", "mlm")
+SUPERVISE = ("all", "masked")
+
+
 @dataclass(frozen=True)
 class ElectraOptions(Options):
     rate: float = 0.15  # share of positions the generator fills in
@@ -32,8 +42,14 @@ class ElectraOptions(Options):
     gen_width: float = 0.25  # generator hidden size as a share of the backbone's
     disc_weight: float = 50.0  # λ
     rule: str = "exact"
+    head: str = "discriminator"  # the backbone's task: "discriminator" (replaced or not) or "mlm" (the original token)
+    supervise: str = "all"  # where the backbone's loss is taken: "all" positions, or the generator's ("masked")
 
     def validate(self) -> None:
+        if self.head not in HEADS:
+            raise ConfigError(f"electra head must be one of {', '.join(HEADS)}, got {self.head!r}")
+        if self.supervise not in SUPERVISE:
+            raise ConfigError(f"electra supervise must be one of {', '.join(SUPERVISE)}, got {self.supervise!r}")
         check_fraction("electra rate", self.rate, allow_zero=False)
         check_fraction("electra mask", self.mask)
         check_fraction("electra gen_width", self.gen_width, allow_zero=False)
@@ -70,8 +86,12 @@ class Electra(Objective):
         self.generator = Transformer(self.generator_config)
         # ELECTRA's MLM head: dense to the embedding width, GELU, LayerNorm, then the tied embedding matrix.
         self.generator_head = nn.Sequential(nn.Linear(width, d), nn.GELU(), nn.LayerNorm(d, eps=c.norm_eps))
-        self.discriminator_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
-        for module in (self.generator_in, self.generator_head, self.discriminator_head):
+        if self.options.head == "mlm":  # BERT's transform before the tied decoder
+            self.mlm_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.LayerNorm(d, eps=c.norm_eps))
+        else:
+            self.discriminator_head = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+        head = self.mlm_head if self.options.head == "mlm" else self.discriminator_head
+        for module in (self.generator_in, self.generator_head, head):
             module.apply(init_weights)
 
     def corrupt(self, tokens: Tensor, generator: Randomness) -> Corrupted:
@@ -89,13 +109,21 @@ class Electra(Objective):
     def generator_positions(self, seq_len: int) -> float:
         return expected_count(seq_len, self.options.rate, self.options.rule)
 
+    def backbone_positions(self, seq_len: int) -> float:
+        """Where the backbone's own loss is taken: every position, or the generator's."""
+        return seq_len if self.options.supervise == "all" else self.generator_positions(seq_len)
+
+    @property
+    def backbone_task(self) -> str:
+        return "discriminator" if self.options.head == "discriminator" else "mlm"
+
     def expected_supervised_positions(self, seq_len: int) -> float:
-        return seq_len + self.generator_positions(seq_len)
+        return self.backbone_positions(seq_len) + self.generator_positions(seq_len)
 
     def describe(self, seq_len: int) -> dict:
-        generator = self.generator_positions(seq_len)
-        return {"discriminator_positions": seq_len, "generator_positions": generator,
-                "parts": f"discriminator {seq_len} + generator {generator:g}"}
+        generator, own = self.generator_positions(seq_len), self.backbone_positions(seq_len)
+        return {f"{self.backbone_task}_positions": own, "generator_positions": generator,
+                "parts": f"{self.backbone_task} {own:g} + generator {generator:g}"}
 
     @classmethod
     def report_note(cls, metrics: dict[str, str], closed: dict[str, str]) -> str | None:
@@ -125,6 +153,8 @@ class Electra(Objective):
         at probability 0.5 (`disc_precision`, `disc_recall`), the accuracy on each label, and the ROC AUC of replaced
         against original, which shows learning even where no logit crosses 0.5 yet. A precision with nothing
         predicted replaced is 0, as tf.metrics.precision gives it."""
+        if self.options.head != "discriminator":
+            return {}
         logits = torch.cat([o.tensors["discriminator_logits"].flatten() for o in outputs]).double()
         labels = torch.cat([o.tensors["discriminator_labels"].flatten() for o in outputs]).bool()
         replaced = labels.double().mean().item()
@@ -148,7 +178,10 @@ class Electra(Objective):
         """What the Bayes reference discriminator needs to know of the corruption: at every position, the generator's
         distribution over the vocabulary had that position been [MASK]ed too (at a position the batch masked, the very
         one its sample was drawn from), (N, L, vocab) probabilities; and the probability that a position is drawn,
-        rate × mask (a kept position's draw, which saw the original, is counted as shown as it was)."""
+        rate × mask (a kept position's draw, which saw the original, is counted as shown as it was). None for the
+        ablations, whose question is not "which of all positions were replaced" (no reference is stated for them)."""
+        if (self.options.head, self.options.supervise) != ("discriminator", "all"):
+            return None
         N, L = batch.inputs.shape
         positions = torch.arange(L, device=batch.inputs.device)
         distributions = []
@@ -167,13 +200,16 @@ class Electra(Objective):
         return [FloorSpec("generator_loss", "masked_token", keep=1 - self.options.mask, mask=self.options.mask)]
 
     def counted_positions(self, batch: Corrupted) -> int:
-        return batch.inputs.numel() + batch.num_supervised  # every position + the generator's
+        return self.own_positions(batch) + batch.num_supervised  # the backbone's + the generator's
+
+    def own_positions(self, batch: Corrupted) -> int:
+        return batch.inputs.numel() if self.options.supervise == "all" else batch.num_supervised
 
     def loss_counts(self, batch: Corrupted) -> dict[str, int]:
         # The loss is a sum of two means over different positions: the generator's over the masked ones, the
         # discriminator's over all of them. Weighing both by one share is exact only when every row has the same
         # number of masked positions (rule=exact), so each mean is weighed by its own count.
-        return {"generator": batch.num_supervised, "discriminator": batch.inputs.numel()}
+        return {"generator": batch.num_supervised, self.backbone_task: self.own_positions(batch)}
 
     def generator_states(self, inputs: Tensor) -> Tensor:
         """The generator's hidden states over (masked) inputs, read through the shared embeddings."""
@@ -197,39 +233,56 @@ class Electra(Objective):
             labels = (fake != batch.original).float()  # a sample equal to the original counts as original
 
         hidden = self.backbone(fake, attention="bidirectional")
-        discriminator_logits = self.discriminator_head(hidden).squeeze(-1).float()
-        discriminator_loss = F.binary_cross_entropy_with_logits(discriminator_logits, labels)
-        weighted_discriminator_loss = self.options.disc_weight * discriminator_loss
-        loss = generator_loss + weighted_discriminator_loss
-        metrics = {  # tensors: read when evaluating, never in a training step
+        # the backbone's loss over every position, or over the generator's (ELECTRA 15 %, Replace MLM)
+        own = None if self.options.supervise == "all" else rows
+        generator_metrics = {  # tensors: read when evaluating, never in a training step
             "generator_loss": generator_loss.detach(),
-            "discriminator_loss": discriminator_loss.detach(),
             "generator_accuracy": generator_metrics["accuracy"],
             # how often the generator's *sample* is the original (electra's sampled_masked_lm_accuracy)
             "generator_sample_accuracy": (sampled == batch.targets.reshape(-1)[rows]).float().mean(),
-            "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean(),
             "replaced_fraction": labels.mean(),
         }
+        if self.options.head == "mlm":
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            flat = flat if own is None else flat.index_select(0, own)
+            originals = batch.original.reshape(-1)
+            mlm_loss, mlm_metrics = token_loss(self.backbone.logits(self.mlm_head(flat)),
+                                               originals if own is None else originals[own])
+            return Output(generator_loss + mlm_loss, len(flat) + rows.numel(),
+                          {**generator_metrics, "mlm_loss": mlm_loss.detach(), "mlm_accuracy": mlm_metrics["accuracy"]},
+                          terms={"generator": generator_loss, "mlm": mlm_loss})
+        discriminator_logits = self.discriminator_head(hidden).squeeze(-1).float()
+        if own is not None:  # the head runs (and is counted) everywhere; its loss is read at the generator's rows
+            discriminator_logits, labels = discriminator_logits.reshape(-1)[own], labels.reshape(-1)[own]
+        discriminator_loss = F.binary_cross_entropy_with_logits(discriminator_logits, labels)
+        weighted_discriminator_loss = self.options.disc_weight * discriminator_loss
+        loss = generator_loss + weighted_discriminator_loss
+        metrics = {**generator_metrics, "discriminator_loss": discriminator_loss.detach(),
+                   "discriminator_accuracy": ((discriminator_logits > 0).float() == labels).float().mean(),
+                   "replaced_fraction": labels.mean()}
         return Output(loss, labels.numel() + rows.numel(), metrics,
                       {"discriminator_inputs": fake, "discriminator_labels": labels,
                        "discriminator_logits": discriminator_logits.detach()},
                       terms={"generator": generator_loss, "discriminator": weighted_discriminator_loss})
 
-    def _flops(self, batch_size: int, seq_len: int, generator_rows: float) -> float:
+    def _flops(self, batch_size: int, seq_len: int, generator_rows: float, own_rows: float) -> float:
         c, g = self.backbone.config, self.generator_config
         tokens = batch_size * seq_len
         generator = (Flops(dense=2 * tokens * c.d_model * g.d_model)  # generator_in
                      + self.generator.flops(batch_size, seq_len))
-        discriminator = (self.backbone.flops(batch_size, seq_len, 0)
-                         + Flops(dense=2 * tokens * c.d_model * (c.d_model + 1)))  # discriminator head
+        backbone = self.backbone.flops(batch_size, seq_len, 0).training_step
         # generator head (width -> d) and the tied vocabulary projection, on the masked rows only
         per_row = Flops(dense=2 * g.d_model * c.d_model + 2 * c.d_model * c.vocab_size).training_step
-        return (generator + discriminator).training_step + per_row * generator_rows
+        if self.options.head == "mlm":  # the transform and the tied decoder on the rows its loss reads
+            head = Flops(dense=2 * c.d_model * c.d_model + 2 * c.d_model * c.vocab_size).training_step * own_rows
+        else:  # the discriminator head, on every position whichever its loss reads
+            head = Flops(dense=2 * tokens * c.d_model * (c.d_model + 1)).training_step
+        return generator.training_step + backbone + head + per_row * generator_rows
 
     def flops(self, batch: Corrupted) -> int:
         batch_size, seq_len = batch.inputs.shape
-        return int(self._flops(batch_size, seq_len, batch.num_supervised))
+        return int(self._flops(batch_size, seq_len, batch.num_supervised, self.own_positions(batch)))
 
     def expected_flops_per_sequence(self, seq_len: int) -> float:
-        return self._flops(1, seq_len, self.generator_positions(seq_len))
+        return self._flops(1, seq_len, self.generator_positions(seq_len), self.backbone_positions(seq_len))
 

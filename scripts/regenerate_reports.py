@@ -25,8 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = "/tmp/docs"  # examples/docs_corpus.py's output, where the docs reports' commands name it
 DOCS_TASKS = f"{DOCS}/library.jsonl,{DOCS}/order.jsonl,{DOCS}/continues.jsonl,text_pair=text_pair"
-PRESETS = ("bert-table8", "corruption-rate", "electra-efficiency", "masking-units", "mlm-vs-clm", "nsp-sop",
-           "seq-len-schedule", "static-vs-dynamic")
+PRESETS = ("bert-table8", "corruption-rate", "electra-efficiency", "electra-table5", "masking-units", "mlm-vs-clm",
+           "nsp-sop", "seq-len-schedule", "static-vs-dynamic")
 # folder under reports/ -> its command's flags besides --out and --quiet (bench.compare's, but for the tuning's): the
 # tuning first, since it writes the default's settings (bench/tuned.json): commit that before the others run
 REPORTS: dict[str, list[str]] = {

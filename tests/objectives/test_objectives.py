@@ -186,6 +186,33 @@ def test_electra_labels_and_loss():
     assert output.supervised_positions == 16 * 32 + 16 * 16
 
 
+def test_electras_table5_ablation_takes_the_backbones_loss_where_the_paper_does():
+    """ELECTRA 15 %: the discriminator's loss over the generator's positions only; Replace MLM: the original token
+    predicted there from the generator's samples; All-Tokens MLM: predicted at every position. One generator."""
+    tokens = random_tokens(4, 32)
+    for spec, task, own in (("electra:supervise=masked", "discriminator", "masked"), ("electra:head=mlm", "mlm", "all"),
+                            ("electra:head=mlm,supervise=masked", "mlm", "masked")):
+        objective = tiny_objective(spec, 32)
+        batch = objective.corrupt(tokens, torch.Generator().manual_seed(3))
+        torch.manual_seed(0)
+        output = objective(batch)
+        masked = batch.num_supervised
+        positions = masked if own == "masked" else tokens.numel()
+        assert output.supervised_positions == positions + masked == objective.counted_positions(batch)
+        assert objective.loss_counts(batch) == {"generator": masked, task: positions}
+        m = {name: float(value) for name, value in output.metrics.items()}
+        weight = 50 if task == "discriminator" else 1
+        assert output.loss.item() == pytest.approx(m["generator_loss"] + weight * m[f"{task}_loss"], rel=1e-6)
+        assert set(output.terms) == {"generator", task}
+        assert objective.replacement_story(batch) is None  # no Bayes reference is claimed for an ablation
+        if task == "discriminator":
+            assert output.tensors["discriminator_labels"].numel() == masked
+        else:
+            assert not hasattr(objective, "discriminator_head") and output.tensors == {}
+    with pytest.raises(ConfigError, match="electra head must be one of"):
+        tiny_objective("electra:head=cls", 32)
+
+
 def test_electra_generator_is_a_quarter_wide_and_shares_embeddings():
     objective = tiny_objective("electra", 16, model="small")
     assert objective.generator_config.d_model == 64 and objective.generator_config.n_layer == 4
@@ -195,7 +222,8 @@ def test_electra_generator_is_a_quarter_wide_and_shares_embeddings():
 
 @pytest.mark.parametrize("model", ["tiny", "small"])
 @pytest.mark.parametrize("spec", ["ar", "mlm", "mlm:rule=bernoulli,rate=0.3", "electra", "span", "mlm:pair=nsp",
-                                  "mlm:pair=sop,rule=bernoulli"])
+                                  "mlm:pair=sop,rule=bernoulli", "electra:supervise=masked",
+                                  "electra:head=mlm,supervise=masked", "electra:head=mlm"])
 def test_analytic_step_flops_match_the_flop_counter(spec, model):
     seq_len = 64 if model == "tiny" else 32
     objective = tiny_objective(spec, seq_len, model=model)
