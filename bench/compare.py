@@ -80,8 +80,9 @@ def add_run_flags(add) -> None:
                                          "sweep FLOPs are reported apart (default: no sweep)")
     add("--sweep-fraction", type=float, default=0.25, help="share of the budget each sweep run trains for "
                                                            "(default 0.25)")
-    add("--eval-points", type=int, default=6, help="log-spaced FLOP checkpoints for held-out evaluation, the last "
-                                                   "at the budget (default 6)")
+    add("--eval-points", type=int, default=DEFAULTS.training.eval_points,
+        help="log-spaced FLOP checkpoints for held-out evaluation, the last at the budget, each before it a finished "
+             f"run (a cool-down branch) (default {DEFAULTS.training.eval_points})")
     add("--compile", action="store_true", help="torch.compile the transformer stacks: pays only for long runs "
                                                "(docs/speed.md)")
     add("--quiet", action="store_true", help="no progress bars")

@@ -212,7 +212,7 @@ def judge_units(evidence: Evidence) -> list[PaperFinding]:
 
 
 # ¼×, 1× and 4× bench.compare's DEFAULT_BUDGET (a test holds "default" to it: presets cannot import compare)
-BUDGETS = (("quarter", 2e11), ("default", 8e11), ("four-times", 3.2e12))
+BUDGETS = (("quarter", 1.25e11), ("default", 5e11), ("four-times", 2e12))
 ELECTRA_PEERS = ("mlm", "mlm:rate=0.4", "electra", "ar")
 
 

@@ -341,7 +341,7 @@ def test_no_page_names_a_commit(page):
     ("MLM leads (p = 0.011)", True),
     ("3,606 tokens/s", True),
     ("| mlm | 0.85 | 0.91 |", True),
-    ("5 seeds, 8e11 FLOPs, T = 64, 15 % masked, Holm p < 0.05, 2 layers", False),
+    ("5 seeds, 5e11 FLOPs, T = 64, 15 % masked, Holm p < 0.05, 2 layers", False),
     ("0.15 × 512 = 76.8 positions", False),
     ("```\n0.826 ± 0.063 in 4 min 35 s\n```", False),
 ])
