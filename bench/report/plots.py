@@ -5,6 +5,7 @@ controls' band, signal density.
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 import matplotlib
 
@@ -15,11 +16,22 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from bench.files import write_atomic
 from bench.analysis.measures import yardsticks
+from bench.analysis.stats import summarize
 from bench.analysis.summaries import Results
 from bench.training.records import RunRecord
 
-# seaborn's 95 % bands are a bootstrap: a fixed seed draws the same PNG from the same results
-BAND_SEED = 0
+
+
+def t_band(values: pd.Series) -> tuple[float, float]:
+    """The tables' interval over seeds (the mean ± the half-width of the 95 % t-interval, bench.analysis.stats), for
+    seaborn's bands: its default is a percentile bootstrap, which the tables never use and which under-covers with
+    five seeds. With one seed there is no interval: the band is the point."""
+    found = summarize(list(values))
+    half = 0.0 if math.isnan(found.half_width) else found.half_width
+    return found.mean - half, found.mean + half
+
+
+BAND = t_band  # every band in every plot
 
 
 def curve_frame(runs: list[RunRecord]) -> pd.DataFrame:
@@ -34,10 +46,9 @@ def plot_loss(runs: list[RunRecord], path: Path) -> None:
     specs = list(dict.fromkeys(frame["objective"]))
     figure, axes = plt.subplots(1, len(specs), figsize=(3.6 * len(specs), 3.6), squeeze=False)
     for spec, ax in zip(specs, axes[0]):
-        sns.lineplot(frame[frame["objective"] == spec], x="checkpoint", y="loss", marker="o", errorbar=("ci", 95),
-                     seed=BAND_SEED, ax=ax)
+        sns.lineplot(frame[frame["objective"] == spec], x="checkpoint", y="loss", marker="o", errorbar=BAND, ax=ax)
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss (own objective)", title=spec)
-    figure.suptitle("Each objective's own held-out loss against compute (band: 95 % CI over seeds)")
+    figure.suptitle("Each objective's own held-out loss against compute (band: 95 % t-interval over seeds)")
     save_figure(figure, path)
 
 
@@ -49,8 +60,7 @@ def plot_excess(runs: list[RunRecord], floors: dict, path: Path) -> bool:
     if not rows:
         return False
     figure, axes = plt.subplots(figsize=(7, 4.5))
-    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="excess", hue="objective", marker="o", errorbar=("ci", 95),
-                 seed=BAND_SEED, ax=axes)
+    sns.lineplot(pd.DataFrame(rows), x="checkpoint", y="excess", hue="objective", marker="o", errorbar=BAND, ax=axes)
     axes.set(xscale="log", xlabel="training FLOPs (log)", ylabel="held-out loss − Bayes floor (nats)",
              title="Excess over the Bayes-optimal loss")
     save_figure(figure, path)
@@ -78,7 +88,7 @@ def plot_yardsticks(results: Results, path: Path) -> bool:
     controls = {y.label: y.controls for y in (results.verdict.yardsticks if results.verdict else [])}
     for label, ax in zip(labels, axes.flat):
         sns.lineplot(frame[frame["yardstick"] == label], x="checkpoint", y="value", hue="objective", marker="o",
-                     errorbar=("ci", 95), seed=BAND_SEED, ax=ax)
+                     errorbar=BAND, ax=ax)
         for control, style in zip(controls.get(label, []), ("--", ":", "-.")):  # at 0 FLOPs: a level, not a point
             ax.axhline(control.estimate, color="grey", linestyle=style, label=control.control)
             if control.ci_low is not None:
@@ -86,7 +96,7 @@ def plot_yardsticks(results: Results, path: Path) -> bool:
         if controls.get(label):
             ax.legend(fontsize="small")
         ax.set(xscale="log", xlabel="training FLOPs (log)", ylabel=label, title=label)
-    figure.suptitle("Yardsticks against compute (band: 95 % CI over seeds; grey: the untrained controls)")
+    figure.suptitle("Yardsticks against compute (band: 95 % t-interval over seeds; grey: the untrained controls)")
     save_figure(figure, path)
     return True
 

@@ -7,6 +7,7 @@ import json
 import re
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from bench.analysis.results import load_results
@@ -113,3 +114,24 @@ def test_a_frontier_states_a_fitted_quantity_only_with_an_interval_inside_its_sw
     assert frontier_multiplier_text(row(0.1, 0.8)) == "0.29× (0.1–0.8)"
     assert "0.29" not in frontier_multiplier_text(row(None, None)) and "not estimable" in frontier_multiplier_text(
         row(None, None))
+
+
+def test_plot_bands_are_the_tables_t_intervals():
+    import matplotlib.pyplot as plt
+    import pandas as pd
+    import seaborn as sns
+
+    from bench.analysis.results import stat
+    from bench.report.plots import BAND
+
+    values = [0.50, 0.55, 0.61, 0.58, 0.52]
+    expected = stat(values)
+    assert BAND(pd.Series(values)) == pytest.approx((expected.mean - expected.ci95, expected.mean + expected.ci95))
+    assert BAND(pd.Series([0.4])) == (0.4, 0.4)  # one seed: no interval, the band is the point
+    figure, axes = plt.subplots()
+    sns.lineplot(pd.DataFrame({"x": [1] * 5 + [2] * 5, "y": values + [v + 0.1 for v in values]}), x="x", y="y",
+                 errorbar=BAND, ax=axes)
+    band = axes.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(expected.mean - expected.ci95) and band.max() == pytest.approx(
+        expected.mean + expected.ci95 + 0.1)
+    plt.close(figure)
