@@ -78,7 +78,7 @@ class YardstickConfig:
     no_probes: bool = False
     no_probe_curves: bool = False
     downstream: str | None = None  # None: the data source's default tasks (bench.planning.task_specs)
-    finetune_steps: int = 150
+    finetune_steps: int = 75  # bench.yardsticks.downstream.DEFAULT_STEPS, which the flags' defaults take from here
     finetune_lrs: str = "tuned"  # each reader's tuned rate per task where the setting is the tuned one (bench.tuned)
 
 

@@ -112,3 +112,11 @@ def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch)
     recorded = json.loads((tmp_path / "results.json").read_text())["command"]
     assert recorded == f"python -m bench.tune --out {tmp_path} --quiet"
     assert f"| command      | `{recorded}` |" in (tmp_path / "report.md").read_text()
+
+
+def test_the_fine_tuning_steps_have_one_default():
+    from bench.compare import parse_config
+    from bench.config import Config
+    from bench.yardsticks.downstream import DEFAULT_STEPS
+
+    assert Config().yardsticks.finetune_steps == DEFAULT_STEPS == parse_config([]).yardsticks.finetune_steps
