@@ -117,6 +117,9 @@ def add_yardstick_flags(add) -> None:
                                                  "objectives' own training and rank nobody)")
     add("--no-probe-curves", action="store_true", help="read the tasks only at the budget, not at every FLOP "
                                                        "checkpoint: faster, but no curve to read multipliers off")
+    add("--feature-based", action="store_true",
+        help="also read every task frozen as BERT's feature-based results did (Devlin et al. 2019, Table 8): a "
+             "plain linear probe on the last four layers' states concatenated, a yardstick of its own")
     add("--downstream", default=None,
         help="labelled tasks, frozen and fine-tuned, the neutral ones giving the answer: specs PATH[,text=F,"
              "text_pair=F,label=F,metric=M,copies=SIGNAL,...], hf:NAME[:CONFIG], conll:PATH, "

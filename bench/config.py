@@ -77,6 +77,8 @@ class TrainingConfig:
 class YardstickConfig:
     no_probes: bool = False
     no_probe_curves: bool = False
+    # also read every task frozen as BERT's feature-based column did (its Table 8): the last four layers concatenated
+    feature_based: bool = False
     downstream: str | None = None  # None: the data source's default tasks (bench.planning.task_specs)
     finetune_steps: int = 75  # bench.yardsticks.downstream.DEFAULT_STEPS, which the flags' defaults take from here
     finetune_lrs: str = "tuned"  # each reader's tuned rate per task where the setting is the tuned one (bench.tuned)

@@ -151,8 +151,8 @@ def plan_downstream(config: Config, corpus: Corpus, longest: int) -> Downstream 
     context = TaskContext(longest, corpus.vocab, corpus.text_tokenizer, corpus.language or corpus.spelled_language,
                           corpus.spell)
     return Downstream(load_tasks(parse_task_list(tasks), context),
-                      finetune_config(yardsticks.finetune_steps, yardsticks.finetune_lrs,
-                                      tuned=finetune_rates(config)))
+                      replace(finetune_config(yardsticks.finetune_steps, yardsticks.finetune_lrs,
+                                              tuned=finetune_rates(config)), feature_based=yardsticks.feature_based))
 
 
 def plan(config: Config, fabric: Fabric) -> Plan:

@@ -30,7 +30,9 @@ PROBE_YARDSTICKS = (
      "fine-tuned replaced-word detection (share of its ceiling)", ("replaced_token",)))
 PROBE_CLUSTERS = "probe windows"  # every probe question asks about the same test windows
 MAIN = "neutral_average_frozen"
-MODES = {"frozen": "frozen probe", "finetuned": "fine-tuned"}
+# how each task is read (bench.yardsticks.downstream): each mode a yardstick of its own where the runs hold it
+MODES = {"frozen": "frozen probe", "finetuned": "fine-tuned",
+         "feature_based": "frozen, last four layers concatenated: BERT's feature-based read"}
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,7 @@ class FinetuneConfig:
     # (reader, task, rate): the one rate a tuning chose on validation data (bench.tune) for a reader (an objective's
     # spec, or an untrained control's name) on a task; the others are fine-tuned at every rate of `lrs`
     tuned: tuple[tuple[str, str, float], ...] = ()
+    feature_based: bool = False  # also the frozen read of BERT's Table 8: the last FEATURE_LAYERS layers concatenated
 
     def rates_for(self, reader: str | None, task: str) -> tuple[float, ...]:
         return next(((rate,) for who, name, rate in self.tuned if who == reader and name == task), self.lrs)
@@ -152,17 +153,24 @@ def pool(hidden: Tensor, lengths: Tensor, read: str) -> Tensor:
 
 # --- the frozen probe -----------------------------------------------------------------------------------------------
 
-def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig,
-                 native: bool = False) -> tuple[dict, int, StandardizedLinear]:
+FEATURE_LAYERS = 4  # BERT's best feature-based read (its Table 7): the top four layers' states concatenated
+
+
+def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig, native: bool = False,
+                 concatenated: bool = False) -> tuple[dict, int, StandardizedLinear]:
     """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe).
-    `native`: the family's own read instead of the one read (native_read), a diagnostic."""
+    `native`: the family's own read instead of the one read (native_read), a diagnostic; `concatenated`: BERT's
+    feature-based read, a plain probe on the last FEATURE_LAYERS layers side by side (all of a shallower model's,
+    its embeddings included), pooled as the one read pools."""
     backbone, causal = objective.backbone, reads_left_to_right(objective)
     read, mixed = (native_read(causal), 1) if native else (reading(objective, task), layers(backbone))
+    mixed = 1 if concatenated else mixed
     width = backbone.config.d_model
+    kept = width if native else min(FEATURE_LAYERS, layers(backbone)) * width if concatenated else None
 
     def features(split: Split) -> tuple[Tensor, Tensor]:
         hidden = hidden_states(backbone, causal, split)
-        return representations(hidden[..., -width:] if native else hidden, split, task.level, read, causal)
+        return representations(hidden if kept is None else hidden[..., -kept:], split, task.level, read, causal)
 
     (train_x, train_y), (test_x, _) = features(task.train), features(task.test)
     # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
@@ -279,11 +287,16 @@ class Downstream:
                                       "pooling": pooling(objective, task),
                                       "flops": {"frozen": frozen_flops, "finetune": tuned_flops,
                                                 "native": native_flops}}
+                if self.config.feature_based:
+                    concatenated, results[task.name]["flops"]["feature_based"], _ = frozen_probe(
+                        objective, task, self.config, concatenated=True)
+                    results[task.name]["feature_based"] = concatenated
         return results
 
     def settings(self) -> dict:
         """What config.json records: the task specs and the recipe."""
-        return {"tasks": [task.name for task in self.tasks], "finetune_steps": self.config.steps,
+        return {"tasks": [task.name for task in self.tasks], "feature_based": self.config.feature_based,
+                "finetune_steps": self.config.steps,
                 "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs),
                 "finetune_tuned": [list(item) for item in self.config.tuned]}
 

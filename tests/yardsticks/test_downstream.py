@@ -612,6 +612,32 @@ def test_the_native_read_is_each_familys_last_layer_at_its_own_position(syntheti
         assert torch.equal(features, expected) and 0 <= scores["score"] <= 1 and flops > 0
 
 
+def test_the_feature_based_read_concatenates_the_last_four_layers_pooled_as_the_one_read(synthetic_context,
+                                                                                          monkeypatch):
+    """BERT's Table 8 feature-based column: a plain probe on the top four layers side by side (a 2-layer model has
+    three, its embeddings included), pooled as every backbone is (the mean), only where asked."""
+    from dataclasses import replace
+
+    from bench.yardsticks.downstream import Downstream, pool
+
+    component = load_task("synthetic:component,size=16", synthetic_context)
+    config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
+    objective = tiny_objective("mlm", synthetic_context)
+    fitted = []
+    fit = readout.fit_linear_probe
+    monkeypatch.setattr(readout, "fit_linear_probe", lambda *a, **k: fitted.append((a[0], a[-1])) or fit(*a, **k))
+    frozen_probe(objective, component, config, concatenated=True)
+    (features, layers), = fitted
+    hidden = hidden_states(objective.backbone, False, component.train)
+    kept = min(4, objective.backbone.config.n_layer + 1) * objective.backbone.config.d_model
+    assert layers == 1 and hidden.shape[-1] == kept  # every layer of the tiny model: all of it, unmixed
+    assert torch.equal(features, pool(hidden, component.train.lengths, "mean"))
+    plain = Downstream([component], config).at_end(objective)
+    wide = Downstream([component], replace(config, feature_based=True)).at_end(objective)
+    assert "feature_based" not in plain[component.name] and 0 <= wide[component.name]["feature_based"]["score"] <= 1
+    assert wide[component.name]["flops"]["feature_based"] > 0
+
+
 def test_a_scalar_mix_of_one_layer_is_the_plain_probe_and_its_weights_sum_to_one():
     features = torch.randn(40, 3 * 4, generator=torch.Generator().manual_seed(0))
     labels = (features[:, 8] > 0).long()  # the answer sits in the last layer
