@@ -9,6 +9,10 @@ a seed that is also evaluated, or on the split that is reported, flatters whoeve
   test split is never read), averaged over the tasks;
 - the chosen trial's backbone and every untrained control (seed TUNING_SEED) are then fine-tuned on each task at
   every rate of FINETUNE_RATES, and the dev split picks each reader's rate per task.
+Then, for ELECTRA, whose discriminator must close half the gap from its labels' entropy to the Bayes reference before
+it is ranked (bench.analysis.results.LEARNED_TASK), the budget ladder: its picked setting trained on LADDER_SEEDS at the
+setting's budget and at twice, four times ... it, up to --ladder-max FLOPs (default MAX_LADDER), until every seed
+closes that half: the smallest budget at which it learns its task here, or none up to the top.
 A pick at an edge of its grid is reported as such: the grid should then be widened. With --write-defaults (the
 default setting only) the picks become the default comparison's (bench/tuned.json): its objectives and peak rates,
 and the one fine-tuning rate per reader and task each backbone is then fine-tuned at.
@@ -28,6 +32,7 @@ import torch
 from backbone import ConfigError
 from bench import compare
 from bench.cli import run
+from bench.analysis.results import LEARNED_TASK
 from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
@@ -51,6 +56,8 @@ TUNED_OBJECTIVES = "mlm,ar,electra"  # what the default tunes: ELECTRA's λ is o
 # less and less, the frozen probe's head, beyond which no other model lies; it is no edge to widen
 FINETUNE_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 BARELY_MOVES = 1e-5
+LADDER_SEEDS = (TUNING_SEED, TUNING_SEED + 1, TUNING_SEED + 2)  # never a comparison's
+MAX_LADDER = 1e13  # the issue's bound: beyond it a CPU run is hours
 
 
 def trials(spec: str) -> list[tuple[str, float]]:
@@ -91,7 +98,7 @@ def edge(grid: list[float], chosen: float) -> str | None:
     return "lowest" if chosen == min(grid) else "highest" if chosen == max(grid) else None
 
 
-def tune(config: Config) -> dict:
+def tune(config: Config, ladder_max: float = MAX_LADDER) -> dict:
     fabric = make_fabric(config.hardware.accelerator, config.hardware.devices, config.hardware.num_nodes,
                          config.hardware.strategy, config.hardware.precision, launch=False)
     out = config.output.out
@@ -130,7 +137,40 @@ def tune(config: Config) -> dict:
             fabric.seed_everything(TUNING_SEED, verbose=False)
             untrained = build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device)
         found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
+    if "electra" in found["objectives"]:
+        chosen = found["objectives"]["electra"]["picked"]
+        found["electra_ladder"] = ladder(fabric, plan_, chosen["objective"], chosen["lr"], config.output.resume,
+                                         ladder_max)
     return found
+
+
+def ladder_budgets(budget: float, top: float = MAX_LADDER) -> list[float]:
+    """The setting's budget doubled until `top`, which ends the ladder (none above the setting's: no ladder)."""
+    if top < budget:
+        return []
+    budgets = [budget]
+    while budgets[-1] * 2 < top:
+        budgets.append(budgets[-1] * 2)
+    return budgets + [top] if budgets[-1] < top else budgets
+
+
+def ladder(fabric, plan_, spec: str, lr: float, resume: bool, top: float = MAX_LADDER) -> list[dict]:
+    """ELECTRA's picked setting on LADDER_SEEDS at each budget of ladder_budgets, until every seed's discriminator
+    closed at least LEARNED_TASK of its gap (held-out, at the budget; no yardstick is read): each rung's shares."""
+    plain = replace(plan_, probe=None, downstream=None)  # its own task only: the held-out evaluation at the end
+    rows = []
+    for budget in ladder_budgets(plan_.train.budget_flops, top):
+        train = replace(plan_.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
+        works = [Work("run", spec, (seed,), train, (plan_.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}",),
+                      resume) for seed in LADDER_SEEDS]
+        closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")
+                  for ((record, diverged),) in executed(fabric, plain, works)]
+        learned = all(share is not None and share >= LEARNED_TASK for share in closed)
+        rows.append({"budget": budget, "top": top, "seeds": list(LADDER_SEEDS), "closed": closed,
+                     "learned": learned})
+        if learned:
+            break
+    return rows
 
 
 def trial_dir(out: Path, trained: str, rate: float) -> Path:
@@ -189,7 +229,27 @@ def report(found: dict) -> str:
         lines += ["", edge_text(tuned["at_edge"], "the picked peak rate") + " " + finetune_text(tuned), ""]
     lines += ["## Untrained controls", ""]
     lines += [f"- {name}: {finetune_text(tuned)}" for name, tuned in found["controls"].items()]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ladder_text(found.get("electra_ladder"))) + "\n"
+
+
+def ladder_text(rungs: list[dict] | None) -> list[str]:
+    """The ladder's section: each budget with each seed's share of the gap closed, and what it says."""
+    if not rungs:
+        return []
+    lines = ["", "## When ELECTRA learns its own task", "",
+             f"Its picked setting trained on seeds {', '.join(map(str, rungs[0]['seeds']))} (never evaluated) at the "
+             f"setting's budget and doubled budgets up to {rungs[-1]['top']:g} FLOPs, until every seed's discriminator "
+             f"closes at least {LEARNED_TASK:g} of the gap from its labels' entropy to the Bayes reference "
+             "discriminator, on held-out windows at the budget (the rule by which a comparison ranks it).", "",
+             "| budget (FLOPs) | share of the gap closed, per seed | every seed ≥ half |", "|---|---|---|"]
+    for rung in rungs:
+        shares = ", ".join("diverged" if share is None else f"{share:.2f}" for share in rung["closed"])
+        lines.append(f"| {rung['budget']:.3g} | {shares} | {'yes' if rung['learned'] else 'no'} |")
+    last = rungs[-1]
+    lines += ["", f"The smallest budget at which it learns its task on every seed: {last['budget']:.3g} FLOPs."
+              if last["learned"] else f"It does not learn its task on every seed at any budget up to "
+              f"{last['top']:g} FLOPs."]
+    return lines
 
 
 def edge_text(side: str | None, what: str) -> str:
@@ -225,24 +285,41 @@ def build_parser():
                           "per task on dev; write report.md and results.json to --out (default reports/tuning). "
                           "bench.compare's flags set the setting tuned.")
     parser.epilog = None
+    parser.add_argument("--ladder-max", type=float, default=MAX_LADDER, metavar="FLOPS",
+                        help="the top of ELECTRA's budget ladder, the smallest budget at which its discriminator "
+                             f"learns its task (default {MAX_LADDER:g}; below the setting's budget: no ladder)")
     parser.add_argument("--write-defaults", action="store_true",
                         help="make the picks the default comparison's (bench/tuned.json): only for a tuning at the "
                              "default setting")
     return parser
 
 
+def own_flags_removed(given: list[str]) -> list[str]:
+    """bench.compare's flags alone: --write-defaults and --ladder-max (with its value, either form) left out."""
+    kept, skip = [], False
+    for word in given:
+        if skip:
+            skip = False
+        elif word == "--ladder-max":
+            skip = True
+        elif word != "--write-defaults" and not word.startswith("--ladder-max="):
+            kept.append(word)
+    return kept
+
+
 def main(argv: list[str] | None = None) -> None:
     given = list(sys.argv[1:] if argv is None else argv)
-    write_defaults = build_parser().parse_args(given).write_defaults  # every flag checked, --help answered
-    config = compare.parse_config([word for word in given if word != "--write-defaults"])
+    args = build_parser().parse_args(given)  # every flag checked, --help answered
+    config = compare.parse_config(own_flags_removed(given))
     if not compare.given_flag(given, "objectives"):  # the objectives as their papers set them, not the last picks
         config = config.with_flags(objectives=TUNED_OBJECTIVES)
     if config.output.out is None:
         config = config.with_flags(out=Path("reports/tuning"))
+    write_defaults = args.write_defaults
     if write_defaults and setting_of(config) != setting_of(Config()):
         raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")
     found = {"command": shlex.join(["python", "-m", "bench.tune", *given]),
-             **tune(config)}
+             **tune(config, args.ladder_max)}
     out = config.output.out
     write_json(out / "results.json", found)
     write_atomic(out / "report.md", report(found))

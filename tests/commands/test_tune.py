@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from bench.config import Config
-from bench.tune import ELECTRA_TRIALS, TRIAL_RATES, TUNING_SEED, defaults, main, trials, validation_view
+from bench.tune import (ELECTRA_TRIALS, LADDER_SEEDS, TRIAL_RATES, TUNING_SEED, defaults, main, trials,
+                        validation_view)
 from bench.tuned import TUNED, finetune_rates, setting_of
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
@@ -37,8 +38,17 @@ def test_the_validation_view_reads_the_dev_split_where_the_test_split_was(corpus
 
 @pytest.mark.slow
 def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score(tmp_path):
-    main([*TINY, "--out", str(tmp_path)])
+    main([*TINY, "--out", str(tmp_path), "--ladder-max", "1.2e9"])
     found = json.loads((tmp_path / "results.json").read_text())
+    # ELECTRA's budget ladder: doubled budgets until every seed's discriminator closes half its gap, or the top
+    rungs = found["electra_ladder"]
+    assert [rung["budget"] for rung in rungs] == [3e8, 6e8, 1.2e9][:len(rungs)] and rungs
+    for rung in rungs:
+        assert rung["seeds"] == list(LADDER_SEEDS) and len(rung["closed"]) == 3
+        assert rung["learned"] == all(share is not None and share >= 0.5 for share in rung["closed"])
+    assert not any(rung["learned"] for rung in rungs[:-1]) and (rungs[-1]["learned"] or len(rungs) == 3)
+    assert all(min(LADDER_SEEDS) >= TUNING_SEED for _ in rungs)  # seeds no comparison evaluates
+    assert "When ELECTRA learns its own task" in (tmp_path / "report.md").read_text()
     assert found["seed"] == TUNING_SEED and found["setting"]["model"] == "tiny"
     counts = {spec: len(tuned["trials"]) for spec, tuned in found["objectives"].items()}
     assert set(counts) == {"mlm", "ar", "electra"} and len(set(counts.values())) == 1
@@ -52,7 +62,7 @@ def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score(tmp_path):
         for task, rate in tuned["finetune"].items():
             dev = tuned["finetune_dev"][task]
             assert dev[f"{rate:g}"] == max(dev.values())
-    trial_dirs = sorted(path.name for path in (tmp_path / "trials").iterdir())
+    trial_dirs = sorted(path.name for path in (tmp_path / "trials").iterdir() if path.name != "ladder")
     assert trial_dirs and all(f"seed{TUNING_SEED}" in name for name in trial_dirs)  # never an evaluated seed
     assert "(picked)" in (tmp_path / "report.md").read_text()
     assert set(defaults(found)["finetune"]) >= {"untrained, bidirectional", "untrained, causal"}
@@ -105,12 +115,13 @@ def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as stopped:
         run(main, ["--write-defaults", "--budgett", "1"])
     assert stopped.value.code == 2 and "unrecognized arguments: --budgett" in capsys.readouterr().err
-    monkeypatch.setattr("bench.tune.tune", lambda config: {"setting": {}, "revision": "r", "seed": 0,
-                                                          "finetune_rates": [1e-3], "objectives": {}, "controls": {}})
-    monkeypatch.setattr("sys.argv", ["tune", "--out", str(tmp_path), "--quiet"])
+    tops = []
+    monkeypatch.setattr("bench.tune.tune", lambda config, top: tops.append(top) or {
+        "setting": {}, "revision": "r", "seed": 0, "finetune_rates": [1e-3], "objectives": {}, "controls": {}})
+    monkeypatch.setattr("sys.argv", ["tune", "--out", str(tmp_path), "--quiet", "--ladder-max", "2e12"])
     main(None)
     recorded = json.loads((tmp_path / "results.json").read_text())["command"]
-    assert recorded == f"python -m bench.tune --out {tmp_path} --quiet"
+    assert recorded == f"python -m bench.tune --out {tmp_path} --quiet --ladder-max 2e12" and tops == [2e12]
     assert f"| command      | `{recorded}` |" in (tmp_path / "report.md").read_text()
 
 
