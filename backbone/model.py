@@ -160,20 +160,16 @@ class Transformer(nn.Module):
         c = self.config
         return transformer_flops(batch_size, seq_len, c.d_model, c.d_ff, c.n_layer, score_entries)
 
-    def activation_values(self, batch_size: int, seq_len: int, checkpointing: bool = False) -> int:
-        """About how many values a training step keeps for the backward pass: per block and token, ten of width d
-        (the input, two norm outputs, q, k, v, the attention output, the projections' inputs, the residual) and the
-        MLP's two of width d_ff. Fused attention keeps no T × T scores; a prefix mask is T × T booleans (T²/4
-        values of 4 bytes). With activation checkpointing only each block's input (width d) is kept, plus one
-        block's inside while it is recomputed in the backward pass."""
-        return self.activation_bytes(batch_size, seq_len, 4, False, checkpointing) // 4  # fp32: 4 bytes a value
-
     def activation_bytes(self, batch_size: int, seq_len: int, value_bytes: int, mixed: bool,
                          checkpointing: bool = False) -> int:
-        """The bytes of activation_values, at `value_bytes` per value (2 under bf16/fp16 autocast). Autocast keeps
-        the residual stream in fp32: each block's two norm inputs are kept at 4 bytes beside the half-precision
-        copies the matrix products save, and a checkpointed block's input is fp32 (measured with
-        saved_tensors_hooks under CPU bf16 autocast: within 3 % at d_ff = 2d, 4d and 8d)."""
+        """About how many bytes a training step keeps for the backward pass, at `value_bytes` per value (2 under
+        bf16/fp16 autocast): per block and token, ten values of width d (the input, two norm outputs, q, k, v, the
+        attention output, the projections' inputs, the residual) and the MLP's two of width d_ff. Fused attention
+        keeps no T × T scores; a prefix mask is T × T booleans (T²/4 values of 4 bytes). With activation
+        checkpointing only each block's input (width d) is kept, plus one block's inside while it is recomputed in
+        the backward pass. Autocast keeps the residual stream in fp32: each block's two norm inputs are kept at 4
+        bytes beside the half-precision copies the matrix products save, and a checkpointed block's input is fp32
+        (measured with saved_tensors_hooks under CPU bf16 autocast: within 3 % at d_ff = 2d, 4d and 8d)."""
         c = self.config
         tokens = batch_size * seq_len
         residual = 4 if mixed else value_bytes

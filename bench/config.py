@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import shutil
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -253,10 +253,3 @@ def changed_settings(saved: dict, current: dict) -> list[str]:
 MISSING = object()
 
 
-def with_section(config: Config, name: str, **values) -> Config:
-    """The configuration with fields of one section replaced."""
-    return replace(config, **{name: replace(getattr(config, name), **values)})
-
-
-def as_dict(config: Config) -> dict:
-    return asdict(config)

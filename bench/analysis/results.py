@@ -1,8 +1,8 @@
 """From finished runs to the numbers a comparison reports: Results (bench.analysis.summaries), written to results.json
 and rendered to markdown by bench.report. Statistics are computed here and nowhere else; formatting happens there.
 
-Means are over seeds with the half-width of the 95 % Student-t interval ("ci95", None with one seed); p-values are
-Welch's two-sided test against the baseline (the first objective), None where there is no test.
+Means are over seeds with the half-width of the 95 % Student-t interval ("ci95", None with one seed); every test is
+the verdict's (bench.analysis.verdict: gains over the untrained controls and comparisons, Holm within named families).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from dataclasses import dataclass, field, fields
 from backbone import ConfigError
 from bench.analysis import findings
 from bench.analysis.findings import Stat
-from bench.analysis.stats import summarize, welch_p_value
+from bench.analysis.stats import summarize
 from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, ProbeSummary, Results,
                                       TaskFlops, TaskRow, TaskSummary, Untrained)
 from bench.analysis.verdict import verdict
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
 from bench.training.schedule import parse_seq_len
+from bench.yardsticks.probes import QUESTIONS
 
 SCHEMA = 2  # results.json's layout; a folder of another schema is refused rather than misread (bench.downstream)
 PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned")
-QUESTIONS = ("hidden_state", "replaced_word")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "cooldown_flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")
 
@@ -52,11 +52,6 @@ def stat(values: list[float]) -> Stat | None:
         return None
     summary = summarize(values)
     return Stat(mean=summary.mean, ci95=None if math.isnan(summary.half_width) else summary.half_width, n=summary.n)
-
-
-def p_value(values: list[float], baseline: list[float]) -> float | None:
-    p = welch_p_value(values, baseline)
-    return None if math.isnan(p) else p
 
 
 def compute_summary(runs: list[RunRecord]) -> Compute:

@@ -219,12 +219,6 @@ def _to_global(x: Tensor) -> Tensor:
     return x.permute(2, 0, 1, 3).reshape(N, L, K * S)
 
 
-def log_likelihood(language: Language, words: Tensor) -> Tensor:
-    """(N,): log p(x[0..L-1]) under the mixture."""
-    _, log_z = _forward(language, _emission_evidence(language, words))
-    return torch.logsumexp(language.prior.log()[:, None] + log_z.sum(0), dim=0)
-
-
 def state_marginals(language: Language, steps: int) -> Tensor:
     """(steps + 1, K, S): p(s_t = s | k) for t = 0..steps, each component's chain run forward from its initial
     distribution with nothing observed (initial @ transition^t)."""

@@ -7,7 +7,7 @@ from tabulate import tabulate
 from backbone.flops import TILE
 from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
-from bench.analysis.results import by_objective
+from bench.analysis.results import PROBE_SCORES, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
                                   mirrors_text, multiplier_text, p_text)
@@ -321,7 +321,6 @@ def objective_notes(results: Results) -> str:
     return ("\n\n" + "\n\n".join(lines)) if lines else ""
 
 
-PROBE_COLUMNS = ("hidden_state", "replaced_word", "replaced_word_finetuned")
 
 
 def probe_table(results: Results) -> str:
@@ -335,9 +334,9 @@ def probe_table(results: Results) -> str:
 
     def cells(values: dict, digits: int = 3) -> list[str]:
         return [fmt(values.get(key)) if isinstance(values.get(key), Stat) else
-                "" if values.get(key) is None else f"{values[key]:.{digits}f}" for key in PROBE_COLUMNS]
+                "" if values.get(key) is None else f"{values[key]:.{digits}f}" for key in PROBE_SCORES]
 
-    rows = [[name, READERS.get(p.sees, p.sees), *cells({key: getattr(p, key) for key in PROBE_COLUMNS}),
+    rows = [[name, READERS.get(p.sees, p.sees), *cells({key: getattr(p, key) for key in PROBE_SCORES}),
              f"{p.probe_flops:.3g}"] for name, p in probed]
     rows += [["*input only*", READERS.get(sees, sees), *cells(input_only.get(sees, {})), ""] for sees in readers]
     rows += [["Bayes ceiling", READERS.get(sees, sees),

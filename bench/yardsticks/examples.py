@@ -67,12 +67,6 @@ class Task:
     copies: tuple[str, ...] = ()  # the training signals (objectives.SIGNALS) the task's question copies
 
     @property
-    def bayes_ceiling(self) -> float | None:
-        """The ceiling where every kind of reader has the same one (a sequence's label); None otherwise."""
-        values = set(self.ceilings.values())
-        return values.pop() if len(values) == 1 else None
-
-    @property
     def copied(self) -> tuple[str, ...]:
         """The signals it copies, a [MASK] shown in its inputs among them: a cloze is masked-LM's own question."""
         masked = any(bool((split.tokens == Vocab.MASK).any()) for split in (self.train, self.test))

@@ -30,9 +30,7 @@ from bench.files import pack_counts
 from bench.yardsticks.readout import StandardizedLinear, majority_accuracy
 from objectives import Objective
 
-QUESTIONS = ("hidden_state", "replaced_word")
-# the training signals (objectives.SIGNALS) each question copies
-COPIES = {"hidden_state": ("mask_token", "next_token"), "replaced_word": ("replaced_token",)}
+QUESTIONS = ("hidden_state", "replaced_word")  # what each copies: bench.analysis.measures.PROBE_YARDSTICKS
 SEES = ("smoothing", "filtering")  # Objective.tagging_ceiling: the whole window, or the left context only
 
 

@@ -187,8 +187,8 @@ def test_the_activation_estimate_follows_what_autograd_keeps():
     plain = saved_values(m, tokens)
     m.transformer.activation_checkpointing = True
     kept = saved_values(m, tokens)  # block inputs only; one block's inside is rebuilt during the backward pass
-    estimate = m.transformer.activation_values(8, 64)
-    estimate_checkpointed = m.transformer.activation_values(8, 64, checkpointing=True)
+    estimate = m.transformer.activation_bytes(8, 64, 4, False) // 4  # fp32: values of 4 bytes
+    estimate_checkpointed = m.transformer.activation_bytes(8, 64, 4, False, checkpointing=True) // 4
     assert 0.5 < plain / estimate < 1.5
     assert kept <= estimate_checkpointed < plain / 2
     # each block's input, and the final norm's input (with its per-token statistics)

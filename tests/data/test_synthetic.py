@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench.data.synthetic import (Language, LanguageConfig, component_posterior, hidden_state_posterior,
-                                  kept_word_posterior, log_likelihood, make_language, masked_token_nll,
+                                  kept_word_posterior, log_likelihood_from, make_language, masked_token_nll,
                                   replaced_token_posterior,
                                   next_state_posterior, next_token_nll, sample, state_posteriors)
 
@@ -59,7 +59,7 @@ def test_log_likelihood_matches_enumeration(tiny):
     language, words = tiny
     P = _lists(language)
     expected = [math.log(_prob(P, w)) for w in words.tolist()]
-    assert log_likelihood(language, words).tolist() == pytest.approx(expected, abs=1e-9)
+    assert log_likelihood_from(language, words).tolist() == pytest.approx(expected, abs=1e-9)
 
 
 def test_next_token_nll_matches_enumeration(tiny):
@@ -164,7 +164,7 @@ def test_long_sequences_stay_finite_and_consistent():
     assert torch.allclose(smoothing[:, -1], filtering[:, -1], atol=1e-12)  # same information at the last step
     # Chain rule: log p(x) = log p(x_0) + sum_t log p(x_{t+1} | x[..t]).
     first = (language.prior[:, None] * language.initial)[..., None].mul(language.emission).sum((0, 1))
-    assert torch.allclose(log_likelihood(language, words), first[words[:, 0]].log() - nll.sum(1), rtol=1e-11)
+    assert torch.allclose(log_likelihood_from(language, words), first[words[:, 0]].log() - nll.sum(1), rtol=1e-11)
 
 
 # ----------------------------------------------------------------------------------------------- language & sampler
@@ -287,11 +287,11 @@ def test_bad_config_raises(field, value):
 def test_unigram_is_the_marginal_over_window_positions_by_enumeration():
     import itertools
 
-    from bench.data.synthetic import LanguageConfig, log_likelihood, make_language, unigram
+    from bench.data.synthetic import LanguageConfig, log_likelihood_from, make_language, unigram
     language = make_language(LanguageConfig(components=2, states=3, words=4, successors=2, support=2, seed=5))
     length = 3
     sequences = torch.tensor(list(itertools.product(range(4), repeat=length)))
-    probability = log_likelihood(language, sequences).exp()
+    probability = log_likelihood_from(language, sequences).exp()
     assert probability.sum().item() == pytest.approx(1.0)
     marginal = torch.zeros(4, dtype=torch.float64)
     for t in range(length):
