@@ -20,6 +20,6 @@ def test_vulture_finds_no_unused_function_of_ours():
     pytest.importorskip("vulture")
     found = subprocess.run([sys.executable, "-m", "vulture", "bench", "backbone", "objectives", str(WHITELIST),
                             "--min-confidence", "60"], cwd=ROOT, capture_output=True, text=True).stdout
-    unused = [line for line in found.splitlines() if any(kind in line for kind in ("function", "method", "property",
-                                                                                    "class", "import"))]
+    unused = [line for line in found.splitlines()
+              if any(f"unused {kind} " in line for kind in ("function", "method", "property", "class", "import"))]
     assert unused == []
