@@ -39,7 +39,9 @@ def base_tokenizer(context: TaskContext) -> Tokenizer:
     vocab, spell = context.vocab, speller(context.vocab.num_ordinary)
     words = {token: index for index, token in enumerate(SPECIAL_TOKENS[:vocab.first_ordinary])}
     words.update({spell(word): vocab.first_ordinary + word for word in range(vocab.num_ordinary)})
-    tokenizer = Tokenizer(models.WordLevel(words, unk_token=UNK))  # no [UNK] id: an unknown word is an error
+    # the embedded language has no [UNK] id (every word it makes is known): a word from elsewhere is read as a word
+    # the model cannot see, [MASK], rather than raising on the first one
+    tokenizer = Tokenizer(models.WordLevel(words, unk_token=MASK))
     tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tokenizer.add_special_tokens(list(SPECIAL_TOKENS[:vocab.first_ordinary]))
     return tokenizer

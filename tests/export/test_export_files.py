@@ -92,6 +92,9 @@ def test_the_embedded_languages_tokenizer_reads_its_words_as_synthetic_text_spel
     shown = hf(first, second, return_token_type_ids=True)
     assert shown.input_ids == laid_out.tolist() and shown.token_type_ids == segments.tolist()
     assert len(hf) == vocab.size
+    # a word the language never makes is read as a word the model cannot see, never an error
+    known = texts[0].split()[0]
+    assert hf(f"{known} hippopotamus").input_ids == [vocab.first_ordinary + words[0, 0].item(), vocab.MASK]
 
 
 def test_a_causal_exports_bos_is_eos_and_starts_a_text(text_context, tmp_path):
