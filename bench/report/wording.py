@@ -82,8 +82,8 @@ def answer_sentence(answer: Answer | None) -> str:
         text = (f"{where}, only {answer.leader} beats its untrained control; no other objective's gain can be "
                 "compared with it")
     elif answer.separated:
-        text = (f"{where}, **{answer.leader} leads**" + lead_text(answer) + f", separated from "
-                f"{listing(answer.beat_control[1:])} (Holm, {family_text(answer.family)})")
+        text = (f"{where}, **{answer.leader} leads**, separated from {listing(answer.beat_control[1:])} (Holm, "
+                f"{family_text(answer.family)})" + lead_text(answer))
     else:  # "leads" only where the leader is separated from every other objective that beat its control
         text = (f"{where}, no objective leads: {answer.leader}, first by its gain over its control, is not separated "
                 f"from {listing(answer.not_separated_from)} (Holm, {family_text(answer.family)}), so no compute "

@@ -263,23 +263,31 @@ class Downstream:
     config: FinetuneConfig
     result_key = "downstream"
     seconds_key = "downstream_seconds"
+    # the last checkpoint's frozen probes, with the weights they read: at_end reuses them for the same weights (the
+    # run's last checkpoint is at its budget), the same numbers without fitting them twice
+    last_frozen: tuple[tuple, dict] | None = field(default=None, repr=False, compare=False)
 
     def at_checkpoint(self, objective: Objective) -> dict[str, dict]:
         """Frozen-probe scores (and their hits per test example) at a FLOP checkpoint: the curves the compute
         multipliers are read from."""
         with torch.random.fork_rng(devices=[]):
-            return {task.name: {key: value for key, value in frozen_probe(objective, task, self.config)[0].items()
-                                if key in ("score", "hits", "units")} for task in self.tasks}
+            found = {task.name: frozen_probe(objective, task, self.config) for task in self.tasks}
+        self.last_frozen = (weights_version(objective), found)
+        return {name: {key: value for key, value in result.items() if key in ("score", "hits", "units")}
+                for name, (result, _, _) in found.items()}
 
     def at_end(self, objective: Objective, progress: bool = False, desc: str = "", reader: str | None = None) -> dict:
         """Per task: frozen and fine-tuned test scores, the chosen rate, the FLOPs spent; fine-tuned at the rate
         tuned for `reader` on the task where there is one (FinetuneConfig.tuned), else at every rate of the grid.
         The CPU's global RNG is left as it was (a GPU's is reseeded, as every training step reseeds it anyway)."""
         results = {}
+        last, self.last_frozen = self.last_frozen, None
+        reused = last[1] if last is not None and last[0] == weights_version(objective) else {}
         with torch.random.fork_rng(devices=[]):
             bar = tqdm(self.tasks, desc=f"{desc} downstream".strip(), unit="task", disable=not progress, leave=False)
             for task in bar:
-                frozen, frozen_flops, head = frozen_probe(objective, task, self.config)
+                # the probe's fit draws from its own generator and fine-tuning seeds itself: reusing it moves nothing
+                frozen, frozen_flops, head = reused.get(task.name) or frozen_probe(objective, task, self.config)
                 rates = self.config.rates_for(reader, task.name)
                 tuned, tuned_flops = finetune(objective, task, head, replace(self.config, lrs=rates))
                 native, native_flops, _ = frozen_probe(objective, task, self.config, native=True)
@@ -295,13 +303,18 @@ class Downstream:
 
     def settings(self) -> dict:
         """What config.json records: the task specs and the recipe."""
-        return {"tasks": [task.name for task in self.tasks], "feature_based": self.config.feature_based,
+        return {"tasks": [task.spec or task.name for task in self.tasks], "feature_based": self.config.feature_based,
                 "finetune_steps": self.config.steps,
                 "finetune_batch": self.config.batch, "finetune_lrs": list(self.config.lrs),
                 "finetune_tuned": [list(item) for item in self.config.tuned]}
 
     def describe(self) -> list[dict]:
         return [{**task.describe(), "higher_is_better": direction(task.metrics)} for task in self.tasks]
+
+
+def weights_version(objective: Objective) -> tuple:
+    """Which weights these are: every parameter and its in-place version (an optimizer step or a load bumps it)."""
+    return tuple((id(parameter), parameter._version) for parameter in objective.parameters())
 
 
 def add_finetune_flags(add, defaults_from_run: bool = False) -> None:

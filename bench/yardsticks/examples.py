@@ -50,7 +50,7 @@ class Split:
 
 @dataclass
 class Task:
-    name: str  # the spec as given
+    name: str  # how reports name it: the spec, or a file task's file (or folder) name (bench.yardsticks.tasks)
     level: str  # "sequence" (one label per example) or "token" (one per word)
     metrics: tuple[str, ...]  # computed on the test split; the task's score is their mean
     label_names: list[str]
@@ -65,6 +65,7 @@ class Task:
     ceilings: dict[str, float] = field(default_factory=dict)
     input_only: float | None = None  # the score of what the input alone gives (embedded tasks: exact or a probe)
     copies: tuple[str, ...] = ()  # the training signals (objectives.SIGNALS) the task's question copies
+    spec: str = ""  # the spec as given, which loads it again (config.json); "" where it is the name
 
     @property
     def copied(self) -> tuple[str, ...]:

@@ -22,12 +22,15 @@ A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and n
 - copies=SIGNAL[+SIGNAL]: the training signals (objectives.SIGNALS) a task's question copies, so that it diagnoses
   the objectives that have them and ranks nobody (a [MASK] in a task's inputs is found without it).
 
-Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
+A file or folder task is named in reports by its file (or folder) name, `library` for /data/library.jsonl, its path in
+its source; two of one name keep their specs as names. Every text is tokenized with the comparison's own tokenizer and ends with [EOS] like a pretraining document; a pair
 is "a [EOS] b [EOS]". Examples are truncated to the window and padded with [PAD] after their last token. Every user
 mistake is a ConfigError naming the file and the fix, raised before anything is written.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from backbone import ConfigError
 from bench.data.text import quiet_datasets
@@ -59,6 +62,9 @@ def load_task(spec: str, context: TaskContext) -> Task:
                           f"{', '.join(SIGNALS)}")
     task = build_task(spec, source, options, context)
     task.copies = tuple(dict.fromkeys([*task.copies, *copies]))
+    scheme, _, rest = source.partition(":")
+    if scheme not in ("synthetic", "hf"):  # a file or folder: named by it, its path kept in its source and spec
+        task.name, task.spec = Path(rest if scheme in ("conll", "file") else source).stem or spec, spec
     return task
 
 
@@ -79,7 +85,11 @@ def build_task(spec: str, source: str, options: TaskOptions, context: TaskContex
 def load_tasks(specs: list[str], context: TaskContext) -> list[Task]:
     with quiet_datasets():  # labelled sets are small: a progress bar would only bury a one-line error
         tasks = [load_task(spec, context) for spec in specs]
+    specs = [task.spec or task.name for task in tasks]
+    if len(set(specs)) != len(specs):
+        raise ConfigError(f"a task is listed twice in --downstream ({', '.join(specs)})")
     names = [task.name for task in tasks]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"a task is listed twice in --downstream ({', '.join(names)})")
+    for task in tasks:  # two files of one name (a/train.csv, b/train.csv) keep their specs as names
+        if names.count(task.name) > 1:
+            task.name = task.spec
     return tasks

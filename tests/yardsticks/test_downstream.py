@@ -14,9 +14,8 @@ from bench.data.corpus import speller, synthetic_language
 from bench.data.text import train_tokenizer, vocab_for_tokenizer
 from bench.downstream import context_for_run, main as downstream_main
 from bench.yardsticks import readout, text_tasks
-from bench.yardsticks.downstream import (Classifier, FinetuneConfig, finetune, frozen_probe, hidden_states, pool,
-                                         reading, reads_left_to_right,
-                                         representations, scores)
+from bench.yardsticks.downstream import (Classifier, Downstream, FinetuneConfig, finetune, frozen_probe, hidden_states,
+                                         pool, reading, reads_left_to_right, representations, scores)
 from bench.yardsticks.embedded_tasks import asked_positions
 from bench.yardsticks.examples import Split, Task, TaskContext
 from bench.yardsticks.probes import ProbeConfig
@@ -144,6 +143,9 @@ def test_file_task_draws_fixed_splits_and_tokenizes_with_eos(text_files, text_co
     assert (len(task.train), len(task.dev), len(task.test)) == (86, 10, 24)
     assert torch.equal(task.test.tokens, again.test.tokens)  # a fixed seed
     assert task.label_names == ["city", "farm", "sea"] and task.metrics == ("accuracy",)
+    # named in reports by its file, loaded again (config.json) by its spec
+    assert task.name == "topics" and task.spec == str(text_files / "topics.jsonl") and "topics.jsonl" in task.source
+    assert Downstream([task], FinetuneConfig()).settings()["tasks"] == [task.spec]
     for split in (task.train, task.test):
         last = split.tokens[torch.arange(len(split)), split.lengths - 1]
         assert (last == Vocab.EOS).all()
@@ -284,6 +286,7 @@ def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_
         (folder / name).write_text(block * 3)
     task = load_task(f"conll:{folder}", text_context)
     assert task.level == "token" and task.metrics == ("span_f1",) and len(task.train) == 6
+    assert (task.name, task.spec) == ("ner", f"conll:{folder}")
     words = ["wave", "harbour", "near", "cow"]
     encoding = text_context.tokenizer.encode(words, is_pretokenized=True, add_special_tokens=False)
     first_pieces = [encoding.word_ids.index(w) for w in range(len(words))]
@@ -496,7 +499,9 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
                   "--finetune-lrs", "1e-4,1e-3", "--out", str(out)])
     written = json.loads((out / "results.json").read_text())
     report = (out / "report.md").read_text()
-    assert "### Downstream tasks" in report and f"task {task} (fine-tuned)" in report
+    spec, task = task, "topics"  # named by its file in the report, its path in its source
+    assert "### Downstream tasks" in report and f"task {task} (fine-tuned)" in report and spec in report
+    assert json.dumps(spec) in (out / "config.json").read_text()  # the spec, which loads it again
     assert re.search(r"majority-class accuracy 0\.[0-9]{3}", report)  # the trivial baseline beside the scores
     names = [y["yardstick"] for y in written["verdict"]["yardsticks"]]
     assert names == [f"{task} (frozen)", f"{task} (finetuned)"]
@@ -531,11 +536,11 @@ def test_downstream_run_reproduces_compare_and_enters_the_verdict(text_files, tm
                              + "\n" for i in range(30)))
     downstream_main(["--run", str(out), "--quiet", "--tasks", f"{pairs},text_pair=other"])
     added = json.loads((out / "results.json").read_text())
-    assert all(set(result["downstream"]) == {task, f"{pairs},text_pair=other"} for result in added["runs"])
+    assert all(set(result["downstream"]) == {task, "pairs"} for result in added["runs"])
     assert [result["downstream"][task] for result in added["runs"]] == [b[task] for b in before]
     assert len(added["verdict"]["yardsticks"]) == 6  # two tasks and their average, frozen and fine-tuned
     saved = json.loads((out / "runs" / "mlm-seed0" / "downstream.json").read_text())
-    assert set(saved) == {task, f"{pairs},text_pair=other"}
+    assert set(saved) == {task, "pairs"}
 
 
 def test_bad_downstream_input_exits_2_and_writes_nothing(tmp_path, capsys, text_files):
@@ -636,6 +641,29 @@ def test_the_feature_based_read_concatenates_the_last_four_layers_pooled_as_the_
     wide = Downstream([component], replace(config, feature_based=True)).at_end(objective)
     assert "feature_based" not in plain[component.name] and 0 <= wide[component.name]["feature_based"]["score"] <= 1
     assert wide[component.name]["flops"]["feature_based"] > 0
+
+
+def test_the_final_read_reuses_the_last_checkpoints_probes_only_for_the_same_weights(synthetic_context, monkeypatch):
+    """A run's last checkpoint is at its budget: at_end reuses its frozen probes, and gives exactly what fitting
+    them again gives; after any change of the weights it fits them again."""
+    from bench.yardsticks import downstream as module
+    from bench.yardsticks.downstream import Downstream
+
+    component = load_task("synthetic:component,size=16", synthetic_context)
+    config = FinetuneConfig(steps=2, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
+    objective = tiny_objective("ar", synthetic_context)
+    fresh = Downstream([component], config).at_end(objective)
+    fits = []
+    fit = module.frozen_probe
+    monkeypatch.setattr(module, "frozen_probe", lambda *a, **k: fits.append(k) or fit(*a, **k))
+    yardstick = Downstream([component], config)
+    yardstick.at_checkpoint(objective)
+    assert len(fits) == 1 and yardstick.at_end(objective) == fresh and len(fits) == 2  # only the native read
+    yardstick.at_checkpoint(objective)
+    with torch.no_grad():
+        next(objective.parameters()).add_(0.0)  # a step that moved nothing still makes other weights
+    yardstick.at_end(objective)
+    assert [call.get("native", False) for call in fits[3:]] == [False, True]  # fitted again, then the native read
 
 
 def test_a_scalar_mix_of_one_layer_is_the_plain_probe_and_its_weights_sum_to_one():
