@@ -91,7 +91,7 @@ def _register_cpu_attention_formulas() -> None:
         if op not in registry:
             flop_counter.register_flop_formula(op)(formula)
             # torch 2.4 files a packet's formula under each of its overloads, but the counter looks formulas up by
-            # packet: without this the CPU attention would still count 0 there (tests/test_backbone.py checks it)
+            # packet: without this the CPU attention would still count 0 there (tests/backbone/test_backbone.py checks it)
             registry.setdefault(op, registry.get(op.default))
 
 

@@ -40,7 +40,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     (even·cos − odd·sin, odd·cos + even·sin), as x·cos + swapped(x)·signed sin: whole-width passes over x in x's
     dtype (bf16 activations are not promoted to fp32 tables) instead of strided halves stacked back together. In
     fp32 every value is bit for bit the pairwise formula's, since negating a factor and adding instead of
-    subtracting are exact (not with addcmul, whose fused multiply-add rounds once: tests/test_backbone.py)."""
+    subtracting are exact (not with addcmul, whose fused multiply-add rounds once: tests/backbone/test_backbone.py)."""
     swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)
     return x * cos.to(x.dtype) + swapped * sin.to(x.dtype)
 

@@ -33,7 +33,9 @@ from bench.data.text import (TextOptions, cache_dir, load_files, load_hub, one_p
 from bench.files import write_atomic
 from objectives import Vocab, parse_options
 
-HELDOUT_SHARE, HELDOUT_MAX_DOCUMENTS, SPLIT_SEED = 0.05, 5000, 0
+# the documents' held-out split and the training windows' one shuffle (bench.yardsticks.examples' SPLIT_SEED draws
+# labelled tasks' splits: another seed for another thing)
+HELDOUT_SHARE, HELDOUT_MAX_DOCUMENTS, DOCUMENT_SPLIT_SEED = 0.05, 5000, 0
 
 
 @dataclass(frozen=True)
@@ -208,7 +210,7 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
     if len(docs) < 2:
         raise ConfigError(f"{spec} holds {len(docs)} non-empty document(s); need at least 2 (one to hold out)")
     heldout = min(HELDOUT_MAX_DOCUMENTS, max(1, round(HELDOUT_SHARE * len(docs))))
-    split = docs.train_test_split(test_size=heldout, shuffle=True, seed=SPLIT_SEED)
+    split = docs.train_test_split(test_size=heldout, shuffle=True, seed=DOCUMENT_SPLIT_SEED)
     with one_process_at_a_time(data_path):
         tokenizer, tokenizer_text = tokenizer_for(split["train"], options, data_path)
         train = pack(split["train"], tokenizer, seq_len, options.num_proc)
@@ -218,7 +220,7 @@ def text_corpus(spec: str, docs: datasets.Dataset, seq_len: int, options: TextOp
         raise ConfigError(f"{spec} is too small for one window of {seq_len} tokens in each split "
                           f"({len(train)} training, {len(test)} held-out windows); use more text or a shorter "
                           "--seq-len")
-    train = train.shuffle(seed=SPLIT_SEED)  # consecutive windows come from the same document; mix them once
+    train = train.shuffle(seed=DOCUMENT_SPLIT_SEED)  # consecutive windows come from the same document; mix them once
     tokens = (len(train) + len(test)) * seq_len
     description = f"{len(docs):,} documents, {tokens:,} tokens in windows of {seq_len}"
     return Corpus(spec, description, vocab, seq_len, train, test, None, tokenizer_text,

@@ -1,8 +1,10 @@
 """Train one objective until its accounted FLOPs reach the budget. The stage's modules, each one question:
-config (TrainConfig, optimizer, schedule by FLOPs), distributed (Fabric, launchers, the one all-reduce, the shared
-folder), memory (will a step fit), batches (rows, seeds, prefetch, held-out batches), state (build, restore, save a
-run), stopping (signals), loop (`fit` and the checkpoint evaluations), runs (a run or control from start to
-result.json), live (throughput, MFU), schedule (--seq-len), sweep (--lr-sweep).
+config (TrainConfig, optimizer, the learning rate by FLOPs, the evaluation grid), distributed (Fabric, launchers, the
+one all-reduce, the shared folder), memory (will a step fit), batches (rows, seeds, prefetch, held-out batches), state
+(build, restore, save a run), counters (what a run has spent), stopping (signals), loop (`fit`, the checkpoints'
+cool-down branches and evaluations), curve (a checkpoint's row), records (result.json, typed), runs (a run or control
+from start to result.json), live (throughput, MFU), schedule (--seq-len), sweep (--lr-sweep), throughput
+(bench.perf's training timings).
 
 Everything that makes runs comparable lives here:
 - every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);
@@ -10,10 +12,11 @@ Everything that makes runs comparable lives here:
   step s (the run's step, which also seeds its masks) then reads windows s·B .. s·B + B − 1 of that phase's
   windowing (the corpus's windows cut to its length), and each phase's steps, tokens, supervised positions and FLOPs
   are counted apart; held-out evaluation is at the last phase's length;
-- the learning-rate schedule is a function of the fraction of the FLOP budget spent, so warm-up and decay end
-  exactly at the budget for every objective, whatever its cost per step;
+- the learning rate is a function of the FLOPs spent (warmup-stable-decay), so warm-up and cool-down end exactly at
+  the budget for every objective, whatever its cost per step;
 - evaluations happen at one log-spaced grid of FLOP checkpoints, on held-out windows corrupted identically for every
-  run of an objective, so curves line up across seeds and objectives;
+  run of an objective, so curves line up across seeds and objectives; each point before the budget is a finished run,
+  a branch cooled down to that checkpoint (loop.TrainingLoop.cool_down_branches);
 - each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, counters; the data
   position is the step) is checkpointed with it, so an interrupted run resumes exactly. There is no RNG state to
   carry: each row of a step's batch is corrupted from its own generator, seeded from (seed, step, row) (bench.seeds,
