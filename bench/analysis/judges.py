@@ -113,11 +113,15 @@ def multiplier_claim(evidence: Evidence, text: str, variant: str, spec: str, aga
 
 
 def judge(findings: list[PaperFinding], name: str) -> tuple[list[PaperFinding], Family]:
-    """Holm over the claims' tests, in one named family (bench.analysis.claims.family), then each claim's outcome."""
+    """Holm over the claims' tests, in one named family (bench.analysis.claims.family), then each claim's outcome. A
+    claim the gate left not measurable counts in the family as tested with p = 1: its size is fixed by the claims the
+    preset asks, not by what the data let through."""
     def is_test(found: PaperFinding) -> bool:
         return isinstance(found, (ClaimTest, MultiplierTest)) and found.p is not None
 
-    tested, named = family(name, [found for found in findings if is_test(found)])
+    gated = sum(isinstance(found, (ClaimTest, MultiplierTest)) and found.outcome == NOT_MEASURABLE
+                for found in findings)
+    tested, named = family(name, [found for found in findings if is_test(found)], untested=gated)
     judged = iter(replace(test, outcome=claim_outcome(test)) for test in tested)  # in the order of `findings`
     return [next(judged) if is_test(found) else untested(found) for found in findings], named
 
