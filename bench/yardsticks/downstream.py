@@ -17,8 +17,7 @@ already differ there). Each family's own read, its last layer alone and a sequen
 [BOS] (BERT's and ELECTRA's [CLS]), is read frozen beside it as a diagnostic that ranks nobody ("native").
 A tagging task reads each token where it stands, except that a causal model reads a hidden
 token ([MASK]) at the position before it, where it has seen the words before it. Downstream FLOPs are reported, never
-charged
-to the pretraining budget.
+charged to the pretraining budget.
 """
 
 from __future__ import annotations
@@ -84,6 +83,12 @@ def reading(objective: Objective, task: Task) -> str:
     """Where a sequence is read: the "mean" over the example's tokens, for every backbone (pool() also reads the
     "last" token or the "first" position, each family's own read)."""
     return "mean"
+
+
+def task_states(objective: Objective, task: Task) -> tuple[Tensor, Tensor]:
+    """The train and test splits' every-layer states, read in the objective's own attention mode."""
+    causal = reads_left_to_right(objective)
+    return hidden_states(objective.backbone, causal, task.train), hidden_states(objective.backbone, causal, task.test)
 
 
 def native_read(causal: bool) -> str:
@@ -157,22 +162,24 @@ FEATURE_LAYERS = 4  # BERT's best feature-based read (its Table 7): the top four
 
 
 def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig, native: bool = False,
-                 concatenated: bool = False) -> tuple[dict, int, StandardizedLinear]:
+                 concatenated: bool = False,
+                 states: tuple[Tensor, Tensor] | None = None) -> tuple[dict, int, StandardizedLinear]:
     """Test scores of a linear probe fitted on the training split's frozen features; (scores, FLOPs, probe).
     `native`: the family's own read instead of the one read (native_read), a diagnostic; `concatenated`: BERT's
     feature-based read, a plain probe on the last FEATURE_LAYERS layers side by side (all of a shallower model's,
-    its embeddings included), pooled as the one read pools."""
+    its embeddings included), pooled as the one read pools. `states`: the train and test splits' every-layer
+    states (task_states), where several reads of one backbone share them; else computed here."""
     backbone, causal = objective.backbone, reads_left_to_right(objective)
     read, mixed = (native_read(causal), 1) if native else (reading(objective, task), layers(backbone))
     mixed = 1 if concatenated else mixed
     width = backbone.config.d_model
     kept = width if native else min(FEATURE_LAYERS, layers(backbone)) * width if concatenated else None
 
-    def features(split: Split) -> tuple[Tensor, Tensor]:
-        hidden = hidden_states(backbone, causal, split)
+    def features(split: Split, hidden: Tensor) -> tuple[Tensor, Tensor]:
         return representations(hidden if kept is None else hidden[..., -kept:], split, task.level, read, causal)
 
-    (train_x, train_y), (test_x, _) = features(task.train), features(task.test)
+    train_states, test_states = states or task_states(objective, task)
+    (train_x, train_y), (test_x, _) = features(task.train, train_states), features(task.test, test_states)
     # the probe's test accuracy is unused: the task's own metrics are computed from its predictions below
     _, probe_flops, head = readout.fit_linear_probe(train_x, train_y, test_x,
                                                     torch.zeros(len(test_x), dtype=torch.long), task.classes,
@@ -287,17 +294,19 @@ class Downstream:
             bar = tqdm(self.tasks, desc=f"{desc} downstream".strip(), unit="task", disable=not progress, leave=False)
             for task in bar:
                 # the probe's fit draws from its own generator and fine-tuning seeds itself: reusing it moves nothing
-                frozen, frozen_flops, head = reused.get(task.name) or frozen_probe(objective, task, self.config)
+                states = task_states(objective, task)  # one forward pass for every frozen read below
+                frozen, frozen_flops, head = reused.get(task.name) or frozen_probe(objective, task, self.config,
+                                                                                   states=states)
                 rates = self.config.rates_for(reader, task.name)
                 tuned, tuned_flops = finetune(objective, task, head, replace(self.config, lrs=rates))
-                native, native_flops, _ = frozen_probe(objective, task, self.config, native=True)
+                native, native_flops, _ = frozen_probe(objective, task, self.config, native=True, states=states)
                 results[task.name] = {"frozen": frozen, "finetuned": tuned, "native": native,
                                       "pooling": pooling(objective, task),
                                       "flops": {"frozen": frozen_flops, "finetune": tuned_flops,
                                                 "native": native_flops}}
                 if self.config.feature_based:
                     concatenated, results[task.name]["flops"]["feature_based"], _ = frozen_probe(
-                        objective, task, self.config, concatenated=True)
+                        objective, task, self.config, concatenated=True, states=states)
                     results[task.name]["feature_based"] = concatenated
         return results
 
