@@ -158,8 +158,8 @@ def test_a_diverged_run_is_reported_and_the_others_go_on(tmp_path, monkeypatch, 
     import bench.training.loop
     real_step = bench.training.loop.train_step
 
-    def diverging(fabric, run, batch, loss_counts):
-        loss = real_step(fabric, run, batch, loss_counts)
+    def diverging(fabric, run, batch, loss_counts, budget=None):
+        loss = real_step(fabric, run, batch, loss_counts, budget)
         return loss * float("nan") if run.spec == "ar" and run.counters.step == 2 else loss
 
     monkeypatch.setattr(bench.training.loop, "train_step", diverging)
@@ -352,7 +352,7 @@ def test_bad_learning_rates_are_one_line(text, message):
 def test_when_every_run_diverges_the_report_still_says_so(tmp_path, monkeypatch):
     import bench.training.loop
     monkeypatch.setattr(bench.training.loop, "train_step",
-                        lambda fabric, run, batch, counts: torch.tensor(float("nan")))
+                        lambda fabric, run, batch, counts, budget=None: torch.tensor(float("nan")))
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as exit_info:
         run(main, [*TINY, "--objectives", "mlm,ar", "--out", str(out), "--no-probes"])

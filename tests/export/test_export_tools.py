@@ -105,7 +105,7 @@ def trainer_accuracy(model_dir, task, steps: int, rate: float) -> float:
 def test_trainer_fine_tunes_the_exported_mlm_backbone_as_the_suite_does(finished):
     comparison, exported, task = finished
     results = json.loads((comparison / "results.json").read_text())
-    suite = next(run for run in results["runs"] if run["objective"] == "mlm")["downstream"][str(task)]["finetuned"]
+    suite = next(run for run in results["runs"] if run["objective"] == "mlm")["downstream"][task.name]["finetuned"]
     assert suite["lr"] == RATE
     accuracy = trainer_accuracy(exported / "mlm-seed0", task, STEPS, RATE)
     n = sum(1 for _ in open(task / "test.csv")) - 1
