@@ -18,7 +18,7 @@ from bench.report.sections import compute_section, fmt, loss_table, table
 from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord, from_json
 from bench.training.runs import finished_result
 
-from tests.conftest import GOLDEN
+from tests.helpers import GOLDEN
 
 
 def run_record(objective: str, seed: int, loss: float, accuracy: float, train_seconds: float) -> RunRecord:

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import VOCAB, random_tokens
+from tests.helpers import VOCAB, random_tokens
 
 from backbone import Backbone, BackboneConfig, ConfigError, measure_flops, preset
 from backbone.flops import TILE, attention_entries, transformer_flops

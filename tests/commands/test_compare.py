@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import signalling
+from tests.helpers import signalling
 from PIL import Image
 
 from backbone import ConfigError

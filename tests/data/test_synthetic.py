@@ -14,6 +14,7 @@ from bench.data.synthetic import (Language, LanguageConfig, component_posterior,
                                   kept_word_posterior, log_likelihood_from, make_language, masked_token_nll,
                                   replaced_token_posterior,
                                   next_state_posterior, next_token_nll, sample, state_posteriors)
+from tests.helpers import enumerated_probability, joint_probability, language_lists, path_probabilities
 
 TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
 L = 5
@@ -29,64 +30,40 @@ def tiny():
 
 
 # ----------------------------------------------------------------------------------------------- brute force
-def _lists(language):
-    return (language.prior.tolist(), language.initial.tolist(), language.transition.tolist(),
-            language.emission.tolist())
-
-
-def _joint(P, k, path, words):
-    """p(component k, state path, words), straight from the definition."""
-    prior, initial, transition, emission = P
-    p = prior[k] * initial[k][path[0]] * emission[k][path[0]][words[0]]
-    for t in range(1, len(words)):
-        p *= transition[k][path[t - 1]][path[t]] * emission[k][path[t]][words[t]]
-    return p
-
-
-def _paths(P, words):
-    """{(k, path): p(k, path, words)} over all components and state paths."""
-    K, S = len(P[0]), len(P[1][0])
-    return {(k, path): _joint(P, k, path, words)
-            for k in range(K) for path in itertools.product(range(S), repeat=len(words))}
-
-
-def _prob(P, words):
-    return sum(_paths(P, words).values())
-
-
 # ----------------------------------------------------------------------------------------------- exact inference
 def test_log_likelihood_matches_enumeration(tiny):
     language, words = tiny
-    P = _lists(language)
-    expected = [math.log(_prob(P, w)) for w in words.tolist()]
+    P = language_lists(language)
+    expected = [math.log(enumerated_probability(P, w)) for w in words.tolist()]
     assert log_likelihood_from(language, words).tolist() == pytest.approx(expected, abs=1e-9)
 
 
 def test_next_token_nll_matches_enumeration(tiny):
     language, words = tiny
-    P = _lists(language)
+    P = language_lists(language)
     got = next_token_nll(language, words)
     assert got.shape == (len(words), L - 1) and got.dtype == torch.float64
     for n, w in enumerate(words.tolist()):
-        expected = [-math.log(_prob(P, w[: t + 2]) / _prob(P, w[: t + 1])) for t in range(L - 1)]
+        expected = [-math.log(enumerated_probability(P, w[: t + 2]) / enumerated_probability(P, w[: t + 1]))
+                    for t in range(L - 1)]
         assert got[n].tolist() == pytest.approx(expected, abs=1e-9)
 
 
 def test_posteriors_match_enumeration(tiny):
     language, words = tiny
-    P = _lists(language)
+    P = language_lists(language)
     K, S = TINY.components, TINY.states
     smoothing, filtering = state_posteriors(language, words)
     components = component_posterior(language, words)
     assert smoothing.shape == filtering.shape == (len(words), L, K * S) and components.shape == (len(words), K)
     for n, w in enumerate(words.tolist()):
-        joint = _paths(P, w)
+        joint = path_probabilities(P, w)
         total = sum(joint.values())
         for k in range(K):
             expected = sum(p for (c, _), p in joint.items() if c == k) / total
             assert components[n, k].item() == pytest.approx(expected, abs=1e-9)
         for t in range(L):
-            prefix = _paths(P, w[: t + 1])
+            prefix = path_probabilities(P, w[: t + 1])
             prefix_total = sum(prefix.values())
             for k, s in itertools.product(range(K), range(S)):
                 smooth = sum(p for (c, path), p in joint.items() if c == k and path[t] == s) / total
@@ -111,7 +88,7 @@ def _corrupt(words, rng, V):
 @pytest.mark.parametrize("keep, rand, mask", [(0.1, 0.1, 0.8), (0.3, 0.5, 0.2), (0.5, 0.0, 0.5)])
 def test_masked_token_nll_matches_enumeration(tiny, keep, rand, mask):
     language, words = tiny
-    P = _lists(language)
+    P = language_lists(language)
     V = TINY.words
     observed, selected = _corrupt(words, random.Random(0), V)
     if rand == 0:  # with no random replacements a visible selected word is the true one
@@ -133,7 +110,8 @@ def test_masked_token_nll_matches_enumeration(tiny, keep, rand, mask):
             y = list(obs)
             for i, x in zip(chosen, guess):
                 y[i] = x
-            weights[guess] = _prob(P, y) * math.prod(corruption(obs[i], x) for i, x in zip(chosen, guess))
+            weights[guess] = enumerated_probability(P, y) * math.prod(corruption(obs[i], x)
+                                                                      for i, x in zip(chosen, guess))
         total = sum(weights.values())
         for j, i in enumerate(chosen):
             expected = -math.log(sum(p for g, p in weights.items() if g[j] == w[i]) / total)
@@ -309,7 +287,7 @@ def _chosen(words, seed):
 
 def test_hidden_state_posterior_matches_enumeration(tiny):
     language, words = tiny
-    P, (K, S) = _lists(language), (TINY.components, TINY.states)
+    P, (K, S) = language_lists(language), (TINY.components, TINY.states)
     hidden = _chosen(words, 0)
     got = hidden_state_posterior(language, words, hidden)
     assert got.shape == (len(words), L, S)
@@ -333,7 +311,7 @@ def test_hidden_state_posterior_matches_enumeration(tiny):
 
 def test_next_state_posterior_matches_enumeration(tiny):
     language, words = tiny
-    P, (K, S) = _lists(language), (TINY.components, TINY.states)
+    P, (K, S) = language_lists(language), (TINY.components, TINY.states)
     got = next_state_posterior(language, words)
     assert got.shape == (len(words), L, S)
     prior, initial, _, _ = P
@@ -342,7 +320,7 @@ def test_next_state_posterior_matches_enumeration(tiny):
     for n, w in enumerate(words.tolist()):
         for t in range(1, L):
             # p(s_t | x[..t-1]): the paths of length t + 1 with the word at t summed out
-            joint = {(k, path): _joint(P, k, path[:t], w[:t]) * P[2][k][path[t - 1]][path[t]]
+            joint = {(k, path): joint_probability(P, k, path[:t], w[:t]) * P[2][k][path[t - 1]][path[t]]
                      for k in range(K) for path in itertools.product(range(S), repeat=t + 1)}
             total = sum(joint.values())
             for s in range(S):
@@ -353,7 +331,7 @@ def test_next_state_posterior_matches_enumeration(tiny):
 @pytest.mark.parametrize("left_only", [False, True])
 def test_kept_word_posterior_matches_enumeration(tiny, left_only):
     language, words = tiny
-    P, (K, S, V) = _lists(language), (TINY.components, TINY.states, TINY.words)
+    P, (K, S, V) = language_lists(language), (TINY.components, TINY.states, TINY.words)
     chosen = _chosen(words, 1)
     replacement = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
     got = kept_word_posterior(language, words, chosen, replacement, left_only)
@@ -390,7 +368,7 @@ def test_replaced_token_posterior_matches_enumeration(tiny):
     positions of a 3-word window, each position's draw from its own distribution; a draw equal to the original is
     not replaced."""
     language, _ = tiny
-    P, (K, S, V) = _lists(language), (TINY.components, TINY.states, TINY.words)
+    P, (K, S, V) = language_lists(language), (TINY.components, TINY.states, TINY.words)
     prior, initial, transition, emission = P
     short, rho = 3, 0.3
     shown = torch.tensor([[0, 1, 2], [3, 3, 3], [2, 0, 1], [1, -1, 0]])  # -1: a special token the generator drew

@@ -30,7 +30,7 @@ from bench.yardsticks.downstream import forward as suite_reading  # noqa: E402
 from bench.yardsticks.examples import Split  # noqa: E402
 from objectives import Vocab, build_objective  # noqa: E402
 from objectives.pairs import segments_from_separators  # noqa: E402
-from conftest import recorded_settings  # noqa: E402
+from tests.helpers import recorded_settings  # noqa: E402
 
 SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
 CONTEXT = context_for_run(Path("."), SETTINGS)  # the embedded language reads no file

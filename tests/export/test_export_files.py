@@ -27,7 +27,7 @@ from bench.training.config import run_name  # noqa: E402
 from bench.yardsticks.examples import TaskContext, encode  # noqa: E402
 from objectives import CausalLM, Vocab  # noqa: E402
 from objectives.pairs import make_pairs, pair_layout, segments_from_separators  # noqa: E402
-from conftest import recorded_settings, written_record  # noqa: E402
+from tests.helpers import recorded_settings, written_record  # noqa: E402
 
 SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
 WORDS = "wave ship salt harbour tide sail cow field barn wheat tractor street tram tower office".split()

@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from conftest import VOCAB, random_tokens, tiny_objective
+from tests.helpers import VOCAB, random_tokens, tiny_objective
 
 from backbone import ConfigError, measure_flops
 from objectives import IGNORE, REGISTRY, Corrupted, Vocab, parse_objective_list, parse_spec

@@ -15,7 +15,7 @@ from bench.report.markdown import render, write_report
 from bench.report.plots import plot_loss
 from bench.report.wording import estimate_text, multiplier_text, p_text
 from tests.analysis.records import run
-from tests.conftest import GOLDEN
+from tests.helpers import GOLDEN
 
 def test_the_report_writes_results_plots_and_markdown_that_link_only_existing_files(tmp_path):
     stored = json.loads(GOLDEN.read_text())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import signalling, written_record
+from tests.helpers import signalling, written_record
 from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 

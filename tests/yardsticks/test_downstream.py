@@ -23,7 +23,7 @@ from bench.yardsticks.readout import fit_linear_probe
 from bench.yardsticks.tasks import load_task, parse_task_list
 from objectives import IGNORE, Vocab, build_objective
 
-from conftest import recorded_settings
+from tests.helpers import recorded_settings
 
 TOPICS = {"sea": "wave ship salt harbour tide sail fish shore anchor deep".split(),
           "farm": "cow field barn wheat tractor hay goat plough seed fence".split(),

@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-from test_synthetic import _lists, _prob
 
 from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective, eval_batches
@@ -13,6 +12,7 @@ from bench.training.config import TrainConfig
 from bench.yardsticks.bayes import loss_floors
 from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE
+from tests.helpers import enumerated_probability, language_lists
 
 TINY_DATA = "synthetic:components=2,states=3,words=4,successors=2,zipf=0.7,support=2,genre=0.5,leak=0.1,seed=3,train=8,heldout=40"
 SEQ_LEN = 5
@@ -30,7 +30,7 @@ def batches_for(spec: str, corpus):
 
 
 def brute_force_masked_floor(corpus, batches, keep: float, rand: float, mask: float) -> float:
-    P, V, first = _lists(corpus.language), corpus.vocab.num_ordinary, corpus.vocab.first_ordinary
+    P, V, first = language_lists(corpus.language), corpus.vocab.num_ordinary, corpus.vocab.first_ordinary
 
     def corruption(seen: int, x: int) -> float:  # p(what the model sees | true word x) at a chosen position
         return mask if seen == corpus.vocab.MASK else keep * (seen - first == x) + rand / V
@@ -44,7 +44,8 @@ def brute_force_masked_floor(corpus, batches, keep: float, rand: float, mask: fl
                 words = [t - first for t in seen]
                 for i, x in zip(chosen, guess):
                     words[i] = x
-                weights[guess] = _prob(P, words) * math.prod(corruption(seen[i], x) for i, x in zip(chosen, guess))
+                weights[guess] = enumerated_probability(P, words) * math.prod(corruption(seen[i], x)
+                                                                              for i, x in zip(chosen, guess))
             total = sum(weights.values())
             for j, i in enumerate(chosen):
                 losses.append(-math.log(sum(p for g, p in weights.items() if g[j] == tokens[i] - first) / total))
@@ -53,8 +54,8 @@ def brute_force_masked_floor(corpus, batches, keep: float, rand: float, mask: fl
 
 def test_ar_floor_is_the_next_token_loss_by_enumeration(corpus):
     objective, batches = batches_for("ar", corpus)
-    P, first = _lists(corpus.language), corpus.vocab.first_ordinary
-    losses = [-math.log(_prob(P, words[:t + 1]) / _prob(P, words[:t]))
+    P, first = language_lists(corpus.language), corpus.vocab.first_ordinary
+    losses = [-math.log(enumerated_probability(P, words[:t + 1]) / enumerated_probability(P, words[:t]))
               for batch in batches for words in (batch.original - first).tolist() for t in range(1, SEQ_LEN)]
     assert loss_floors(objective, batches, corpus)["loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-9)
 
