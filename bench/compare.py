@@ -21,8 +21,7 @@ from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.config import PRECISIONS, Config, validate
 from bench.planning import read_settings
 from bench.training.config import TrainConfig
-from bench.training.distributed import TORCHRUN_FORWARDS, unforwarded_stop_signals
-from bench.training.stopping import EXIT_STOPPED, stop_on_signals
+from bench.training.distributed import EXIT_STOPPED, TORCHRUN_FORWARDS, stop_on_signals, unforwarded_stop_signals
 from bench.yardsticks.downstream import add_finetune_flags
 
 DEFAULTS = Config()  # the flags' defaults are the configuration's (bench.config says why each is what it is)
@@ -75,11 +74,6 @@ def add_run_flags(add) -> None:
                                                    "(default 32)")
     add("--lr", default=DEFAULT_LR, help="peak AdamW rate: one for every objective, then SPEC=LR per objective "
                                          f"(default {DEFAULT_LR}, from the sweep docs/default.md names)")
-    add("--lr-sweep", default=None, help="rates to try first, e.g. 1e-3,3e-3,6e-3: each objective (seed 0) at each, "
-                                         "the lowest own held-out loss wins, a win at the grid's edge extends it; "
-                                         "sweep FLOPs are reported apart (default: no sweep)")
-    add("--sweep-fraction", type=float, default=0.25, help="share of the budget each sweep run trains for "
-                                                           "(default 0.25)")
     add("--eval-points", type=int, default=DEFAULTS.training.eval_points,
         help="log-spaced FLOP checkpoints for held-out evaluation, the last at the budget, each before it a finished "
              f"run (a cool-down branch) (default {DEFAULTS.training.eval_points})")

@@ -67,8 +67,6 @@ class TrainingConfig:
     lr: str = TUNED["lr"]  # chosen on validation data by `python -m bench.tune` (reports/tuning)
     # peak rate per spec as a rerun (--config) recorded them: specs with options cannot be written back as --lr
     rates: tuple[tuple[str, float], ...] = ()
-    lr_sweep: str | None = None
-    sweep_fraction: float = 0.25
     eval_points: int = 4
     compile: bool = False
 
@@ -209,8 +207,7 @@ def on_cpu(hardware: HardwareConfig) -> bool:
 def validate(config: Config) -> None:
     """Every mistake a configuration can hold that no flag parser sees, as one-line ConfigErrors, before anything
     runs (the objectives, data and tasks are checked where they are built, bench.planning)."""
-    from bench.training.schedule import parse_seq_len
-    from bench.training.sweep import sweep_rates
+    from bench.training.config import parse_seq_len
 
     training, hardware = config.training, config.hardware
     parse_seq_len(config.model.seq_len)
@@ -220,10 +217,6 @@ def validate(config: Config) -> None:
             raise ConfigError(f"--{name.replace('_', '-')} must be >= {low}, got {getattr(getattr(config, section), name)}")
     if not 0 < training.budget < math.inf:
         raise ConfigError(f"--budget must be a positive number of FLOPs, got {training.budget:g}")
-    if training.lr_sweep is not None:
-        sweep_rates(training.lr_sweep)
-    if not 0 < training.sweep_fraction <= 1:
-        raise ConfigError(f"--sweep-fraction must be in (0, 1], got {training.sweep_fraction:g}")
     if config.data.num_proc is not None and config.data.num_proc < 1:
         raise ConfigError(f"--num-proc must be >= 1, got {config.data.num_proc}")
     if hardware.precision not in PRECISIONS:

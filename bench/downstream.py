@@ -23,9 +23,8 @@ from bench.data.text import vocab_for_tokenizer
 from bench.files import read_json, write_json
 from bench.planning import read_settings
 from bench.report.markdown import write_report
-from bench.training.config import run_name
+from bench.training.config import parse_seq_len, run_name
 from bench.training.records import ControlRecord
-from bench.training.schedule import parse_seq_len
 from bench.yardsticks.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.tasks import load_tasks, parse_task_list

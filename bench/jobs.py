@@ -27,12 +27,11 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 import torch
 
 from bench.data.corpus import Corpus
+from bench.planning import device_memory_bytes, step_memory
 from bench.training.config import TrainConfig
-from bench.training.distributed import make_fabric
+from bench.training.distributed import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request,
+                                        make_fabric, stop_on_signals)
 from bench.training.runs import control_run, finished_result, trained_or_reused
-from bench.training.memory import device_memory_bytes, step_memory
-from bench.training.stopping import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request,
-                                     stop_on_signals)
 
 if TYPE_CHECKING:
     from bench.planning import Plan
@@ -273,6 +272,17 @@ def forward_stop(executor: ProcessPoolExecutor) -> None:
             os.kill(process.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
+
+
+@contextmanager
+def threads(count: int | None) -> Iterator[None]:
+    """torch's threads set to `count` (None: left as they are) for the block, as before them after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count or before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def cpu_cores() -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 from bench.config import HardwareConfig, on_cpu
 from bench.files import read_json, write_json
 from bench.jobs import Context, Outcome, Work, execute, run_isolated
-from bench.training.stopping import EXIT_STOPPED, RunStopped, current_stop_request
+from bench.training.distributed import EXIT_STOPPED, RunStopped, current_stop_request
 
 JOB_RECORD = "slurm_job.json"  # in a run's folder: the job last submitted for it, to wait for rather than duplicate
 LIVE = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING")
@@ -23,7 +23,7 @@ LIVE = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING"
 def run_job(context: Context, work: Work) -> tuple[str, object]:
     """A work as a Slurm job: run_isolated, with submitit's timeout warning (SIGUSR2, --signal USR2@90) also asking
     for a save at the end of the step, so a job at its time limit stops cleanly and a rerun resumes it."""
-    from bench.training.stopping import stop_on_signals
+    from bench.training.distributed import stop_on_signals
     with stop_on_signals() as request:
         signal.signal(signal.SIGUSR2, request)
         return run_isolated(context, work)

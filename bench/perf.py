@@ -11,21 +11,22 @@ FLOP/s (the suite's own count for ours, FlopCounterMode's for the peers) over th
 measured in the same run. Also: MLM masking against the collator, one process's share of a batch (its own rows) against
 corrupting the whole batch, and KV-cached generation against recomputing the prefix for every new token. With
 `--comparison-steps N`, N training steps of mlm at the default comparison's shape, through the training code: one run,
-one run on one thread and two runs at once (two processes of one thread), each set beside the first as its peer,
-each the median of 3 rounds that take the three in turn
-(bench.training.throughput.comparison_rows). With
-`--accelerator cuda` the models run on the GPU (corruption and the collator stay on the host, as in training), every
-timing synchronises the device, fp32 matmuls run in TF32 as bench.training runs them, and MFU is against the device's
-dense peak (bench.training.live.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured
-matrix product. The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are
-printed.
+one run on one thread and two runs at once (two processes of one thread), each set beside the first as its peer, each
+the median of 3 rounds that take the three in turn (comparison_rows). With `--accelerator cuda` the models run on the
+GPU (corruption and the collator stay on the host, as in training), every timing synchronises the device, fp32 matmuls
+run in TF32 as bench.training runs them, and MFU is against the device's dense peak (bench.training.loop.peak_flops: the
+datasheets' figures, then Lightning's table) instead of a measured matrix product. The peers need `pip install -e
+".[perf]"` (transformers); without it only the suite's own figures are printed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import multiprocessing
+import tempfile
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -35,13 +36,17 @@ from tabulate import tabulate
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from backbone.model import apply_rope, rope_tables
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.data.corpus import Corpus, load_corpus
 from bench.files import dumps
-from bench.training.batches import training_batch
-from bench.training.config import configure_matmuls, tf32_matmuls
-from bench.training.live import device_peak
-from bench.training.schedule import single_seq_len
-from bench.training.throughput import comparison_rows
+from bench.jobs import threads
+from bench.training.batches import build_run_objective, training_batch
+from bench.training.config import TrainConfig, configure_matmuls, single_seq_len, tf32_matmuls
+from bench.training.distributed import make_fabric
+from bench.training.loop import device_peak
+from bench.training.records import RunRecord
+from bench.training.runs import train_run
 from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
+
 
 DESCRIPTION = "Speed against the tools researchers would otherwise use, measured in one run."
 AUTOCAST_DTYPES = {"32-true": None, "bf16-mixed": torch.bfloat16}  # the precisions bench.perf times
@@ -394,3 +399,96 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     run(main)
+
+
+# --- Training throughput at one shape, measured on the training code itself: a run of a few steps alone (train_run),
+# several runs at once in processes of their own (the spawn context, one thread each: what running one job per core
+# does). Each is timed as its results time it: train_seconds, the training steps with their batches built,
+# evaluation left out.
+
+
+def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> TrainConfig:
+    """A run of `spec` that stops after `steps` steps (exactly, for objectives whose steps all cost the same), with
+    one evaluation (at the end, outside the timed steps) and no live metrics."""
+    objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=model, batch_size=batch_size), corpus)
+    per_step = objective.flops(training_batch(objective, corpus.windows("train"), 0, 0, batch_size))
+    return TrainConfig(budget_flops=steps * per_step, model=model, batch_size=batch_size, eval_points=1,
+                       eval_windows=batch_size, log_every=0)
+
+
+def totals(results: list[RunRecord], seconds: float) -> dict:
+    """What the runs trained together: tokens, FLOPs, and the seconds they took (runs at once: the longest)."""
+    return {"runs": len(results), "tokens": sum(r.tokens for r in results),
+            "flops": sum(r.flops for r in results), "seconds": seconds}
+
+
+def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, seed: int = 0) -> dict:
+    """One run on `thread_count` threads."""
+    with threads(thread_count), tempfile.TemporaryDirectory() as folder:
+        result = train_run(make_fabric(), spec, seed, corpus, config, Path(folder), progress=False)
+    return totals([result], result.train_seconds)
+
+
+def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> dict:
+    """`processes` runs (seeds 0, 1, ...) at the same time, each in a process of its own on one thread, started
+    together once every process is ready: the aggregate over the longest run's seconds."""
+    context = multiprocessing.get_context("spawn")
+    ready, results = context.Barrier(processes), context.Queue()
+    workers = [context.Process(target=_worker, args=(spec, corpus, config, seed, ready, results))
+               for seed in range(processes)]
+    for worker in workers:
+        worker.start()
+    try:
+        done = [results.get(timeout=3600) for _ in workers]
+    finally:
+        for worker in workers:
+            worker.join(timeout=60)
+    failed = [message for message in done if isinstance(message, str)]
+    if failed:
+        raise RuntimeError(f"a run of the throughput measurement failed: {failed[0]}")
+    return totals(done, max(r.train_seconds for r in done))
+
+
+def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, results) -> None:
+    torch.set_num_threads(1)
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            fabric = make_fabric()
+            ready.wait(timeout=600)
+            result = train_run(fabric, spec, seed, corpus, config, Path(folder), progress=False)
+        results.put(result)
+    except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
+        results.put(f"{type(error).__name__}: {error}")
+
+
+def comparison_rows(steps: int, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
+                    batch_size: int = 32, data: str = "synthetic", rounds: int = 3) -> list[dict]:
+    """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
+    steps of `spec` through the training code (this module): one run on every thread, one run on one
+    thread and two runs at once (two processes of one thread each, as one job per core runs them). Beside each, as
+    its peer, the one run on every thread.
+
+    Each is measured in `rounds` rounds that take the three in turn, and its median round is kept (its seconds in
+    every round beside it): a shared machine's slower spells, which moved one setting by a tenth between two runs of
+    bench.perf, fall on every setting alike and on one round, not on one setting's only measurement."""
+    corpus = load_corpus(data, seq_len)
+    config = steps_config(spec, corpus, steps, model, batch_size)
+    every = torch.get_num_threads()
+    shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
+    settings = {f"{shape}: one run, {every} threads": lambda: alone(spec, corpus, config, every),
+                f"{shape}: one run, 1 thread": lambda: alone(spec, corpus, config, 1),
+                f"{shape}: two runs at once, 2 processes of 1 thread": lambda: at_once(spec, corpus, config, 2)}
+    taken: dict[str, list[dict]] = {name: [] for name in settings}
+    for _ in range(rounds):
+        for name, measured in settings.items():
+            taken[name].append(measured())
+    rows = []
+    for name, each in taken.items():
+        median = sorted(each, key=lambda one: one["seconds"])[len(each) // 2]
+        rows.append({"name": name, "ours_tokens_per_s": median["tokens"] / median["seconds"],
+                     "ours_flops_per_s": median["flops"] / median["seconds"],
+                     "flops_per_step": median["flops"] / (median["runs"] * steps), **median,
+                     "seconds_each_round": [one["seconds"] for one in each]})
+    for row in rows[1:]:
+        row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
+    return rows

@@ -24,20 +24,18 @@ from bench.analysis.summaries import Results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
-from bench.jobs import SMALL_STEP_TOKENS, Context, Slots, Work, choose_slots, execute, run_pooled
+from bench.jobs import SMALL_STEP_TOKENS, Context, Slots, Work, choose_slots, execute, run_pooled, threads
 from bench.launch import submitted
-from bench.planning import Plan, output_folder, plan
+from bench.planning import Plan, output_folder, plan, provenance
 from bench.report.frontier import budget_folder, write_frontier_report
 from bench.report.markdown import worded, write_preset_report, write_report
 from bench.report.setup import setup_table
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
-from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
-from bench.training.stopping import current_stop_request, stop_agreed, stop_message
+from bench.training.distributed import (agree_on_folder, current_stop_request, launch_processes, make_fabric,
+                                        stop_agreed, stop_message)
 from bench.training.records import ControlRecord, RunRecord
 from bench.training.runs import control_run
-from bench.training.sweep import provenance, sweep, sweep_rates
-from bench.training.throughput import threads
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -131,7 +129,7 @@ def sweep_setup(config: Config, by_budget: dict[float, Results], seconds: float)
 
 def measure(config: Config) -> Measurement:
     """One comparison: plan, runs, controls and results (its report is the caller's)."""
-    hardware, quiet = config.hardware, config.output.quiet
+    hardware = config.hardware
     fabric = make_fabric(hardware.accelerator, hardware.devices, hardware.num_nodes, hardware.strategy,
                          hardware.precision, launch=False)
     plan_ = plan(config, fabric)
@@ -143,16 +141,11 @@ def measure(config: Config) -> Measurement:
     launch_processes(fabric)
     plan_ = replace(plan_, out=agree_on_folder(fabric, plan_.out))
     write_settings(fabric, plan_)
-    lr_sweep = None
-    if config.training.lr_sweep is not None:
-        lr_sweep = sweep(fabric, plan_.specs, sweep_rates(config.training.lr_sweep), plan_.corpus, plan_.train,
-                         config.training.sweep_fraction, plan_.out, progress=not quiet)
-        plan_ = replace(plan_, learning_rates={spec: item["chosen"] for spec, item in lr_sweep.items()})
     runs, diverged, controls = run_all(fabric, plan_)
     if not fabric.is_global_zero:
         return Measurement(None, diverged, plan_, fabric)
     measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), positions, runs,
-                        config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged, lr_sweep,
+                        config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged,
                         plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
     return Measurement(worded(build_results(measured)), diverged, plan_, fabric)
 
@@ -259,7 +252,7 @@ def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric, bayes: dict 
                  "backbone_parameters": runs[0].backbone_parameters} if runs else None,
         "sequence_length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
         "batch_size": config.training.batch_size, "flops": train.flops, "rates": plan_.learning_rates,
-        "rate_source": provenance(config.training.lr, Config().training.lr, config.training.lr_sweep, {
+        "rate_source": provenance(config.training.lr, Config().training.lr, {
             "budget": config.training.budget, "seq_len": config.model.seq_len, "model": config.model.model,
             "batch_size": config.training.batch_size, "data": config.data.data}, plan_.specs),
         "corpus": {"name": corpus.name, "description": corpus.description, "train_tokens": summary["train_tokens"],

@@ -5,6 +5,8 @@ rates, config.json's record, and what a --resume continues.
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -13,25 +15,25 @@ from pathlib import Path
 import torch
 from lightning_fabric import Fabric
 
-from backbone import ConfigError, resolve_model
+from backbone import ConfigError, Transformer, resolve_model
+from backbone.fused_loss import chunk_rows
 from bench.analysis.density import build_on_meta
 from bench.config import EXECUTION, SETTING, Config, changed_settings
 from bench.data.corpus import Corpus, load_corpus
 from bench.data.text import TextOptions
 from bench.environment import code_revision, package_versions, version_note
 from bench.files import read_json
-from bench.training.config import TrainConfig, check_batch_split, check_config, tf32_matmuls
+from bench.training.config import (SeqLenSchedule, TrainConfig, check_batch_split, check_config, parse_seq_len,
+                                   predict_phases, tf32_matmuls)
 from bench.training.loop import Yardstick
-from bench.training.memory import check_memory
 from bench.training.runs import control_name
-from bench.training.schedule import SeqLenSchedule, parse_seq_len, predict_phases
-from bench.training.sweep import learning_rates
-from bench.tuned import finetune_rates
+from bench.tuned import TUNED, finetune_rates
 from bench.yardsticks.downstream import Downstream, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
 from bench.yardsticks.tasks import load_tasks, parse_task_list
 from objectives import Objective, Vocab, parse_objective_list
+
 
 CONFIG_SCHEMA = 2  # config.json's layout (bench.config's sections); a folder of another is refused
 # the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
@@ -301,3 +303,135 @@ def check_revisions(out: Path, allow_stale: bool) -> list[str]:
         raise ConfigError(f"--resume: {out} holds runs trained by other code than {code_revision()}: {shown}; "
                           "start a fresh --out, or pass --allow-stale to keep them (the report then names them)")
     return stale
+
+
+# --- Peak learning rates: one for every objective favours whichever it suits, so each objective has its own, given
+# (`--lr 3e-3,electra=6e-3`) or, by default, the ones bench.tune chose on validation data (bench/tuned.json).
+
+def parse_rate(text: str, flag: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        raise ConfigError(f"{flag}: {text!r} is not a number") from None
+    if not rate > 0 or math.isinf(rate):
+        raise ConfigError(f"{flag} rates must be positive and finite, got {text}")
+    return rate
+
+
+def learning_rates(text: str, specs: list[str], strict: bool = True) -> dict[str, float]:
+    """"3e-3,electra=6e-3" -> {spec: peak rate} for every spec: SPEC=LR matches the spec as written, else its name;
+    the plain number is everyone else's. `strict`: a name that matches no spec is a mistake (a typo), as it is when
+    the user wrote it; the built-in default may name objectives that are not being compared."""
+    default, named = None, {}
+    for part in filter(None, (p.strip() for p in str(text).split(","))):
+        key, _, value = part.rpartition("=")
+        rate = parse_rate(value, "--lr")
+        if not key:
+            if default is not None:
+                raise ConfigError(f"--lr {text!r} gives more than one rate for all objectives")
+            default = rate
+        elif key in named:
+            raise ConfigError(f"--lr names {key!r} twice")
+        else:
+            named[key] = rate
+    unknown = [key for key in named if key not in specs and key not in {s.split(":")[0] for s in specs}]
+    if unknown and strict:
+        raise ConfigError(f"--lr names {', '.join(unknown)}, which is not among --objectives ({', '.join(specs)})")
+    missing = [s for s in specs if s not in named and s.split(":")[0] not in named]
+    if default is None and missing:
+        raise ConfigError(f"--lr {text!r} gives no rate for {', '.join(missing)}: add a plain number for the rest")
+    return {s: named.get(s, named.get(s.split(":")[0], default)) for s in specs}
+
+
+def provenance(lr: str, default_lr: str, setting: dict, specs: list[str]) -> dict:
+    """Where a comparison's peak rates come from: the user's --lr, or the tuning that chose the built-in default
+    (DEFAULT_TUNING), with how this comparison's setting differs from that one's and the objectives it never tried."""
+    if lr != default_lr:
+        return {"kind": "given"}
+    differs = [f"{key} {setting[key]} (swept at {value})" for key, value in DEFAULT_TUNING["setting"].items()
+               if str(setting.get(key)) != str(value)]
+    never = [spec for spec in specs if spec not in DEFAULT_TUNING["objectives"]]
+    return {"kind": "borrowed", "from": DEFAULT_TUNING, "differs": differs, "never_swept": never}
+
+
+# The tuning that chose the built-in default rates (bench.config.TrainingConfig.lr, from bench/tuned.json): redo it
+# (`python -m bench.tune --write-defaults`) when the default setting changes.
+DEFAULT_TUNING = {"command": TUNED["made_by"],
+                 "setting": {key: TUNED["setting"][key] for key in ("budget", "seq_len", "model", "batch_size", "data")},
+                 "objectives": parse_objective_list(TUNED["objectives"])}
+
+
+# --- Will a training step fit on the device? An analytic estimate of what a step keeps (activations, heads, one chunk
+# of logits, the optimizer state), checked against free memory before anything is launched.
+
+
+def device_memory_bytes(device: torch.device) -> int:
+    """Memory free for this process now: on CUDA what the driver reports free (this process's context, other
+    processes' use and the allocator's reserve already taken), on a CPU the kernel's MemAvailable."""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+
+
+ALLOCATOR_SLACK = 1.10  # the caching allocator's fragmentation on top of the live tensors, about 5-15 % in training
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """What one training step holds at its peak, in bytes, as check_memory estimates it."""
+
+    activations: int  # what the transformer stacks keep for the backward pass
+    heads: int  # what the heads and the fused vocabulary loss keep (its gradient buffers)
+    chunk: int  # the fused loss's chunk of logits, alive while the loss is computed
+    state: int  # fp32 weights, gradients and AdamW's two moments, and autocast's half copies of the weights
+
+    @property
+    def saved(self) -> int:
+        """What autograd holds for the backward pass (tests/training/test_train.py measures it)."""
+        return self.activations + self.heads
+
+    @property
+    def total(self) -> int:
+        # DDP adds no gradient copy: the gradients are views of its all-reduce buckets (ddp_settings)
+        return int((self.saved + self.chunk) * ALLOCATOR_SLACK) + self.state
+
+
+def step_memory(objective: Objective, windows: int, seq_len: int, precision: str, device: torch.device,
+                checkpointing: bool = False) -> StepMemory:
+    """The peak memory of a training step of `windows` windows per forward; the objective may be on the meta
+    device. Bounds rather than guesses where an objective's shape is not known here: each stack's head is counted
+    as a vocabulary loss (ELECTRA's discriminator has a smaller one) with every position supervised."""
+    value_bytes = 8 if precision.startswith("64") else 2 if "16" in precision else 4
+    mixed = precision.endswith("-mixed")
+    stacks = [stack for stack in objective.modules() if isinstance(stack, Transformer)]
+    activations = sum(stack.activation_bytes(windows, seq_len, value_bytes, mixed, checkpointing) for stack in stacks)
+    vocab = stacks[0].config.vocab_size
+    float_bytes = max(4, value_bytes)  # the loss's buffers are fp32 at least (backbone.fused_loss)
+    # the head's input and output, the gradients of the hidden rows and of the projection the loss keeps, and one
+    # chunk of fp32 logits with their gradient cast to the compute dtype: no more rows than the step has positions
+    # (a GPU's chunk, 2^28 bytes of fp32 logits and their gradient, counted 384 MiB at vocabulary 8,192: more than a
+    # whole step of 4,096 positions peaked at on an H200, 275-323 MiB)
+    heads = sum(float_bytes * (3 * windows * seq_len + vocab) * stack.config.d_model for stack in stacks)
+    chunk = min(chunk_rows(device, vocab), windows * seq_len) * vocab * (float_bytes + value_bytes)
+    parameters = sum(p.numel() for p in objective.parameters())
+    state = (4 * value_bytes if not mixed else 16 + 2) * parameters
+    return StepMemory(activations, heads, chunk, state)
+
+
+def check_memory(objective: Objective, windows: int, seq_len: int, precision: str, device: torch.device,
+                 checkpointing: bool = False) -> None:
+    """Refuse, before anything runs, a step whose activations, weights and optimizer state cannot fit the device's
+    free memory: an out-of-memory shape would otherwise swap or hang for minutes. `windows`: those in one forward
+    (the micro-batch, or a process's whole share of the batch). The objective may be on the meta device."""
+    needed = step_memory(objective, windows, seq_len, precision, device, checkpointing)
+    available = device_memory_bytes(device)
+    if needed.total > available:
+        raise ConfigError(f"{objective.spec()}: one training step needs about {needed.total / 2 ** 30:,.1f} GiB "
+                          f"({needed.activations / 2 ** 30:,.1f} GiB of activations at {windows} windows per forward, "
+                          f"T = {seq_len}) but the {device.type} has {available / 2 ** 30:,.1f} GiB free; lower "
+                          "--micro-batch, --seq-len or --model, or add --activation-checkpointing")

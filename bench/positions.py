@@ -16,7 +16,7 @@ from backbone import ConfigError, resolve_model
 from bench.analysis.density import analytic_count, build_on_meta, position_row
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.files import dumps
-from bench.training.schedule import single_seq_len
+from bench.training.config import single_seq_len
 from objectives import Vocab, parse_objective_list
 
 TABLE_OBJECTIVES = "ar,mlm,mlm:rule=bernoulli,electra,span"

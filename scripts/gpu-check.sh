@@ -48,7 +48,7 @@ from bench.training.batches import local_counts, training_batch
 from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric, step_counts
 from bench.training.loop import train_step
-from bench.training.memory import step_memory
+from bench.planning import step_memory
 from bench.training.state import setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")
@@ -91,7 +91,7 @@ import torch
 from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
-from bench.training.throughput import steps_config
+from bench.perf import steps_config
 
 STEPS = 600
 

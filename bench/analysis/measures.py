@@ -18,8 +18,7 @@ import numpy as np
 
 from bench.analysis.uncertainty import Group, Part
 from bench.files import unpack_counts
-from bench.training.curve import CurvePoint
-from bench.training.records import Record, RunRecord
+from bench.training.records import CurvePoint, Record, RunRecord
 
 # the probes' questions (bench.yardsticks.probes): (key in results.json, the probe result it reads, label, copies)
 PROBE_YARDSTICKS = (

@@ -19,8 +19,8 @@ from bench.analysis.stats import summarize
 from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, ProbeSummary, Results,
                                       TaskFlops, TaskRow, TaskSummary, Untrained)
 from bench.analysis.verdict import verdict
+from bench.training.config import parse_seq_len
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
-from bench.training.schedule import parse_seq_len
 from bench.yardsticks.probes import QUESTIONS
 
 SCHEMA = 2  # results.json's layout; a folder of another schema is refused rather than misread (bench.downstream)
@@ -196,7 +196,6 @@ class Measured:
     baseline: str | None = None  # the first objective given
     bayes: dict | None = None  # floors, ceilings, unigram losses and input-only controls (bench.pipeline)
     diverged: list[dict] = field(default_factory=list)
-    lr_sweep: dict | None = None
     tasks: list[dict] | None = None  # the downstream tasks as described (Downstream.describe)
     seq_len_accounting: dict | None = None  # a schedule's predicted phases (bench.planning.schedule_accounting)
     controls: list[ControlRecord] = field(default_factory=list)  # the untrained controls (training.runs.control_run)
@@ -248,7 +247,7 @@ def build_results(measured: Measured) -> Results:
                             input_only, tasks, did_not_learn) if has_probes and baseline in grouped else (None, None)
     return Results(schema=SCHEMA, budget_flops=budget_flops, seq_len=measured.seq_len, baseline=baseline,
                    seeds=min((len(rs) for rs in grouped.values()), default=0), setup=measured.setup, answer=answer,
-                   verdict=found, lr_sweep=measured.lr_sweep, positions=positions, bayes=bayes, objectives=objectives,
+                   verdict=found, positions=positions, bayes=bayes, objectives=objectives,
                    untrained=untrained, downstream=downstream_summary({**grouped, **control_groups}, tasks),
                    seq_len_schedule=schedule_summary(grouped, measured.seq_len_accounting),
                    diverged=measured.diverged, tasks=tasks, seq_len_accounting=measured.seq_len_accounting,

@@ -140,9 +140,9 @@ class DownstreamSummary:
 @dataclass(frozen=True)
 class Results:
     """Everything a comparison's report states (results.json): what was measured (the setup table, the signal-density
-    rows, the Bayes references, the learning-rate sweep, the tasks as described, a schedule's accounting, the runs
-    and controls, as bench.pipeline recorded them) and what the analysis found (the answer, the verdict, the
-    summaries). A preset adds its paper section."""
+    rows, the Bayes references, the tasks as described, a schedule's accounting, the runs and controls, as
+    bench.pipeline recorded them) and what the analysis found (the answer, the verdict, the summaries). A preset adds
+    its paper section."""
 
     schema: int
     budget_flops: float
@@ -152,7 +152,6 @@ class Results:
     setup: dict
     answer: Answer | None
     verdict: Verdict | None
-    lr_sweep: dict | None
     positions: list[dict]
     bayes: dict | None
     objectives: list[ObjectiveSummary]

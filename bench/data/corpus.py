@@ -73,7 +73,7 @@ class Corpus:
     def windows(self, split: str, seq_len: int | None = None) -> "Windows | CutWindows":
         """The token windows of a split, in the corpus's fixed order, read from disk on demand; with a `seq_len`
         shorter than the corpus's, each window cut into consecutive windows of that length (a sequence-length
-        schedule's shorter phases, bench.training.schedule)."""
+        schedule's shorter phases, bench.training.config)."""
         windows = Windows(getattr(self, split))
         if seq_len is None or seq_len == self.seq_len:
             return windows

@@ -17,7 +17,7 @@ from bench.report.wording import answer_sentence
 from bench.report.paper import paper_text
 from bench.report.sections import (answer_section, compute_section, density_section, diverged_section,
                                    downstream_table, floor_table, loss_table, objective_schedule_section, probe_table,
-                                   schedule_section, setup_section, sweep_section, verdict_section)
+                                   schedule_section, setup_section, verdict_section)
 
 
 def render(results: Results, plots: list[str]) -> str:
@@ -30,7 +30,7 @@ def render(results: Results, plots: list[str]) -> str:
         verdict_section(results),
         setup_section(results.setup) + schedule_section(results) + objective_schedule_section(results),
         density_section(results),
-        compute_section(results) + sweep_section(results) + diverged_section(results),
+        compute_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),
         "## 5. Plots\n\n" + ("\n\n".join(plots) or "No finished run to plot."),
     ]

@@ -9,8 +9,8 @@ from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
 from bench.analysis.results import PROBE_SCORES, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
-from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text,
-                                  mirrors_text, multiplier_text, p_text)
+from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text, mirrors_text,
+                                  multiplier_text, p_text)
 from objectives import REGISTRY, Objective
 
 
@@ -149,7 +149,7 @@ def setup_section(setup: dict) -> str:
 
 def schedule_section(results: Results) -> str:
     """Under a sequence-length schedule, the positions that flowed per phase beside what the final length throughout
-    would have given for the same FLOPs (bench.training.schedule's accounting)."""
+    would have given for the same FLOPs (bench.training.config's accounting)."""
     schedule = results.seq_len_schedule
     if not schedule or not schedule["measured"]:
         return ""
@@ -244,27 +244,6 @@ def compute_section(results: Results) -> str:
                            "tokens", "supervised positions", "total FLOPs", "cool-down FLOPs", "training s",
                            "checkpoint branches and evals s",
                            "final evals s", "tokens / s"]))
-
-
-def sweep_section(results: Results) -> str:
-    sweep = results.lr_sweep
-    if not sweep:
-        return ""
-    rates = sorted({rate for item in sweep.values() for rate in item["losses"]}, key=float)
-    cell = lambda loss: "diverged" if loss is None else f"{loss:.4f}"  # noqa: E731
-    rows = [[spec] + [cell(item["losses"][r]) if r in item["losses"] else "" for r in rates]
-            + [f"{item['chosen']:g}" + (" (at the grid's edge)" if item.get("at_edge") else ""), f"{item['flops']:.3g}"]
-            for spec, item in sweep.items()]
-    first = next(iter(sweep.values()))
-    extended = [f"{spec} ({', '.join(f'{r:g}' for r in item['extended'])})" for spec, item in sweep.items()
-                if item.get("extended")]
-    return ("\n\n### Learning-rate sweep\n\nEach objective trained with seed 0 at each peak rate for "
-            f"{first['budget']:.3g} FLOPs ({first['budget'] / results.budget_flops:.0%} of the budget, the schedule "
-            "compressed to it); own held-out loss at its end, and the rate chosen (the lowest loss). A choice at an "
-            "edge of the grid extends it there, one step of its own ratio at a time"
-            + (f": extended for {', '.join(extended)}" if extended else "") + ". Sweep FLOPs are spent on top of the "
-            "comparison's budget, never taken from it.\n\n" + table(rows, ["objective", *rates, "chosen",
-                                                                                "sweep FLOPs"]))
 
 
 def diverged_section(results: Results) -> str:

@@ -8,9 +8,7 @@ from bench.environment import describe as describe_versions
 
 
 def rates_source(found: dict) -> str:
-    """Where the peak rates come from, said plainly (bench.training.sweep.provenance)."""
-    if found["kind"] == "swept":
-        return " (chosen by this comparison's own --lr-sweep; its runs' FLOPs are reported apart)"
+    """Where the peak rates come from, said plainly (bench.planning.provenance)."""
     if found["kind"] == "given":
         return " (given by --lr: no sweep chose them)"
     text = f" (chosen on validation data by the tuning that chose the defaults, `{found['from']['command']}`"

@@ -1,14 +1,13 @@
-"""Train one objective until its accounted FLOPs reach the budget. The stage's modules, each one question:
-config (TrainConfig, optimizer, the learning rate by FLOPs, the evaluation grid), distributed (Fabric, launchers, the
-one all-reduce, the shared folder), memory (will a step fit), batches (rows, seeds, prefetch, held-out batches), state
-(build, restore, save a run), counters (what a run has spent), stopping (signals), loop (`fit`, the checkpoints'
-cool-down branches and evaluations), curve (a checkpoint's row), records (result.json, typed), runs (a run or control
-from start to result.json), live (throughput, MFU), schedule (--seq-len), sweep (--lr-sweep), throughput
-(bench.perf's training timings).
+"""Train one objective until its accounted FLOPs reach the budget. Seven modules, read in this order:
+runs (a run or an untrained control from start to result.json: train_run, control_run), loop (`fit`, `train_step`,
+the checkpoints' cool-down branches and evaluations, live metrics), state (build, restore and save a run), batches
+(rows, seeds, prefetch, held-out batches), config (TrainConfig, the optimizer, the learning rate by FLOPs, the
+evaluation grid, --seq-len schedules), distributed (Fabric, launchers, the one all-reduce, the shared folder, stop
+signals) and records (what a run has spent, its curve, result.json typed).
 
 Everything that makes runs comparable lives here:
 - every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);
-- a sequence-length schedule (training.schedule) switches the window length when the FLOPs spent cross a phase's end:
+- a sequence-length schedule (training.config.SeqLenSchedule) switches the window length when the FLOPs spent cross a phase's end:
   step s (the run's step, which also seeds its masks) then reads windows s·B .. s·B + B − 1 of that phase's
   windowing (the corpus's windows cut to its length), and each phase's steps, tokens, supervised positions and FLOPs
   are counted apart; held-out evaluation is at the last phase's length;

@@ -14,8 +14,7 @@ from torch import Tensor
 from backbone import Backbone, ConfigError, resolve_model
 from bench.data.corpus import Corpus
 from bench.seeds import derive_seed
-from bench.training.config import EVAL_SEED, TrainConfig
-from bench.training.schedule import SeqLenSchedule
+from bench.training.config import EVAL_SEED, SeqLenSchedule, TrainConfig
 from objectives import Corrupted, Objective, build_objective
 from objectives.draws import RowGenerators
 

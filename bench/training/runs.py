@@ -18,11 +18,10 @@ from bench.environment import code_revision
 from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
 from bench.training.config import TrainConfig, configure_matmuls, run_name
-from bench.training.curve import read_curve
+from bench.training.distributed import stop_agreed, stop_message, stop_on_signals
 from bench.training.loop import TrainingDiverged, Yardstick, fit
-from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_record
+from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_curve, read_record
 from bench.training.state import Run, mark_session, restore, setup_run
-from bench.training.stopping import stop_agreed, stop_message, stop_on_signals
 from objectives import Objective
 
 

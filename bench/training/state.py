@@ -20,10 +20,9 @@ from bench.data.synthetic import Language
 from bench.environment import code_revision
 from bench.files import dumps, read_jsonl, write_atomic
 from bench.training.batches import build_run_objective, run_schedule
-from bench.training.config import (TrainConfig, check_config, configure_matmuls, make_optimizer,
+from bench.training.config import (Phase, SeqLenSchedule, TrainConfig, check_config, configure_matmuls, make_optimizer,
                                    match_optimizer_to_device)
-from bench.training.counters import Counters, PhaseCounters
-from bench.training.schedule import Phase, SeqLenSchedule
+from bench.training.records import Counters, PhaseCounters
 from objectives import Objective
 
 

@@ -7,8 +7,7 @@ import numpy as np
 
 from bench.analysis.summaries import Results
 from bench.files import pack_counts
-from bench.training.curve import CurvePoint
-from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord
+from bench.training.records import RUN_SCHEMA, ControlRecord, CurvePoint, RunRecord
 
 BUDGET = 1e12
 CHECKPOINTS = [float(f) for f in BUDGET * np.logspace(-2, 0, 5)]

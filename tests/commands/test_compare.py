@@ -3,17 +3,16 @@ import shutil
 import signal
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import pytest
 import torch
-from tests.helpers import signalling
 from PIL import Image
 
 from backbone import ConfigError
 from bench.cli import run
 from bench.compare import build_parser, main
-from bench.training.stopping import EXIT_STOPPED
+from bench.training.distributed import EXIT_STOPPED
+from tests.helpers import signalling
 
 pytestmark = pytest.mark.slow  # the whole command end to end
 
@@ -306,29 +305,6 @@ def test_unigram_loss_and_discriminator_baselines_are_reported(comparison):
     assert "ROC AUC" in (comparison / "report.md").read_text()
 
 
-def test_a_learning_rate_sweep_leaves_the_comparison_as_it_would_be(tmp_path):
-    swept, fixed = tmp_path / "swept", tmp_path / "fixed"
-    main([*TINY, "--objectives", "mlm,ar", "--seeds", "1", "--no-probes", "--lr-sweep", "1e-3,1e-2",
-          "--sweep-fraction", "0.5", "--out", str(swept)])
-    results = json.loads((swept / "results.json").read_text())
-    sweep = results["lr_sweep"]
-    for spec in ("mlm", "ar"):
-        losses = {rate: loss for rate, loss in sweep[spec]["losses"].items() if loss is not None}
-        assert f"{sweep[spec]['chosen']:g}" == min(losses, key=losses.get)
-        runs = 2 + len(sweep[spec]["extended"])  # the grid's two rates, and any past an edge its choice lay at
-        assert 1.5e8 <= sweep[spec]["flops"] / runs < 3e8  # sweep runs of half the budget each
-        assert sweep[spec]["at_edge"] == (len(sweep[spec]["extended"]) == 3 and
-                                          float(sweep[spec]["chosen"]) in (min(map(float, losses)),
-                                                                           max(map(float, losses))))
-    assert len(list((swept / "sweep").iterdir())) == sum(2 + len(sweep[spec]["extended"]) for spec in sweep)
-    chosen = ",".join(f"{spec}={sweep[spec]['chosen']:g}" for spec in ("mlm", "ar"))
-    main([*TINY, "--objectives", "mlm,ar", "--seeds", "1", "--no-probes", "--lr", chosen, "--out", str(fixed)])
-    again = json.loads((fixed / "results.json").read_text())
-    assert numbers(again) == numbers(results)  # same budget, same accounting, same training
-    for record in results["runs"]:
-        assert 3e8 <= record["flops"] < 3e8 + record["flops_per_step"]
-
-
 @pytest.mark.parametrize("text, expected", [
     ("1e-3", {"mlm": 1e-3, "ar": 1e-3, "mlm:rate=0.4": 1e-3}),
     ("1e-3,mlm=2e-3", {"mlm": 2e-3, "ar": 1e-3, "mlm:rate=0.4": 2e-3}),
@@ -336,7 +312,7 @@ def test_a_learning_rate_sweep_leaves_the_comparison_as_it_would_be(tmp_path):
     ("mlm=2e-3,ar=1e-4", {"mlm": 2e-3, "ar": 1e-4, "mlm:rate=0.4": 2e-3}),
 ])
 def test_per_objective_learning_rates(text, expected):
-    from bench.training.sweep import learning_rates
+    from bench.planning import learning_rates
     assert learning_rates(text, ["mlm", "ar", "mlm:rate=0.4"]) == expected
 
 
@@ -344,7 +320,7 @@ def test_per_objective_learning_rates(text, expected):
                                            ("1e-3,bert=1", "not among"), ("ar=1e-3", "no rate for")])
 def test_bad_learning_rates_are_one_line(text, message):
     from backbone import ConfigError
-    from bench.training.sweep import learning_rates
+    from bench.planning import learning_rates
     with pytest.raises(ConfigError, match=message):
         learning_rates(text, ["mlm", "ar"])
 
@@ -478,36 +454,6 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
     config = json.loads((first / "config.json").read_text())
     assert config["versions"] == installed and config["resumed_with"] == [other]
     assert "reused by --resume" in json.loads((first / "results.json").read_text())["setup"]["tokenizer"]
-
-
-def test_every_rank_takes_the_sweep_rate_rank_0_chose(monkeypatch, tmp_path):
-    # another node can read a shared folder's curve late (NFS caches): there it is empty, or stale
-    import bench.training.sweep
-    from bench.training.config import TrainConfig
-
-    class Fabric:
-        def __init__(self, rank: int, sent: list) -> None:
-            self.is_global_zero, self.sent = rank == 0, sent
-
-        def broadcast(self, value, src=0):
-            if self.is_global_zero:
-                self.sent.append(value)
-                return value
-            return self.sent.pop(0)
-
-    def train_run(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress):
-        loss = {1e-3: 2.0, 3e-3: 1.5, 9e-3: 1.8}[config.lr]  # 9e-3: the grid extended past its top edge
-        curve = [SimpleNamespace(metrics={"loss": loss})] if fabric.is_global_zero else \
-            [SimpleNamespace(metrics={"loss": 3.0 - loss})] if config.lr == 1e-3 else []
-        return SimpleNamespace(curve=curve, flops=10)  # the parts of a RunRecord the sweep reads
-
-    import bench.training.runs
-    monkeypatch.setattr(bench.training.runs, "train_run", train_run)
-    sent, config = [], TrainConfig(budget_flops=100)
-    chosen = [bench.training.sweep.sweep(Fabric(rank, sent), ["mlm"], [1e-3, 3e-3], None, config, 0.5, tmp_path, False)
-              for rank in (0, 1)]
-    assert chosen[0] == chosen[1] and chosen[1]["mlm"]["chosen"] == 3e-3 and chosen[1]["mlm"]["flops"] == 30
-    assert chosen[0]["mlm"]["extended"] == [9e-3] and not chosen[0]["mlm"]["at_edge"]
 
 
 def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_resume_finishes_it(tmp_path,

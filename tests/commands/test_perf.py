@@ -104,7 +104,7 @@ def test_the_matmul_peak_stops_growing_once_a_product_is_long(monkeypatch):
 @pytest.mark.slow
 def test_perf_times_the_default_comparisons_step_alone_and_at_once():
     # tiny shapes: this checks that the rows are made and hold sane keys; their speeds are bench.perf's to print
-    from bench.training.throughput import comparison_rows
+    from bench.perf import comparison_rows
     rows = comparison_rows(steps=3, model="tiny", seq_len=16, batch_size=4,
                            data="synthetic:train=64,heldout=16,words=64,states=4", rounds=3)
     names = [row["name"] for row in rows]

@@ -11,9 +11,8 @@ import bench.training.loop
 from backbone import Backbone, ConfigError, preset
 from bench.planning import predicted_phases
 from bench.training.batches import build_run_objective, eval_batches
-from bench.training.config import TrainConfig, learning_rate
+from bench.training.config import Phase, TrainConfig, learning_rate, parse_seq_len
 from bench.training.runs import train_run
-from bench.training.schedule import Phase, parse_seq_len
 from objectives import ObjectiveSchedule, Vocab, build_objective, parse_objective_list
 from objectives.schedule import split_schedule
 

@@ -21,10 +21,9 @@ import bench.yardsticks.probes
 from backbone import ConfigError
 from bench.data.corpus import load_corpus
 from bench.training.config import TrainConfig
-from bench.training.distributed import agree_on_folder
+from bench.training.distributed import RunStopped, agree_on_folder
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import train_run
-from bench.training.stopping import RunStopped
 from bench.yardsticks.probes import ProbeConfig, Probes
 from objectives import CausalLM, MaskedLM
 

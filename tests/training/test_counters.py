@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from backbone import ConfigError
-from bench.training.counters import COUNTERS_SCHEMA, Counters, PhaseCounters
+from bench.training.records import COUNTERS_SCHEMA, Counters, PhaseCounters
 
 
 def two_phases() -> Counters:

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from ddp_job import RUNS, config, corpus
 
-from bench.training.distributed import make_fabric
+from bench.training.distributed import EXIT_STOPPED, make_fabric
 from bench.training.runs import train_run
-from bench.training.stopping import EXIT_STOPPED
 
 pytestmark = pytest.mark.slow  # two processes under gloo DDP, in subprocesses
 

@@ -7,7 +7,7 @@ import torch
 from backbone import ConfigError, preset
 from bench.analysis.density import build_on_meta
 from bench.data.corpus import load_corpus
-from bench.training.schedule import Phase, SeqLenSchedule, parse_seq_len, predict_phases, single_seq_len
+from bench.training.config import Phase, SeqLenSchedule, parse_seq_len, predict_phases, single_seq_len
 from objectives import Vocab
 
 # BERT's pretraining (ANCHORS.md): 10^6 steps of 256 windows, 90 % of the steps at T = 128 and 10 % at T = 512

@@ -10,40 +10,38 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.helpers import signalling, written_record
 from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import backbone.flops
+import bench.planning
 import bench.training.distributed
 import bench.training.loop
-import bench.training.memory
 import bench.training.runs
 import bench.training.state
 import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
 from bench.files import read_jsonl
+from bench.jobs import threads
+from bench.planning import check_memory
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
                                     training_batch)
 from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
-                                   eval_grid, learning_rate, make_optimizer, tf32_matmuls)
-from bench.training.counters import COUNTERS_SCHEMA
-from bench.training.distributed import agree, make_fabric, step_counts
+                                   eval_grid, learning_rate, make_optimizer, parse_seq_len, predict_phases,
+                                   tf32_matmuls)
+from bench.training.distributed import EXIT_STOPPED, RunStopped, agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
-from bench.training.memory import check_memory
-from bench.training.records import RunRecord, from_json
+from bench.training.records import COUNTERS_SCHEMA, RunRecord, from_json
 from bench.training.runs import train_run
-from bench.training.schedule import parse_seq_len, predict_phases
 from bench.training.state import setup_run
-from bench.training.stopping import EXIT_STOPPED, RunStopped
-from bench.training.throughput import threads
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
 from bench.yardsticks.tasks import load_task
 from objectives import IGNORE, Vocab
+from tests.helpers import signalling, written_record
 
 SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds")
@@ -336,12 +334,12 @@ def test_a_micro_batch_must_divide_each_process_share():
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
-    from bench.training.memory import step_memory
+    from bench.planning import step_memory
     vocab = Vocab.for_words(64)
     objective = build_on_meta("mlm", preset("tiny", vocab.size, max_seq_len=512, n_layer=8), vocab)
     cpu = torch.device("cpu")
     # room for a step of 8 windows, but not of 32
-    monkeypatch.setattr(bench.training.memory, "device_memory_bytes",
+    monkeypatch.setattr(bench.planning, "device_memory_bytes",
                         lambda device: step_memory(objective, 8, 512, "32-true", cpu).total)
     with pytest.raises(ConfigError, match="at 32 windows per forward"):
         check_memory(objective, 32, 512, "32-true", cpu)
@@ -374,7 +372,7 @@ def saved_bytes(objective, batch, precision: str) -> int:
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:pair=nsp"])
 def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     # under bf16 autocast the residual stream stays fp32: 2 bytes per value alone fell 20-30 % short of this
-    from bench.training.memory import ALLOCATOR_SLACK, step_memory
+    from bench.planning import ALLOCATOR_SLACK, step_memory
     vocab = Vocab.for_words(512)
     corpus = type("C", (), {"vocab": vocab, "seq_len": 128})()
     objective = build_run_objective(spec, TrainConfig(budget_flops=1, model="mini"), corpus).train()
@@ -391,7 +389,7 @@ def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(de
     # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer.
     # Counted whole (384 MiB at vocabulary 8,192), it put an H200 step that peaked at 275-323 MiB (small, T = 128,
     # batch 32, bf16) at 685-742 MiB
-    from bench.training.memory import step_memory
+    from bench.planning import step_memory
     from backbone.fused_loss import chunk_rows
     vocab = Vocab.for_words(512)
     objective = build_run_objective("ar", TrainConfig(budget_flops=1, model="mini"),
@@ -582,23 +580,23 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     ("NVIDIA GeForce GTX 1080", "bf16-mixed", None),  # not listed
 ])
 def test_peak_flops_are_the_datasheets_dense_figures(name, precision, expected):
-    import bench.training.live
+    import bench.training.loop
 
-    assert bench.training.live.peak_flops(name, precision) == expected
+    assert bench.training.loop.peak_flops(name, precision) == expected
 
 
 def test_mfu_uses_the_suites_peak_then_lightnings(monkeypatch):
-    import bench.training.live
+    import bench.training.loop
 
     asked, cuda = [], torch.device("cuda", 0)
-    monkeypatch.setattr(bench.training.live, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
+    monkeypatch.setattr(bench.training.loop, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    assert bench.training.live.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
+    assert bench.training.loop.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Some Future GPU")
-    assert bench.training.live.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
-    assert bench.training.live.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
+    assert bench.training.loop.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
+    assert bench.training.loop.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
     assert asked == [torch.bfloat16, "tfloat32"]
-    assert bench.training.live.device_peak(torch.device("cpu"), "32-true") is None
+    assert bench.training.loop.device_peak(torch.device("cpu"), "32-true") is None
 
 
 SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
@@ -842,7 +840,7 @@ def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypa
 
 
 def test_the_memory_check_compares_with_free_memory(monkeypatch):
-    from bench.training.memory import device_memory_bytes
+    from bench.planning import device_memory_bytes
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (30 * 2 ** 30, 80 * 2 ** 30))
     assert device_memory_bytes(torch.device("cuda", 0)) == 30 * 2 ** 30  # another process holds the other 50 GiB
     with open("/proc/meminfo") as meminfo:
