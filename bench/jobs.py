@@ -1,7 +1,8 @@
-"""Runs as independent jobs (docs/scaling.md, "Many runs at once"): a comparison's runs and untrained controls share
-nothing but data and configuration, so --jobs N executes N of them at once, each in a process of its own pinned to
-its threads (CPU) or to one GPU, and --launcher slurm hands each to Slurm (bench.launch). A run's numbers never depend
-on its neighbours: at the same thread count its result.json is the one it writes alone.
+"""Where a comparison's runs and untrained controls execute (`executed`): here, one after another; several at once
+(--jobs N, docs/scaling.md "Many runs at once"), each in a process of its own pinned to its threads (CPU) or to one
+GPU, since they share nothing but data and configuration; or as Slurm jobs through submitit (--launcher slurm;
+--launcher local runs each as a process of its own the same way, on this machine). A run's numbers never depend on
+its neighbours: at the same thread count its result.json is the one it writes alone.
 
 The workers are started with `spawn` (forking a process whose torch thread pools already run is unsafe) and live for
 the whole command, so a budget sweep's or a preset's comparisons reuse them; each loads a comparison's corpus and
@@ -19,22 +20,22 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 
+from bench.config import HardwareConfig, on_cpu
 from bench.data.corpus import Corpus
-from bench.planning import device_memory_bytes, step_memory
+from bench.files import read_json, write_json
+from bench.planning import Plan, device_memory_bytes, step_memory
 from bench.training.config import TrainConfig
 from bench.training.distributed import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request,
-                                        make_fabric, stop_on_signals)
-from bench.training.runs import control_run, finished_result, trained_or_reused
-
-if TYPE_CHECKING:
-    from bench.planning import Plan
+                                        make_fabric, stop_agreed, stop_message, stop_on_signals)
+from bench.training.loop import TrainingDiverged
+from bench.training.runs import control_run, train_run
 
 # the training a command's runs must hold together for running them at once to pay: each worker's start (importing
 # torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:
@@ -47,7 +48,7 @@ PER_GPU_SMALL = 8
 SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly waits for the host
 CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator reserve take besides the step
 
-Outcome = tuple  # (result or None, divergence record or None): trained_or_reused's answer
+Outcome = tuple  # (result, None), or (None, the divergence record) for a run that diverged
 
 
 @dataclass(frozen=True)
@@ -82,16 +83,34 @@ class Context:
     threads: int | None  # torch threads per run on a CPU (None: torch's default)
 
 
-def execute(fabric, context: Context, work: Work, progress: bool, control=control_run) -> list[Outcome]:
-    """A work's outcomes, one per seed, in this process with this Fabric (reused on --resume where finished);
-    `control`: what reads an untrained control (bench.pipeline passes its own name for it)."""
-    corpus, yardsticks = context.corpus, list(context.yardsticks)
-    if work.kind == "control":
-        result = fabric.broadcast(finished_result(work.run_dirs[0]) if work.reuse else None, src=0)
-        return [(result or control(fabric, work.spec, work.seeds[0], corpus, work.train, work.run_dirs[0], yardsticks,
-                                   progress), None)]
-    return [trained_or_reused(fabric, work.spec, work.seeds[0], corpus, work.train, work.run_dirs[0], work.reuse,
-                              yardsticks, progress)]
+def executed(fabric, works: Sequence[Work], context: Context, progress: bool,
+             plan_: Plan | None = None) -> list[list[Outcome]]:
+    """Each work's outcomes, however they run: `plan_` (the comparison's) decides where, through submitit
+    (--launcher), in a pool of processes (more than one at once: choose_slots) or here, one after another, as a
+    worker or a Slurm job (no plan_) runs its work. A work that finished before is read back where --resume asked;
+    a run that diverged is its record, and the others go on."""
+    thread_count = context.threads
+    if plan_ is not None:
+        hardware = plan_.config.hardware
+        if hardware.launcher != "pool" and not all(work.finished() for work in works):
+            cpus = hardware.slurm_cpus_per_job or hardware.threads_per_run or 1
+            return submitted(fabric, works, replace(context, threads=cpus), hardware, plan_.out, not progress)
+        slots = choose_slots(plan_, fabric.device, works) if fabric.world_size == 1 else Slots(1)
+        if slots.jobs > 1:
+            return run_pooled(works, replace(context, threads=slots.threads), slots, not progress)
+        thread_count = slots.threads or hardware.threads_per_run
+    request, found = current_stop_request(), []
+    with threads(thread_count):
+        for work in works:
+            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
+                raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
+            read = control_run if work.kind == "control" else train_run
+            try:
+                found.append([(read(fabric, work.spec, work.seeds[0], context.corpus, work.train, work.run_dirs[0],
+                                    list(context.yardsticks), progress, reuse=work.reuse), None)])
+            except TrainingDiverged as error:
+                found.append([(None, error.record)])
+    return found
 
 
 def run_isolated(context: Context, work: Work) -> tuple[str, object]:
@@ -105,7 +124,7 @@ def run_isolated(context: Context, work: Work) -> tuple[str, object]:
             return "skipped", f"stopped by {request.signal_name} before {work.name}"
         fabric = _fabric(context.accelerator, context.precision)
         try:
-            return "done", execute(fabric, context, work, progress=False)
+            return "done", executed(fabric, [work], context, progress=False)[0]
         except RunStopped as stopped:
             return "stopped", stopped.message
 
@@ -297,7 +316,7 @@ def visible_gpus() -> tuple[str, ...]:
     return tuple(str(index) for index in range(torch.cuda.device_count()))
 
 
-def choose_slots(plan_: "Plan", device: torch.device, works: Sequence[Work]) -> Slots:
+def choose_slots(plan_: Plan, device: torch.device, works: Sequence[Work]) -> Slots:
     """How many of the works not finished run at once, and on how many threads each. Both follow from the whole
     comparison, never from what is left of it, so that a resumed run gets the thread count (and so the numbers) it
     would have had: --jobs, else auto_jobs when all its runs together hold enough training; never more at once than
@@ -310,7 +329,7 @@ def choose_slots(plan_: "Plan", device: torch.device, works: Sequence[Work]) -> 
     return Slots(max(1, min(jobs, sum(not work.finished() for work in works))), gpus, threads)
 
 
-def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int:
+def auto_jobs(plan_: Plan, device: torch.device, gpus: tuple[str, ...]) -> int:
     """What the machine uses well for runs long enough to repay the workers' start: on a CPU one run per core
     (measured on 2 cores: two 1-thread runs at once are 1.25x faster than one 2-thread run after another, and stay
     so when another process holds a core); on GPUs one run per device, several when steps are too small to keep one
@@ -325,3 +344,120 @@ def auto_jobs(plan_: "Plan", device: torch.device, gpus: tuple[str, ...]) -> int
         per_gpu = max(1, min(PER_GPU_SMALL if small else 1, fit, cpu_cores() // len(gpus)))
         return len(gpus) * per_gpu
     return max(1, min(cpu_cores(), device_memory_bytes(device) // need))
+
+
+# --- Slurm jobs: one job per run, this command waiting for them, gathering their results and writing the report.
+# Each job writes its result.json into its run's folder, so a rerun with --resume reads the finished ones back,
+# waits for those still queued or running, and resubmits the rest (an interrupted run continues from its checkpoint).
+# One large run across GPUs and nodes is not this: it is Fabric DDP (srun or torchrun, docs/scaling.md).
+
+
+JOB_RECORD = "slurm_job.json"  # in a run's folder: the job last submitted for it, to wait for rather than duplicate
+LIVE = ("PENDING", "RUNNING", "REQUEUED", "RESIZING", "SUSPENDED", "CONFIGURING", "COMPLETING")
+
+
+def run_job(context: Context, work: Work) -> tuple[str, object]:
+    """A work as a Slurm job: run_isolated, with submitit's timeout warning (SIGUSR2, --signal USR2@90) also asking
+    for a save at the end of the step, so a job at its time limit stops cleanly and a rerun resumes it."""
+    with stop_on_signals() as request:
+        signal.signal(signal.SIGUSR2, request)
+        return run_isolated(context, work)
+
+
+def executor_for(hardware: HardwareConfig, out: Path):
+    import submitit
+    folder = hardware.slurm_folder or out / "slurm"
+    executor = submitit.AutoExecutor(folder=folder, cluster="local" if hardware.launcher == "local" else "slurm")
+    gpus = hardware.slurm_gpus_per_job
+    gpus = (0 if on_cpu(hardware) and hardware.launcher == "local" or hardware.accelerator == "cpu" else 1) \
+        if gpus is None else gpus
+    executor.update_parameters(name="objective-bench", timeout_min=hardware.slurm_time, nodes=1, tasks_per_node=1,
+                               cpus_per_task=hardware.slurm_cpus_per_job or hardware.threads_per_run or 1,
+                               gpus_per_node=gpus,
+                               **({"slurm_partition": hardware.slurm_partition} if hardware.slurm_partition else {}))
+    return executor
+
+
+def submitted(fabric, works: list[Work], context: Context, hardware: HardwareConfig, out: Path,
+              quiet: bool) -> list[list[Outcome]]:
+    """Every work's outcomes: finished ones read back here, live jobs of an earlier session waited for, the others
+    submitted (as one job array). Jobs that failed are listed once all are done, and the command exits 1."""
+    finished = [index for index, work in enumerate(works) if work.finished()]
+    outcomes: list = [None] * len(works)
+    for index, read_back in zip(finished, executed(fabric, [works[index] for index in finished], context, False)):
+        outcomes[index] = read_back
+    live = waiting(works, outcomes, hardware)
+    jobs = {**live, **submit(works, outcomes, set(live.values()), context, hardware, out)}
+    failed, stopped = gather(jobs, works, outcomes, hardware.launcher, quiet)
+    if stopped:
+        raise RunStopped(report_stop(stopped), EXIT_STOPPED)
+    if failed:
+        logs = hardware.slurm_folder or out / "slurm"
+        print(f"{len(failed)} run job(s) failed (logs in {logs}); rerun with --resume to resubmit them:",
+              file=sys.stderr)
+        for line in failed:
+            print(f"  {line}", file=sys.stderr)
+        raise SystemExit(1)
+    return outcomes
+
+
+def waiting(works: list[Work], outcomes: list, hardware: HardwareConfig) -> dict:
+    """{job: index} for works whose job from an earlier session is still queued or running (Slurm only)."""
+    if hardware.launcher != "slurm":
+        return {}
+    import submitit
+    found = {}
+    for index, work in enumerate(works):
+        record = work.run_dirs[0] / JOB_RECORD
+        if outcomes[index] is None and work.reuse and record.exists():
+            saved = read_json(record)
+            job = submitit.SlurmJob(folder=saved["folder"], job_id=saved["job_id"])
+            if job.state in LIVE:
+                found[job] = index
+    return found
+
+
+def submit(works: list[Work], outcomes: list, live: set[int], context: Context, hardware: HardwareConfig,
+           out: Path) -> dict:
+    """{job: index} for the works neither finished nor waited for, each job recorded in its run's folder."""
+    todo = [index for index in range(len(works)) if outcomes[index] is None and index not in live]
+    if not todo:
+        return {}
+    executor = executor_for(hardware, out)
+    with executor.batch():
+        jobs = [executor.submit(run_job, context, works[index]) for index in todo]
+    for job, index in zip(jobs, todo):
+        works[index].run_dirs[0].mkdir(parents=True, exist_ok=True)
+        write_json(works[index].run_dirs[0] / JOB_RECORD, {"job_id": job.job_id, "folder": str(executor.folder)})
+    return dict(zip(jobs, todo))
+
+
+def gather(jobs: dict, works: list[Work], outcomes: list, launcher: str, quiet: bool) -> tuple[list[str], list]:
+    """Wait for the jobs, filling `outcomes`: (failed "NAME: why" lines, stop messages of jobs that were stopped).
+    A stop signal to this command leaves the jobs running: a rerun with --resume waits for them again."""
+    import submitit
+    failed, stopped, request = [], [], current_stop_request()
+    for count, job in enumerate(submitit.helpers.as_completed(list(jobs), poll_frequency=1 if launcher == "local"
+                                                               else 30), start=1):
+        index = jobs[job]
+        try:
+            state, value = job.result()
+        except Exception as error:  # noqa: BLE001 - submitit's FailedJobError and a job's own exception alike
+            failed.append(f"{works[index].name}: {str(error).strip().splitlines()[-1][:200]}")
+            continue
+        if state in ("stopped", "skipped"):  # the job's process was signalled (Slurm's preemption, a scancel)
+            stopped.append(value)
+        else:
+            outcomes[index] = value
+            if not quiet:
+                print(f"{works[index].name}: done (job {job.job_id}, {count}/{len(jobs)})", file=sys.stderr)
+        if request.signal_name is not None:
+            stopped.append(f"stopped by {request.signal_name} while the other run jobs go on")
+            break
+    return failed, stopped
+
+
+def report_stop(stopped: list[str]) -> str:
+    message = f"{stopped[-1]}; run the same command with --resume to collect the finished runs and continue the rest"
+    print(message, file=sys.stderr, flush=True)
+    return message

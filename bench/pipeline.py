@@ -1,5 +1,5 @@
-"""A comparison from its typed configuration to its report, top to bottom: plan → learning-rate sweep → runs →
-untrained controls → results → report. A preset's variants and a budget sweep expand into a list of comparisons
+"""A comparison from its typed configuration to its report, top to bottom: plan → runs and untrained controls →
+results → report. A preset's variants and a budget sweep expand into a list of comparisons
 (jobs), each a folder and a configuration, run by one loop; their summary (the paper section, the frontier) is
 written on top.
 """
@@ -24,18 +24,15 @@ from bench.analysis.summaries import Results
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
-from bench.jobs import SMALL_STEP_TOKENS, Context, Slots, Work, choose_slots, execute, run_pooled, threads
-from bench.launch import submitted
+from bench.jobs import SMALL_STEP_TOKENS, Context, Work, executed
 from bench.planning import Plan, output_folder, plan, provenance
 from bench.report.frontier import budget_folder, write_frontier_report
 from bench.report.markdown import worded, write_preset_report, write_report
 from bench.report.setup import setup_table
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
-from bench.training.distributed import (agree_on_folder, current_stop_request, launch_processes, make_fabric,
-                                        stop_agreed, stop_message)
-from bench.training.records import ControlRecord, RunRecord
-from bench.training.runs import control_run
+from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
+from bench.training.records import RunRecord
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -60,22 +57,27 @@ class Measurement:
 
 
 def run(config: Config) -> list[dict]:
-    """Every comparison the configuration asks for and their reports; returns the diverged runs."""
+    """Every comparison the configuration asks for and their reports; returns the diverged runs. Each comparison:
+    its plan (prepared), its runs and untrained controls as one queue of works (bench.jobs.executed), its results
+    (measured); a sweep's or a preset's summary over them comes last."""
     preset = get_preset(config.output.preset) if config.output.preset else None
-    jobs, started = expand(config, preset), time.perf_counter()
+    comparisons, started = expand(config, preset), time.perf_counter()
     measured = {}
-    for job in jobs:
-        if len(jobs) > 1:
-            print(f"comparison {job.name} in {job.config.output.out}", file=sys.stderr)
-        measured[job.name] = measure(job.config)
-        if len(jobs) > 1 and measured[job.name].results is not None:
-            print(f"report: {write_report(measured[job.name].plan.out, measured[job.name].results)}")
+    for comparison in comparisons:
+        if len(comparisons) > 1:
+            print(f"comparison {comparison.name} in {comparison.config.output.out}", file=sys.stderr)
+        fabric, plan_, before = prepared(comparison.config)
+        works = run_works(plan_) + control_works(plan_)
+        outcomes = executed(fabric, works, job_context(plan_), not plan_.config.output.quiet, plan_)
+        measured[comparison.name] = found = measurement(fabric, plan_, before, works, outcomes)
+        if len(comparisons) > 1 and found.results is not None:
+            print(f"report: {write_report(plan_.out, found.results)}")
     diverged = [record for found in measured.values() for record in found.diverged]
     if all(found.results is not None for found in measured.values()):  # rank 0
         summarise(config, preset, measured, time.perf_counter() - started)
     # every process leaves together, once rank 0's reports are written: one that exits while a peer still holds the
     # process group can abort in gloo's teardown ("terminate called without an active exception")
-    measured[jobs[-1].name].fabric.barrier()
+    measured[comparisons[-1].name].fabric.barrier()
     return diverged
 
 
@@ -127,8 +129,9 @@ def sweep_setup(config: Config, by_budget: dict[float, Results], seconds: float)
                           f"and sessions); {seconds:.0f} s of wall time in this session"}
 
 
-def measure(config: Config) -> Measurement:
-    """One comparison: plan, runs, controls and results (its report is the caller's)."""
+def prepared(config: Config) -> tuple[Fabric, Plan, dict]:
+    """A comparison's Fabric and plan, its folder agreed by every process and its settings written; and what is
+    known before any run (the signal-density rows, the Bayes references)."""
     hardware = config.hardware
     fabric = make_fabric(hardware.accelerator, hardware.devices, hardware.num_nodes, hardware.strategy,
                          hardware.precision, launch=False)
@@ -141,10 +144,25 @@ def measure(config: Config) -> Measurement:
     launch_processes(fabric)
     plan_ = replace(plan_, out=agree_on_folder(fabric, plan_.out))
     write_settings(fabric, plan_)
-    runs, diverged, controls = run_all(fabric, plan_)
+    return fabric, plan_, {"positions": positions, "bayes": bayes}
+
+
+def measurement(fabric: Fabric, plan_: Plan, before: dict, works: list[Work], outcomes: list[list]) -> Measurement:
+    """What one comparison measured: its finished runs, the diverged ones and the controls, in objective-then-seed
+    order, and (on rank 0) its results (its report is the caller's)."""
+    runs, diverged, controls = [], [], []
+    for work, found in zip(works, outcomes):
+        for result, record in found:
+            if work.kind == "control":
+                controls.append(result)
+            elif record is not None:
+                diverged.append(record)
+            else:
+                runs.append(result)
     if not fabric.is_global_zero:
         return Measurement(None, diverged, plan_, fabric)
-    measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), positions, runs,
+    config, bayes = plan_.config, before["bayes"]
+    measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), before["positions"], runs,
                         config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged,
                         plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
     return Measurement(worded(build_results(measured)), diverged, plan_, fabric)
@@ -161,26 +179,6 @@ def write_settings(fabric: Fabric, plan_: Plan) -> None:
         raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
 
 
-def run_all(fabric: Fabric, plan_: Plan) -> tuple[list[RunRecord], list[dict], list[ControlRecord]]:
-    """Train every objective and seed and read every seed's untrained controls, keeping the finished ones on
-    --resume: one after another here, several at once (--jobs, bench.jobs), or as Slurm jobs (--launcher,
-    bench.launch). A diverged run is recorded (its folder holds diverged.json) and the others go on. Returns the
-    finished runs and the diverged ones, in objective-then-seed order, and the controls.
-
-    Runs and controls are one queue: a control needs nothing a run makes, so a worker freed while the last runs
-    train starts a control instead of waiting for them (the default's 15 runs on 2 cores left a core idle for the
-    last run's 49 s when the controls waited for every run)."""
-    runs, diverged = [], []
-    works, controls = run_works(fabric, plan_), control_works(plan_)
-    found = executed(fabric, plan_, works + controls)
-    for result, record in (outcome for outcomes in found[:len(works)] for outcome in outcomes):
-        if record is not None:
-            diverged.append(record)
-        else:
-            runs.append(result)
-    return runs, diverged, [result for outcomes in found[len(works):] for result, _ in outcomes]
-
-
 def control_works(plan_: Plan) -> list[Work]:
     """Every seed's untrained controls (bench.training.runs.control_run) as works; none when no yardstick runs."""
     if not plan_.yardsticks:
@@ -190,7 +188,7 @@ def control_works(plan_: Plan) -> list[Work]:
             for name, spec in plan_.control_specs().items() for seed in range(plan_.config.training.seeds)]
 
 
-def run_works(fabric: Fabric, plan_: Plan) -> list[Work]:
+def run_works(plan_: Plan) -> list[Work]:
     """The runs as works: one per objective and seed."""
     config, works = plan_.config, []
     seeds, reuse = range(config.training.seeds), config.output.resume
@@ -201,29 +199,10 @@ def run_works(fabric: Fabric, plan_: Plan) -> list[Work]:
     return works
 
 
-def executed(fabric: Fabric, plan_: Plan, works: list[Work]) -> list[list]:
-    """Each work's outcomes (bench.jobs.execute), however they run: submitted through submitit (--launcher), in a
-    pool of processes (more than one at once, bench.jobs.choose_slots), or here, one after another."""
+def job_context(plan_: Plan) -> Context:
+    """What every work of the comparison reads besides its own (bench.jobs sets the threads where it runs them)."""
     hardware = plan_.config.hardware
-    pending = sum(not work.finished() for work in works)
-    if hardware.launcher != "pool" and pending:
-        return submitted(fabric, works, job_context(plan_, hardware.slurm_cpus_per_job or hardware.threads_per_run
-                                                    or 1), hardware, plan_.out, plan_.config.output.quiet)
-    slots = choose_slots(plan_, fabric.device, works) if fabric.world_size == 1 else Slots(1)
-    if slots.jobs > 1:
-        return run_pooled(works, job_context(plan_, slots.threads), slots, plan_.config.output.quiet)
-    context, request, found = job_context(plan_, None), current_stop_request(), []
-    with threads(slots.threads or hardware.threads_per_run):
-        for work in works:
-            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
-                raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
-            found.append(execute(fabric, context, work, not plan_.config.output.quiet, control=control_run))
-    return found
-
-
-def job_context(plan_: Plan, thread_count: int | None) -> Context:
-    hardware = plan_.config.hardware
-    return Context(plan_.corpus, tuple(plan_.yardsticks), hardware.accelerator, hardware.precision, thread_count)
+    return Context(plan_.corpus, tuple(plan_.yardsticks), hardware.accelerator, hardware.precision, None)
 
 
 def bayes_references(plan_: Plan) -> dict | None:

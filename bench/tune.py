@@ -31,13 +31,13 @@ import torch
 
 from backbone import ConfigError
 from bench import compare
-from bench.cli import run
 from bench.analysis.results import LEARNED_TASK
+from bench.cli import run
 from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
-from bench.jobs import Work
-from bench.pipeline import executed
+from bench.jobs import Work, executed
+from bench.pipeline import job_context
 from bench.planning import plan
 from bench.training.batches import build_run_objective
 from bench.training.config import run_name
@@ -117,7 +117,7 @@ def tune(config: Config, ladder_max: float = MAX_LADDER) -> dict:
     works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate), (trial_dir(plan_.out, trained, rate),),
                   config.output.resume)
              for spec in plan_.specs for trained, rate in tried[spec]]
-    records = iter(executed(fabric, plan_, works))
+    records = iter(executed(fabric, works, job_context(plan_), not config.output.quiet, plan_))
     found: dict = {"setting": setting_of(config), "revision": code_revision(), "seed": TUNING_SEED,
                    "finetune_rates": list(FINETUNE_RATES), "objectives": {}, "controls": {}}
     for spec in plan_.specs:
@@ -163,8 +163,9 @@ def ladder(fabric, plan_, spec: str, lr: float, resume: bool, top: float = MAX_L
         train = replace(plan_.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
         works = [Work("run", spec, (seed,), train, (plan_.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}",),
                       resume) for seed in LADDER_SEEDS]
+        outcomes = executed(fabric, works, job_context(plain), not plain.config.output.quiet, plain)
         closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")
-                  for ((record, diverged),) in executed(fabric, plain, works)]
+                  for ((record, diverged),) in outcomes]
         learned = all(share is not None and share >= LEARNED_TASK for share in closed)
         rows.append({"budget": budget, "top": top, "seeds": list(LADDER_SEEDS), "closed": closed,
                      "learned": learned})

@@ -7,10 +7,10 @@ signals) and records (what a run has spent, its curve, result.json typed).
 
 Everything that makes runs comparable lives here:
 - every objective and seed reads the same windows in the same order (step s reads windows s·B .. s·B + B − 1);
-- a sequence-length schedule (training.config.SeqLenSchedule) switches the window length when the FLOPs spent cross a phase's end:
-  step s (the run's step, which also seeds its masks) then reads windows s·B .. s·B + B − 1 of that phase's
-  windowing (the corpus's windows cut to its length), and each phase's steps, tokens, supervised positions and FLOPs
-  are counted apart; held-out evaluation is at the last phase's length;
+- a sequence-length schedule (config.SeqLenSchedule) switches the window length when the FLOPs spent cross a
+  phase's end: step s (the run's step, which also seeds its masks) then reads windows s·B .. s·B + B − 1 of that
+  phase's windowing (the corpus's windows cut to its length), and each phase's steps, tokens, supervised positions
+  and FLOPs are counted apart; held-out evaluation is at the last phase's length;
 - the learning rate is a function of the FLOPs spent (warmup-stable-decay), so warm-up and cool-down end exactly at
   the budget for every objective, whatever its cost per step;
 - evaluations happen at one log-spaced grid of FLOP checkpoints, on held-out windows corrupted identically for every

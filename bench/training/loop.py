@@ -1,5 +1,5 @@
 """The training loop: `fit` trains to the FLOP budget as a short loop of named calls (cool_down_branches,
-take_batch, update, count, evaluate_or_save, stop_if_asked). The learning rate is warmup-stable-decay
+take_batch, train_step, agree, count, evaluate_or_save, stop_if_asked). The learning rate is warmup-stable-decay
 (bench.training.config.learning_rate), and every point of a run's curve is a finished run: where a FLOP checkpoint's
 cool-down would start, the loop branches, trains the branch to the checkpoint at a rate that falls to zero there (the
 very steps a run with that budget takes), writes its held-out evaluation and the yardsticks' curve points, drops it
@@ -129,6 +129,13 @@ class TrainingDiverged(RuntimeError):
                          f"{last}); try a lower --lr")
         self.record = {"objective": spec, "seed": seed, "diverged": True, "step": step,
                        "last_finite_loss": last_finite_loss, "flops": flops}
+
+    @classmethod
+    def recorded(cls, record: dict) -> "TrainingDiverged":
+        """The divergence a run's diverged.json recorded (its loss at that step is not kept: only that it was not
+        finite), raised again by a resumed comparison."""
+        return cls(record["objective"], record["seed"], record["step"], float("nan"), record["last_finite_loss"],
+                   record["flops"])
 
 
 def train_step(fabric: Fabric, run: Run, rows: Corrupted, loss_counts: dict[str, int],
@@ -262,13 +269,11 @@ class TrainingLoop:
         self.prefetch.start(*self.upcoming)
         return Step(step, phase, rows, spent)
 
-    def update(self, step: Step, branch: float | None = None) -> Agreement:
-        """The optimizer step, then the one all-reduce every process agrees on (loss, stop and save requests, and,
-        on several processes, the next step's counts). `branch`: the checkpoint a cool-down branch ends at (its
-        state is never saved)."""
+    def agree(self, loss_part: Tensor, branch: bool = False) -> Agreement:
+        """After train_step, the one all-reduce every process agrees on (loss, stop and save requests, and, on
+        several processes, the next step's counts). `branch`: a cool-down branch's step (its state is never saved)."""
         config = self.run.config
-        loss_part = train_step(self.fabric, self.run, step.rows, step.spent.loss_counts, branch)
-        save_due = branch is None and config.checkpoint_every is not None and \
+        save_due = not branch and config.checkpoint_every is not None and \
             time.monotonic() - self.last_save >= 60 * config.checkpoint_every
         agreed = agree(self.fabric, loss_part, self.request.signal_name is not None, save_due,
                        self.prefetch.ahead() if self.fabric.world_size > 1 else None)
@@ -325,7 +330,8 @@ class TrainingLoop:
             stop = False
             while counters.flops < checkpoint and not stop:
                 step = self.take_batch()
-                agreed = self.update(step, branch=checkpoint)
+                loss_part = train_step(self.fabric, run, step.rows, step.spent.loss_counts, checkpoint)
+                agreed = self.agree(loss_part, branch=True)
                 self.count(step, agreed.loss, live=False)
                 stop = agreed.stop
             if not stop:
@@ -383,7 +389,8 @@ def fit(fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s
             # --- the step: its rows, the update, the one all-reduce
             step = loop.take_batch()
-            agreed = loop.update(step)
+            loss_part = train_step(fabric, run, step.rows, step.spent.loss_counts)
+            agreed = loop.agree(loss_part)
             counters.train_seconds += time.perf_counter() - tick
             # --- what it counted, then an evaluation at each FLOP checkpoint (or a save when asked)
             loop.count(step, agreed.loss)

@@ -1,5 +1,5 @@
-"""A run from start to result.json (train_run), the untrained control beside it (control_run), and the one rule
-for "reuse the finished run, else train it, and record a divergence" (trained_or_reused).
+"""A run from start to result.json (train_run), and the untrained control beside it (control_run): each reused from
+its folder where it finished before (--resume), a divergence recorded there.
 """
 
 from __future__ import annotations
@@ -65,20 +65,35 @@ def read_at_end(record: Record, yardsticks: Sequence[Yardstick], objective: Obje
 
 
 def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-              yardsticks: Sequence[Yardstick] = (), progress: bool = True,
-              stop_after_steps: int | None = None) -> RunRecord | None:
+              yardsticks: Sequence[Yardstick] = (), progress: bool = True, stop_after_steps: int | None = None,
+              reuse: bool = False) -> RunRecord | None:
     """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
-    run_dir. Resumes from run_dir's checkpoint when there is one. Each yardstick reads the final backbone (and, with
-    config.probe_every_eval, the frozen backbone at every checkpoint).
+    run_dir. Resumes from run_dir's checkpoint when there is one; with `reuse` (--resume), a run that finished before
+    is read back instead (rank 0 reads, so every process takes the same branch). Each yardstick reads the final
+    backbone (and, with config.probe_every_eval, the frozen backbone at every checkpoint).
     Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
-    being finite, RunStopped after a stop signal (at the end of its step, after the evaluation it arrived in, or once
-    result.json is written when it arrived during the final probes and tasks)."""
+    being finite, after recording it in run_dir/diverged.json (a resumed comparison raises it again from there
+    rather than train the run again); RunStopped after a stop signal (at the end of its step, after the evaluation
+    it arrived in, or once result.json is written when it arrived during the final probes and tasks)."""
+    diverged_path = run_dir / "diverged.json"
+    diverged, finished = fabric.broadcast((read_json(diverged_path) if reuse and diverged_path.exists() else None,
+                                           finished_result(run_dir) if reuse else None), src=0)
+    if diverged is not None:
+        raise TrainingDiverged.recorded(diverged)
+    if finished is not None:
+        return finished
     with stop_on_signals() as request:  # the command's, when it installed one
         run = setup_run(fabric, spec, seed, corpus, config, run_dir)
         restore(fabric, run)
         mark_session(fabric, run)
-        if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
-            return None
+        try:
+            if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
+                return None
+        except TrainingDiverged as error:
+            print(f"warning: {error}", file=sys.stderr)
+            if fabric.is_global_zero:
+                write_json(diverged_path, error.record)
+            raise
         result = run_result(fabric, run, corpus)
         # The yardsticks read one copy of the final weights, so rank 0 alone runs them (every rank holds the same
         # weights; the others would only repeat its work) and the others wait at the barrier below.
@@ -103,11 +118,15 @@ def control_name(objective: Objective) -> str:
 
 
 def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-                yardsticks: Sequence[Yardstick] = (), progress: bool = True) -> ControlRecord | None:
+                yardsticks: Sequence[Yardstick] = (), progress: bool = True,
+                reuse: bool = False) -> ControlRecord | None:
     """The untrained control of seed `seed`: the very backbone a run of `spec` starts from (the same seeding and
-    construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
-    run_dir/result.json on rank 0 and returns it there (None elsewhere). Its evaluation FLOPs are reported, never
-    charged: it spends no training compute."""
+    construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes run_dir/result.json on
+    rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on every rank. Its
+    evaluation FLOPs are reported, never charged: it spends no training compute."""
+    finished = fabric.broadcast(finished_result(run_dir) if reuse else None, src=0)
+    if finished is not None:
+        return finished
     if fabric.is_global_zero:
         tick = time.perf_counter()
         configure_matmuls(fabric.device, config.tf32)
@@ -123,26 +142,6 @@ def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Tr
         write_json(run_dir / "result.json", result.to_json())
     fabric.barrier()
     return result if fabric.is_global_zero else None
-
-
-def trained_or_reused(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-                      reuse: bool, yardsticks: Sequence[Yardstick] = (),
-                      progress: bool = True) -> tuple[RunRecord | None, dict | None]:
-    """A run as (its result, None), or (None, its divergence record): with `reuse`, what run_dir holds from before
-    (rank 0 decides, so every process takes the same branch); else trained by train_run. A run that diverges is
-    recorded in run_dir/diverged.json, so that a resumed comparison does not train it again."""
-    diverged = run_dir / "diverged.json"
-    record, result = fabric.broadcast((read_json(diverged) if reuse and diverged.exists() else None,
-                                       finished_result(run_dir) if reuse else None), src=0)
-    if record is not None or result is not None:
-        return result, record
-    try:
-        return train_run(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress), None
-    except TrainingDiverged as error:
-        print(f"warning: {error}", file=sys.stderr)
-        if fabric.is_global_zero:
-            write_json(diverged, error.record)
-        return None, error.record
 
 
 def finished_result(run_dir: Path) -> Record | None:

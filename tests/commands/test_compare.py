@@ -460,6 +460,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
                                                                                                   monkeypatch):
     # the handler lives for the whole command: a SIGTERM during a run's final probes, the Bayes references or a
     # control is honoured at the next safe point
+    import bench.jobs
     import bench.pipeline
     import bench.yardsticks.probes
 
@@ -484,7 +485,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     # during the first untrained control (after the runs): it is written, and the command stops before the next
     with monkeypatch.context() as patch:
-        patch.setattr(bench.pipeline, "control_run", signalling(bench.pipeline.control_run))
+        patch.setattr(bench.jobs, "control_run", signalling(bench.jobs.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and (stopped / "runs" / "mlm-seed1" / "result.json").exists()

@@ -1,4 +1,4 @@
-"""Runs as independent jobs (bench.jobs, bench.launch): several at once, or each a process of its own through
+"""Runs as independent jobs (bench.jobs): several at once, or each a process of its own through
 submitit's local executor, give the results one after another gives, at the same thread count per run."""
 
 import json
@@ -17,7 +17,7 @@ from bench.cli import run
 from bench.compare import main, parse_config
 from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose_slots, context_file, pool, run_pooled,
                         signals_held)
-from bench.pipeline import run_all, run_works
+from bench.pipeline import control_works, measurement, run_works
 from bench.planning import plan
 from bench.training.config import TrainConfig
 from bench.training.distributed import EXIT_STOPPED, make_fabric
@@ -99,7 +99,7 @@ def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path
     fabric = make_fabric("cpu", launch=False)
     for budget, jobs in (("3e8", 1), ("1e12", 4)):  # the workers' start would cost more than 4 short runs gain
         plan_ = plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
-        assert choose_slots(plan_, fabric.device, run_works(fabric, plan_)).jobs == jobs
+        assert choose_slots(plan_, fabric.device, run_works(plan_)).jobs == jobs
 
 
 def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch):
@@ -107,20 +107,26 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
     # default's 15 runs on 2 cores left one core idle for the last run's 49 s when the controls were a second queue
     queued = []
 
-    def executed(fabric, plan_, works):
+    class Queued(Exception):
+        pass
+
+    def executed(fabric, works, context, progress, plan_):
         queued.append([work.name for work in works])
-        return [[(f"{work.kind} {work.name}", {"diverged": True} if work.name == "ar-seed1" else None)]
-                for work in works]
+        raise Queued
 
     monkeypatch.setattr("bench.pipeline.executed", executed)
-    fabric = make_fabric("cpu", launch=False)
-    plan_ = plan(parse_config([*TINY, "--out", str(tmp_path)]), fabric)
-    runs, diverged, controls = run_all(fabric, plan_)
+    with pytest.raises(Queued):
+        main([*TINY, "--out", str(tmp_path)])
     assert queued == [["mlm-seed0", "mlm-seed1", "ar-seed0", "ar-seed1", "untrained-bidirectional-seed0",
                        "untrained-bidirectional-seed1", "untrained-causal-seed0", "untrained-causal-seed1"]]
-    assert runs == ["run mlm-seed0", "run mlm-seed1", "run ar-seed0"] and diverged == [{"diverged": True}]
-    assert controls == ["control untrained-bidirectional-seed0", "control untrained-bidirectional-seed1",
-                        "control untrained-causal-seed0", "control untrained-causal-seed1"]
+    # the outcomes come back in the queue's order: runs, the diverged ones apart, then the controls
+    fabric = make_fabric("cpu", launch=False)
+    plan_ = plan(parse_config([*TINY, "--out", str(tmp_path / "split")]), fabric)
+    works = run_works(plan_) + control_works(plan_)
+    outcomes = [[(f"{work.kind} {work.name}", {"diverged": True} if work.name == "ar-seed1" else None)]
+                for work in works]
+    monkeypatch.setattr(type(fabric), "is_global_zero", property(lambda self: False))
+    assert measurement(fabric, plan_, {}, works, outcomes).diverged == [{"diverged": True}]
 
 
 @pytest.mark.parametrize("cores, free_gib, jobs", [(16, 140, 16), (64, 140, 16), (4, 140, 4), (16, 2.5, 4), (16, 1, 2)])

@@ -867,27 +867,32 @@ def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch)
 
 
 def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, monkeypatch, capsys):
-    from bench.training.runs import trained_or_reused
     trained = []
 
-    def diverging(fabric, spec, seed, corpus, config, run_dir, yardsticks, progress):
-        trained.append(spec)
-        raise TrainingDiverged(spec, seed, 3, float("nan"), 2.5, 7)
+    def diverging(fabric, run, corpus, yardsticks, progress, stop_after_steps):
+        trained.append(run)
+        raise TrainingDiverged("mlm", 0, 3, float("nan"), 2.5, 7)
 
-    monkeypatch.setattr(bench.training.runs, "train_run", diverging)
+    for name in ("setup_run", "restore", "mark_session"):  # no model: the loop alone is replaced
+        monkeypatch.setattr(bench.training.runs, name, lambda *args: "run")
+    monkeypatch.setattr(bench.training.runs, "fit", diverging)
     one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
     config = TrainConfig(budget_flops=1.0)
-    result, record = trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True)
-    assert result is None and record["flops"] == 7 and "mlm seed 0 diverged" in capsys.readouterr().err
+    with pytest.raises(TrainingDiverged) as diverged:
+        train_run(one, "mlm", 0, None, config, tmp_path, reuse=True)
+    record = diverged.value.record
+    assert record["flops"] == 7 and "mlm seed 0 diverged" in capsys.readouterr().err
     assert json.loads((tmp_path / "diverged.json").read_text()) == record
-    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (None, record)  # not again
-    assert trained == ["mlm"]
+    with pytest.raises(TrainingDiverged) as again:  # read back, not trained again
+        train_run(one, "mlm", 0, None, config, tmp_path, reuse=True)
+    assert again.value.record == record and trained == ["run"]
     (tmp_path / "diverged.json").unlink()
     (tmp_path / "result.json").write_text(written_record(objective="mlm", flops=9))
-    assert trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=True) == (
-        from_json(json.loads(written_record(objective="mlm", flops=9)), ""), None)
-    trained_or_reused(one, "mlm", 0, None, config, tmp_path, reuse=False)  # a fresh comparison trains
-    assert trained == ["mlm", "mlm"]
+    assert train_run(one, "mlm", 0, None, config, tmp_path, reuse=True) == \
+        from_json(json.loads(written_record(objective="mlm", flops=9)), "")
+    with pytest.raises(TrainingDiverged):
+        train_run(one, "mlm", 0, None, config, tmp_path, reuse=False)  # a fresh comparison trains
+    assert trained == ["run", "run"]
 
 
 @pytest.mark.slow
