@@ -67,11 +67,11 @@ def add_run_flags(add) -> None:
     add("--seq-len", default=DEFAULT_SEQ_LEN, metavar="T|T:SHARE,...",
         help="window length in tokens, or phases LENGTH:SHARE (SHARE: the fraction of the FLOP budget spent at that "
              f"length), e.g. 128:0.67,512:0.33 (docs/scaling.md) (default {DEFAULT_SEQ_LEN})")
-    add("--flops", default="dense", choices=CONVENTIONS,
+    add("--flops", choices=CONVENTIONS,
         help="how attention FLOPs are charged: dense, the full T × T (FlopCounterMode's count); executed, causal "
-             "attention only for the 128 × 128 blocks a tiled kernel computes under its mask (default dense)")
-    add("--batch-size", type=int, default=32, help="global batch size in windows, the same for every objective "
-                                                   "(default 32)")
+             "attention only for the 128 × 128 blocks a tiled kernel computes under its mask (default %(default)s)")
+    add("--batch-size", type=int, help="global batch size in windows, the same for every objective "
+                                                   "(default %(default)s)")
     add("--lr", default=DEFAULT_LR, help="peak AdamW rate: one for every objective, then SPEC=LR per objective "
                                          f"(default {DEFAULT_LR}, from the sweep docs/default.md names)")
     add("--eval-points", type=int, default=DEFAULTS.training.eval_points,
@@ -83,10 +83,10 @@ def add_run_flags(add) -> None:
 
 
 def add_data_flags(add) -> None:
-    add("--data", default="synthetic",
+    add("--data",
         help="synthetic[:key=value,...], the embedded language with exact inference; synthetic:text, it written as "
              "text; text:PATH, a .txt/.jsonl/.json/.parquet file, folder or glob; hf:NAME[:CONFIG], a hub dataset "
-             "(needs network) (default synthetic)")
+             "(needs network) (default %(default)s)")
 
 
 def add_folder_flags(add) -> None:
@@ -124,9 +124,9 @@ def add_yardstick_flags(add) -> None:
 
 def add_text_flags(add) -> None:
     """Flags that matter only for text corpora (text:, hf:)."""
-    add("--text-field", default="text", help="text:/hf: corpora: the record field that holds the text (default text)")
-    add("--vocab-size", type=int, default=8192, help="text:/hf: corpora: the WordPiece vocabulary trained on the "
-                                                     "training documents; " + VOCAB_HELP + " (default 8192)")
+    add("--text-field", help="text:/hf: corpora: the record field that holds the text (default %(default)s)")
+    add("--vocab-size", type=int, help="text:/hf: corpora: the WordPiece vocabulary trained on the "
+                                                     "training documents; " + VOCAB_HELP + " (default %(default)s)")
     add("--tokenizer", default=None, help="text:/hf: corpora: a tokenizers JSON file instead of training one; it must "
                                           "hold [PAD] [MASK] [BOS] [EOS] [UNK] as ids 0-4")
     add("--num-proc", type=int, default=None, help="processes for tokenizing large corpora (default: one)")
@@ -134,21 +134,21 @@ def add_text_flags(add) -> None:
 
 def add_hardware_flags(add) -> None:
     """Where and how the runs execute; none of them changes what a run computes but the precision."""
-    add("--accelerator", default="auto", help="Fabric accelerator: auto, cpu, cuda, mps or gpu (default auto)")
-    add("--devices", default="1", help="Fabric devices per node: a count, a list like 0,1, or auto (default 1)")
-    add("--num-nodes", type=int, default=1, help="nodes, launched with torchrun or `fabric run` (default 1)")
-    add("--strategy", default="auto", help="Fabric strategy: auto or ddp (default auto; docs/scaling.md)")
-    add("--precision", default="32-true", choices=PRECISIONS,
+    add("--accelerator", help="Fabric accelerator: auto, cpu, cuda, mps or gpu (default %(default)s)")
+    add("--devices", help="Fabric devices per node: a count, a list like 0,1, or auto (default %(default)s)")
+    add("--num-nodes", type=int, help="nodes, launched with torchrun or `fabric run` (default %(default)s)")
+    add("--strategy", help="Fabric strategy: auto or ddp (default %(default)s; docs/scaling.md)")
+    add("--precision", choices=PRECISIONS,
         help="32-true (fp32; TF32 matmuls on CUDA), bf16-mixed (bf16 autocast, fp32 weights), 16-mixed (GPU only) "
-             "or 64-true; no bf16-true, whose weights round away small AdamW updates unevenly (default 32-true)")
+             "or 64-true; no bf16-true, whose weights round away small AdamW updates unevenly (default %(default)s)")
     add("--micro-batch", type=int, default=None,
         help="windows per forward/backward on each process, gradients accumulated: the same results in less memory "
              "(default: a process's whole share)")
     add("--activation-checkpointing", action="store_true",
         help="recompute each block's activations in the backward pass: less memory, the same results")
-    add("--log-every", type=int, default=10, metavar="STEPS",
+    add("--log-every", type=int, metavar="STEPS",
         help="live metrics every this many steps in runs/NAME/logs/ (CSV, TensorBoard where installed); 0: off "
-             "(default 10)")
+             "(default %(default)s)")
     add("--checkpoint-every", type=float, default=None, metavar="MINUTES",
         help="also save the running run between evaluations this often (default: at the evaluations only)")
     add_job_flags(add)
@@ -164,13 +164,13 @@ def add_job_flags(add) -> None:
     add("--threads-per-run", type=int, default=None, metavar="N",
         help="torch threads of each run on a CPU: the same count gives the same numbers, however many run at once "
              "(default: the cores shared out among the runs at once)")
-    add("--launcher", default="pool", choices=("pool", "slurm", "local"),
+    add("--launcher", choices=("pool", "slurm", "local"),
         help="pool: this machine's processes (--jobs); slurm: each run a Slurm job through submitit (pip install "
              "-e '.[slurm]'), this command waiting for them and writing the report, --resume collecting finished "
              "jobs and resubmitting the others; local: submitit's local executor, each run a process of its own as on "
-             "Slurm (default pool)")
+             "Slurm (default %(default)s)")
     add("--slurm-partition", default=None, help="Slurm partition of the run jobs (default: the cluster's)")
-    add("--slurm-time", type=int, default=60, metavar="MINUTES", help="time limit of each run job (default 60)")
+    add("--slurm-time", type=int, metavar="MINUTES", help="time limit of each run job (default %(default)s)")
     add("--slurm-gpus-per-job", type=int, default=None, metavar="N",
         help="GPUs of each run job (default: 1, none with --accelerator cpu)")
     add("--slurm-cpus-per-job", type=int, default=None, metavar="N",

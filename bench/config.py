@@ -19,6 +19,7 @@ import torch
 
 from backbone import ConfigError
 from bench.tuned import TUNED
+from bench.yardsticks.downstream import DEFAULT_STEPS
 
 SETTING, EXECUTION, COMMAND = "setting", "execution", "command"
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed", "64-true")
@@ -78,7 +79,7 @@ class YardstickConfig:
     # also read every task frozen as BERT's feature-based column did (its Table 8): the last four layers concatenated
     feature_based: bool = False
     downstream: str | None = None  # None: the data source's default tasks (bench.planning.task_specs)
-    finetune_steps: int = 75  # bench.yardsticks.downstream.DEFAULT_STEPS, which the flags' defaults take from here
+    finetune_steps: int = DEFAULT_STEPS  # its one home is the fine-tuning recipe's (bench.yardsticks.downstream)
     finetune_lrs: str = "tuned"  # each reader's tuned rate per task where the setting is the tuned one (bench.tuned)
 
 
