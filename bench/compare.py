@@ -15,7 +15,7 @@ from typing import Mapping
 
 from backbone import ConfigError
 from backbone.flops import CONVENTIONS
-from bench import pipeline
+from bench import pipeline, report
 from bench.analysis.presets import Preset, describe_presets, get_preset
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.config import PRECISIONS, Config, validate
@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{unforwarded[0]} would end it and them mid-step, unsaved; start torchrun with --signals-to-handle "
               f"{TORCHRUN_FORWARDS},{','.join(unforwarded)}, or have the scheduler send SIGTERM", file=sys.stderr)
     with stop_on_signals():  # once for the whole command: a signal between two steps is not lost
-        diverged = pipeline.run(config)
+        diverged = pipeline.run(config, report)
     if diverged:
         sys.exit(3)
 

@@ -11,24 +11,24 @@ import sys
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
 
 import torch
 from lightning_fabric import Fabric
 
 from backbone import ConfigError
-from bench.analysis.budgets import frontier_results
+from bench.analysis.budgets import budget_folder, frontier_results
 from bench.analysis.density import position_row
+from bench.analysis.paper_findings import Paper
 from bench.analysis.presets import Preset, get_preset, paper_section
 from bench.analysis.results import Measured, build_results
-from bench.analysis.summaries import Results
+from bench.analysis.summaries import Results, Sweep
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
 from bench.jobs import SMALL_STEP_TOKENS, Context, Work, executed
 from bench.planning import Plan, output_folder, plan, provenance
-from bench.report.frontier import budget_folder, write_frontier_report
-from bench.report.markdown import worded, write_preset_report, write_report
-from bench.report.setup import setup_table
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
@@ -56,10 +56,20 @@ class Measurement:
     fabric: Fabric
 
 
-def run(config: Config) -> list[dict]:
-    """Every comparison the configuration asks for and their reports; returns the diverged runs. Each comparison:
-    its plan (prepared), its runs and untrained controls as one queue of works (bench.jobs.executed), its results
-    (measured); a sweep's or a preset's summary over them comes last."""
+class Reports(Protocol):
+    """The report stage, called by name (bench.report): the pipeline hands it facts and findings, it words them."""
+
+    def write_report(self, out: Path, results: Results) -> Path: ...
+
+    def write_frontier_report(self, out: Path, frontier: Sweep) -> Path: ...
+
+    def write_preset_report(self, out: Path, paper: Paper) -> Path: ...
+
+
+def run(config: Config, reports: Reports) -> list[dict]:
+    """Every comparison the configuration asks for, each report written by `reports` (bench.report); returns the
+    diverged runs. Each comparison: its plan (prepared), its runs and untrained controls as one queue of works
+    (bench.jobs.executed), its results (measurement); a sweep's or a preset's summary over them comes last."""
     preset = get_preset(config.output.preset) if config.output.preset else None
     comparisons, started = expand(config, preset), time.perf_counter()
     measured = {}
@@ -71,10 +81,10 @@ def run(config: Config) -> list[dict]:
         outcomes = executed(fabric, works, job_context(plan_), not plan_.config.output.quiet, plan_)
         measured[comparison.name] = found = measurement(fabric, plan_, before, works, outcomes)
         if len(comparisons) > 1 and found.results is not None:
-            print(f"report: {write_report(plan_.out, found.results)}")
+            print(f"report: {reports.write_report(plan_.out, found.results)}")
     diverged = [record for found in measured.values() for record in found.diverged]
     if all(found.results is not None for found in measured.values()):  # rank 0
-        summarise(config, preset, measured, time.perf_counter() - started)
+        summarise(config, preset, measured, time.perf_counter() - started, reports)
     # every process leaves together, once rank 0's reports are written: one that exits while a peer still holds the
     # process group can abort in gloo's teardown ("terminate called without an active exception")
     measured[comparisons[-1].name].fabric.barrier()
@@ -96,7 +106,8 @@ def expand(config: Config, preset: Preset | None) -> list[Job]:
     return [Job("", config)]
 
 
-def summarise(config: Config, preset: Preset | None, measured: dict[str, Measurement], seconds: float) -> None:
+def summarise(config: Config, preset: Preset | None, measured: dict[str, Measurement], seconds: float,
+              reports: Reports) -> None:
     """A single comparison's report (with its preset's paper section); a sweep's frontier; a preset's own report
     over its variants."""
     found = {name: measurement.results for name, measurement in measured.items()}
@@ -104,29 +115,27 @@ def summarise(config: Config, preset: Preset | None, measured: dict[str, Measure
         results = found[""]
         if preset is not None:
             results = replace(results, paper=paper_section(preset, {"": results}, seconds))
-        print(f"report: {write_report(measured[''].plan.out, results)}")
+        print(f"report: {reports.write_report(measured[''].plan.out, results)}")
         return
     out = output_folder(config.output.out)
     if config.training.budgets:
         by_budget = {results.budget_flops: results for results in found.values()}
-        frontier = frontier_results(by_budget, next(iter(found.values())).baseline,
-                                    sweep_setup(config, by_budget, seconds))
+        frontier = frontier_results(by_budget, next(iter(found.values())).baseline, sweep_facts(by_budget, seconds))
         if preset is not None:  # a preset's judge reads every budget's comparison, and the frontier
             frontier = replace(frontier, paper=paper_section(preset, found, seconds, frontier))
-        print(f"report: {write_frontier_report(out, frontier)}")
+        print(f"report: {reports.write_frontier_report(out, frontier)}")
     elif preset is not None:
-        print(f"report: {write_preset_report(out, paper_section(preset, found, seconds))}")
+        print(f"report: {reports.write_preset_report(out, paper_section(preset, found, seconds))}")
 
 
-def sweep_setup(config: Config, by_budget: dict[float, Results], seconds: float) -> dict:
+def sweep_facts(by_budget: dict[float, Results], seconds: float) -> dict:
+    """What a sweep's setup table says (bench.report.frontier), as facts: the largest budget's setup, every budget,
+    and the time its runs took (summed over runs and sessions) beside this session's wall time."""
     largest = by_budget[max(by_budget)]
-    setup = {key: value for key, value in largest.setup.items() if key not in ("budget (FLOPs)", "written")}
-    minutes = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
-                  for results in by_budget.values() for run in results.runs) / 60
-    return {"command": largest.setup["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in sorted(by_budget)),
-            **{k: v for k, v in setup.items() if k != "command"},
-            "sweep time": f"{minutes:.1f} min in its runs (training, evaluations, probes and tasks, summed over runs "
-                          f"and sessions); {seconds:.0f} s of wall time in this session"}
+    run_seconds = sum((run.wall_seconds or 0) + (run.probe_seconds or 0) + (run.downstream_seconds or 0)
+                      for results in by_budget.values() for run in results.runs)
+    return {"largest": largest.setup, "bayes": largest.bayes, "budgets": sorted(by_budget),
+            "run_seconds": run_seconds, "seconds": seconds}
 
 
 def prepared(config: Config) -> tuple[Fabric, Plan, dict]:
@@ -162,10 +171,10 @@ def measurement(fabric: Fabric, plan_: Plan, before: dict, works: list[Work], ou
     if not fabric.is_global_zero:
         return Measurement(None, diverged, plan_, fabric)
     config, bayes = plan_.config, before["bayes"]
-    measured = Measured(setup_table(setup_facts(plan_, runs, fabric, bayes)), before["positions"], runs,
+    measured = Measured(setup_facts(plan_, runs, fabric), before["positions"], runs,
                         config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged,
                         plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
-    return Measurement(worded(build_results(measured)), diverged, plan_, fabric)
+    return Measurement(build_results(measured), diverged, plan_, fabric)
 
 
 def write_settings(fabric: Fabric, plan_: Plan) -> None:
@@ -219,8 +228,8 @@ def bayes_references(plan_: Plan) -> dict | None:
             "input_only": input_only_controls(corpus, probe) if probe else None}
 
 
-def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric, bayes: dict | None) -> dict:
-    """What the report's setup table says (bench.report.setup), as facts."""
+def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric) -> dict:
+    """What the report's setup table says (bench.report.setup.setup_table words it), as facts."""
     config, corpus, train = plan_.config, plan_.corpus, plan_.train
     summary, vocab = corpus.summary(), corpus.vocab
     return {
@@ -243,7 +252,7 @@ def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric, bayes: dict 
         "precision": config.hardware.precision,
         "versions": package_versions(), "versions_note": plan_.versions_note, "log_every": train.log_every,
         "revision": code_revision(), "stale": list(plan_.stale),
-        "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "bayes": bayes,
+        "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "downstream": describe_recipe(plan_.downstream, runs) if plan_.downstream else None,
         "probe": vars(plan_.probe) if plan_.probe else None,
         "controls": plan_.control_specs() if plan_.yardsticks else None}

@@ -357,8 +357,9 @@ def provenance(lr: str, default_lr: str, setting: dict, specs: list[str]) -> dic
 # The tuning that chose the built-in default rates (bench.config.TrainingConfig.lr, from bench/tuned.json): redo it
 # (`python -m bench.tune --write-defaults`) when the default setting changes.
 DEFAULT_TUNING = {"command": TUNED["made_by"],
-                 "setting": {key: TUNED["setting"][key] for key in ("budget", "seq_len", "model", "batch_size", "data")},
-                 "objectives": parse_objective_list(TUNED["objectives"])}
+                  "setting": {key: TUNED["setting"][key]
+                              for key in ("budget", "seq_len", "model", "batch_size", "data")},
+                  "objectives": parse_objective_list(TUNED["objectives"])}
 
 
 # --- Will a training step fit on the device? An analytic estimate of what a step keeps (activations, heads, one chunk

@@ -27,6 +27,11 @@ FIT_REASONS = {
 }
 
 
+def budget_folder(budget: float) -> str:
+    """A sweep's comparison at `budget`: its folder under the sweep's --out."""
+    return f"budget-{budget:g}"
+
+
 def sweep_yardsticks(by_budget: dict[float, Results]) -> list:
     """The yardsticks every budget's comparison measured, as the largest budget's results define them."""
     largest = by_budget[max(by_budget)]

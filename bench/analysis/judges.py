@@ -185,7 +185,9 @@ def judge_corruption(evidence: Evidence) -> list[PaperFinding]:
 
 
 def judge_static(evidence: Evidence) -> list[PaperFinding]:
-    epochs = evidence.results[""].setup.get("epochs", "unknown")
+    setup = evidence.results[""].setup
+    epochs = (f"{setup['runs']['tokens'] / setup['corpus']['train_tokens']:.1f} passes over the training windows per run "
+              "(mean)" if setup["runs"] else "no finished run")
     return [setting("The data repeat: about 40 epochs, so each of the 10 static copies is seen about 4 times",
                     f"this run: {epochs}")] + [
         claim(evidence, f"RoBERTa: dynamic masking is comparable to or better than static masking ({name})", name,

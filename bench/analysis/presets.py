@@ -273,8 +273,8 @@ def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: flo
                  yardsticks=names, ours=ours, family=named,
                  findings=findings + frontier_findings(preset, frontier, evidence.main()),
                  paper_setting=preset.paper.setting,
-                 this_run=f"{setup.get('model', '?')}; budget {setup.get('budget (FLOPs)', '?')} FLOPs per run"
+                 this_run=f"{setup['model']}; budget {setup['budget']:.3g} FLOPs per run"
                  + (" (per comparison: " + ", ".join(f"{name} {r.budget_flops:.3g}" for name, r in results.items())
                     + ")" if len(results) > 1 else "")
-                 + f"; {setup.get('data', '?')}; {first.seeds} seeds",
+                 + f"; {setup['corpus']['name']}: {setup['corpus']['description']}; {first.seeds} seeds",
                  wall_seconds=wall_seconds, runs_seconds=runs_seconds)

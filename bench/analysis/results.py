@@ -23,7 +23,7 @@ from bench.training.config import parse_seq_len
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
 from bench.yardsticks.probes import QUESTIONS
 
-SCHEMA = 2  # results.json's layout; a folder of another schema is refused rather than misread (bench.downstream)
+SCHEMA = 3  # results.json's layout (3: the setup as facts, worded by the report); a folder of another schema is refused rather than misread (bench.downstream)
 PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "cooldown_flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")
@@ -188,7 +188,7 @@ class Measured:
     """What a comparison measured: the one input of build_results. results.json stores each field under its own
     name, so a later step (bench.downstream --run) rebuilds the report from it (Measured.from_results)."""
 
-    setup: dict  # the report's setup table
+    setup: dict  # the setup facts (bench.pipeline.setup_facts), which the report words (bench.report.setup)
     positions: list[dict]  # the signal-density table (bench.analysis.density)
     runs: list[RunRecord]  # the finished runs
     budget_flops: float

@@ -139,7 +139,7 @@ class DownstreamSummary:
 
 @dataclass(frozen=True)
 class Results:
-    """Everything a comparison's report states (results.json): what was measured (the setup table, the signal-density
+    """Everything a comparison's report states (results.json): what was measured (the setup's facts, the signal-density
     rows, the Bayes references, the tasks as described, a schedule's accounting, the runs and controls, as
     bench.pipeline recorded them) and what the analysis found (the answer, the verdict, the summaries). A preset adds
     its paper section."""
@@ -149,6 +149,8 @@ class Results:
     seq_len: int
     baseline: str | None
     seeds: int
+    # a free-form map: the facts the report's setup table is worded from (bench.pipeline.setup_facts names them),
+    # versions and settings whose keys follow the command's flags and the packages installed
     setup: dict
     answer: Answer | None
     verdict: Verdict | None
@@ -266,8 +268,9 @@ class SweepYardstick:
 
 @dataclass(frozen=True)
 class Sweep:
-    """A budget sweep's frontier: the budgets, the baseline every multiplier is against, the objectives, the setup
-    table, every yardstick across the budgets and each budget's answer. A preset adds its paper section."""
+    """A budget sweep's frontier: the budgets, the baseline every multiplier is against, the objectives, the setup's
+    facts (bench.pipeline.sweep_facts: the largest budget's setup, every budget, the time taken; a free-form map, as
+    a comparison's), every yardstick across the budgets and each budget's answer. A preset adds its paper section."""
 
     budgets: list[float]
     baseline: str

@@ -4,22 +4,21 @@ sweep's folder, beside one full report per budget in its budget-B folder.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
+from bench.analysis.budgets import budget_folder
 from bench.analysis.claims import NOT_MEASURABLE, beats_control
 from bench.analysis.findings import Crossover, GainAt, Placed, to_json
 from bench.analysis.summaries import MultiplierAt, Sweep, SweepYardstick, UnreadAt
 from bench.files import write_atomic, write_json
-from bench.report.plots import plt, save_figure
 from bench.report.paper import paper_text
+from bench.report.plots import plt, save_figure
 from bench.report.sections import fmt, table
+from bench.report.setup import sweep_setup_table
 from bench.report.wording import answer_sentence, listing
-
-
-def budget_folder(budget: float) -> str:
-    return f"budget-{budget:g}"
 
 
 def estimable(low: float | None, high: float | None) -> bool:
@@ -144,7 +143,7 @@ def render(frontier: Sweep, plots: list[str]) -> str:
     budgets, baseline = frontier.budgets, frontier.baseline
     links = "\n".join(f"- [{budget:.3g} FLOPs]({budget_folder(budget)}/report.md): {answer_sentence(answer)}"
                       for budget, answer in zip(budgets, frontier.answers))
-    setup = table([[key, value] for key, value in frontier.setup.items()], ["", ""])
+    setup = table([[key, value] for key, value in sweep_setup_table(frontier.setup).items()], ["", ""])
     sections = [
         "# The efficiency frontier\n\n"
         f"Objectives {', '.join(f'`{spec}`' for spec in frontier.objectives)} trained to each of "
@@ -225,6 +224,9 @@ def plot_gains(frontier: Sweep, path: Path) -> bool:
 
 def write_frontier_report(out: Path, frontier: Sweep) -> Path:
     """results.json, the plots and report.md of a budget sweep, in `out`."""
+    answers = [None if answer is None else replace(answer, sentence=answer_sentence(answer))
+               for answer in frontier.answers]
+    frontier = replace(frontier, answers=answers)  # each budget's answer with its sentence, as its results.json has it
     write_json(out / "results.json", {"frontier": to_json(frontier)})
     plots = []
     if plot_frontier(frontier, out / "frontier.png"):

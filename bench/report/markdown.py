@@ -28,7 +28,7 @@ def render(results: Results, plots: list[str]) -> str:
         answer_section(results),
         *([paper_text(results.paper)] if results.paper else []),
         verdict_section(results),
-        setup_section(results.setup) + schedule_section(results) + objective_schedule_section(results),
+        setup_section(results) + schedule_section(results) + objective_schedule_section(results),
         density_section(results),
         compute_section(results) + diverged_section(results),
         loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),

@@ -9,6 +9,7 @@ from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
 from bench.analysis.results import PROBE_SCORES, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
+from bench.report.setup import setup_table
 from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text, mirrors_text,
                                   multiplier_text, p_text)
 from objectives import REGISTRY, Objective
@@ -142,8 +143,9 @@ def gain_cells(gain: Gain | None) -> list[str]:
     return [estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True), p_text(gain.p_holm), share, rise]
 
 
-def setup_section(setup: dict) -> str:
-    rows = [[key, f"`{value}`" if key == "command" else value] for key, value in setup.items()]
+def setup_section(results: Results) -> str:
+    rows = [[key, f"`{value}`" if key == "command" else value]
+            for key, value in setup_table(results.setup, results.bayes).items()]
     return "## 1. Setup\n\n" + table(rows, ["", ""])
 
 
@@ -206,7 +208,7 @@ def density_section(results: Results) -> str:
              *([f"{row['dense_flops_per_sequence'] / row['executed_flops_per_sequence']:.3f}×"] if conventions
                else [])] for row in results.positions]
     batches = "every training batch of the last phase" if results.seq_len_schedule else "every training batch"
-    charged = results.setup.get("FLOPs charged", "dense").split(":")[0]
+    charged = results.setup.get("flops", "dense")
     buys = (f" The last column is how many more sequences a FLOP budget buys when causal attention is "
             f"charged only for the {TILE} × {TILE} blocks a tiled kernel computes (`--flops executed`) than for the "
             f"dense T × T (`--flops dense`); this comparison charged {charged}.") if conventions else ""

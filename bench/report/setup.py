@@ -1,4 +1,5 @@
-"""The report's setup table, worded from the facts a comparison gathered (bench.pipeline.setup_facts)."""
+"""The report's setup table, worded from the facts a comparison gathered (bench.pipeline.setup_facts), and a budget
+sweep's (bench.pipeline.sweep_facts)."""
 
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def data_rows(facts: dict) -> dict:
                       f"{corpus['sentinels']} sentinels)"}
 
 
-def yardstick_rows(facts: dict) -> dict:
-    found, bayes = {}, facts.get("bayes")
+def yardstick_rows(facts: dict, bayes: dict | None) -> dict:
+    found = {}
     if bayes:
         found["learnable range"] = "; ".join(
             f"{spec} {metric}: unigram {bayes['unigram'][spec][metric]:.3f} → Bayes floor {floor:.3f} nats"
@@ -70,8 +71,9 @@ def yardstick_rows(facts: dict) -> dict:
     return found
 
 
-def setup_table(facts: dict) -> dict:
-    """{row: text} of the report's setup section."""
+def setup_table(facts: dict, bayes: dict | None = None) -> dict:
+    """{row: text} of the report's setup section, worded from a comparison's setup facts (results.json's "setup",
+    bench.pipeline.setup_facts) and its Bayes references."""
     note = f" ({facts['versions_note']})" if facts.get("versions_note") else ""
     table = {
         "command": "python -m bench.compare " + shlex.join(facts["command"]),
@@ -90,4 +92,14 @@ def setup_table(facts: dict) -> dict:
            if facts.get("stale") else {}),
         "written": facts["written"],
     }
-    return {**table, **yardstick_rows(facts)}
+    return {**table, **yardstick_rows(facts, bayes)}
+
+
+def sweep_setup_table(facts: dict) -> dict:
+    """{row: text} of a budget sweep's setup section: its largest budget's, every budget, and the time it took."""
+    largest = setup_table(facts["largest"], facts["bayes"])
+    rows = {key: value for key, value in largest.items() if key not in ("command", "budget (FLOPs)", "written")}
+    return {"command": largest["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in facts["budgets"]),
+            **rows, "sweep time": f"{facts['run_seconds'] / 60:.1f} min in its runs (training, evaluations, probes and "
+                                  f"tasks, summed over runs and sessions); {facts['seconds']:.0f} s of wall time in "
+                                  "this session"}

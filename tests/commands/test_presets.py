@@ -1,7 +1,7 @@
 import json
 import math
-from dataclasses import replace
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,13 +9,13 @@ from scipy.stats import t as scipy_t
 
 from backbone import ConfigError
 from bench.analysis import presets as presets_module
+from bench.analysis.budgets import budget_folder
 from bench.analysis.findings import Family, Multiplier, Unread, Verdict, Wins, from_json, to_json
 from bench.analysis.judges import Evidence, claim, judge, multiplier_claim
 from bench.analysis.paper_findings import Paper, PaperFinding
 from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
 from bench.cli import run
 from bench.compare import main as compare_main, parse_config
-from bench.report.frontier import budget_folder
 from objectives import parse_objective_list
 from tests.analysis.records import results
 

@@ -1,0 +1,68 @@
+"""bench.tune's report: the trials, the picks on validation data, the fine-tuning rates and ELECTRA's budget ladder,
+worded from the tuning's results.json."""
+
+from __future__ import annotations
+
+from bench.analysis.results import LEARNED_TASK
+
+
+def tuning_report(found: dict, barely_moves: float) -> str:
+    """The tuning's report (bench.tune's results.json): every trial's validation score, the picks, and any pick at an
+    edge; `barely_moves`: the fine-tuning rate below which a pick is no edge to widen."""
+    trials = max((len(tuned["trials"]) for tuned in found["objectives"].values()), default=0)  # equal for all
+    lines = ["# Tuning on validation data", "", "|              |    |", "|--------------|----|",
+             f"| command      | `{found['command']}` |", f"| git revision | {found['revision']} |", "",
+             f"Every objective: {trials} pretraining trials at the comparison's setting, seed "
+             f"{found['seed']} (never evaluated), each read frozen on the neutral tasks' dev split (their test split "
+             "is never read); the highest average picks the trial. ELECTRA's trials vary its peak rate and λ "
+             "together. The picked backbone and every untrained control are then fine-tuned on each task's train "
+             f"split at every rate of {', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split "
+             f"picking each one's rate (at {barely_moves:g} the steps barely move a backbone: a pick there means "
+             "fine-tuning less and less did better, down to the frozen probe's head, and is no edge to widen). "
+             "Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items()) + ".", ""]
+    for spec, tuned in found["objectives"].items():
+        tasks = list(tuned["trials"][0]["tasks"])
+        lines += [f"## `{spec}`", "", "| trial | peak rate | dev average | " + " | ".join(tasks) + " |",
+                  "|---|---|---|" + "---|" * len(tasks)]
+        chosen = (tuned["picked"]["objective"], tuned["picked"]["lr"])
+        for row in tuned["trials"]:
+            mark = " **(picked)**" if (row["trial"], row["lr"]) == chosen else ""
+            score = "diverged" if row["validation"] is None else f"{row['validation']:.4f}"
+            lines.append(f"| `{row['trial']}`{mark} | {row['lr']:g} | {score} | "
+                         + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |")
+        lines += ["", edge_text(tuned["at_edge"], "the picked peak rate") + " " + finetune_text(tuned), ""]
+    lines += ["## Untrained controls", ""]
+    lines += [f"- {name}: {finetune_text(tuned)}" for name, tuned in found["controls"].items()]
+    return "\n".join(lines + ladder_text(found.get("electra_ladder"))) + "\n"
+
+
+def ladder_text(rungs: list[dict] | None) -> list[str]:
+    """The ladder's section: each budget with each seed's share of the gap closed, and what it says."""
+    if not rungs:
+        return []
+    lines = ["", "## When ELECTRA learns its own task", "",
+             f"Its picked setting trained on seeds {', '.join(map(str, rungs[0]['seeds']))} (never evaluated) at the "
+             f"setting's budget and doubled budgets up to {rungs[-1]['top']:g} FLOPs, until every seed's discriminator "
+             f"closes at least {LEARNED_TASK:g} of the gap from its labels' entropy to the Bayes reference "
+             "discriminator, on held-out windows at the budget (the rule by which a comparison ranks it).", "",
+             "| budget (FLOPs) | share of the gap closed, per seed | every seed ≥ half |", "|---|---|---|"]
+    for rung in rungs:
+        shares = ", ".join("diverged" if share is None else f"{share:.2f}" for share in rung["closed"])
+        lines.append(f"| {rung['budget']:.3g} | {shares} | {'yes' if rung['learned'] else 'no'} |")
+    last = rungs[-1]
+    lines += ["", f"The smallest budget at which it learns its task on every seed: {last['budget']:.3g} FLOPs."
+              if last["learned"] else f"It does not learn its task on every seed at any budget up to "
+              f"{last['top']:g} FLOPs."]
+    return lines
+
+
+def edge_text(side: str | None, what: str) -> str:
+    return f"{what[:1].upper() + what[1:]} lies inside its grid." if side is None else \
+        f"{what[:1].upper() + what[1:]} is the {side} of its grid: widen the grid."
+
+
+def finetune_text(tuned: dict) -> str:
+    picks = "; ".join(f"{task} {rate:g} (dev {tuned['finetune_dev'][task][f'{rate:g}']:.4f})"
+                      for task, rate in tuned["finetune"].items())
+    edges = ", ".join(f"{task} ({side})" for task, side in tuned["finetune_at_edge"].items())
+    return f"Fine-tuning rates picked on dev: {picks}." + (f" At an edge of the grid: {edges}." if edges else "")
