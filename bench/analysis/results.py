@@ -156,10 +156,10 @@ def downstream_summary(grouped: dict[str, list[Record]], tasks: list[dict] | Non
 PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
 
 
-def schedule_summary(grouped: dict[str, list[RunRecord]], accounting: dict | None) -> dict | None:
-    """A sequence-length schedule's accounting (bench.planning.schedule_accounting: per objective the predicted
-    phases and the final length throughout at the same FLOPs) with, beside it, the counts per phase measured in the
-    runs, as means over seeds."""
+def schedule_measured(grouped: dict[str, list[RunRecord]], accounting: dict | None) -> dict | None:
+    """Under a sequence-length schedule (`accounting`: bench.planning.schedule_accounting, per objective the
+    predicted phases and the final length throughout at the same FLOPs), the counts per phase measured in each
+    objective's runs, as means over seeds."""
     if accounting is None:
         return None
     measured = {}
@@ -173,7 +173,7 @@ def schedule_summary(grouped: dict[str, list[RunRecord]], accounting: dict | Non
             measured[spec] = [{"seq_len": phases[0]["seq_len"], "share": phases[0]["share"],
                                **{key: sum(p[key] for p in phases) / len(phases) for key in PHASE_COUNTS}}
                               for phases in zip(*phased)]
-    return {**accounting, "measured": measured}
+    return measured
 
 
 def by_control(controls: list[ControlRecord]) -> dict[str, list[ControlRecord]]:
@@ -249,6 +249,6 @@ def build_results(measured: Measured) -> Results:
                    seeds=min((len(rs) for rs in grouped.values()), default=0), setup=measured.setup, answer=answer,
                    verdict=found, positions=positions, bayes=bayes, objectives=objectives,
                    untrained=untrained, downstream=downstream_summary({**grouped, **control_groups}, tasks),
-                   seq_len_schedule=schedule_summary(grouped, measured.seq_len_accounting),
+                   seq_len_measured=schedule_measured(grouped, measured.seq_len_accounting),
                    diverged=measured.diverged, tasks=tasks, seq_len_accounting=measured.seq_len_accounting,
                    runs=runs, controls=controls)

@@ -159,7 +159,7 @@ class Results:
     objectives: list[ObjectiveSummary]
     untrained: list[Untrained]
     downstream: DownstreamSummary | None
-    seq_len_schedule: dict | None
+    seq_len_measured: dict | None  # per objective, the counts per phase its runs spent (means over seeds)
     diverged: list[dict]
     tasks: list[dict] | None
     seq_len_accounting: dict | None

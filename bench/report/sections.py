@@ -152,14 +152,14 @@ def setup_section(results: Results) -> str:
 def schedule_section(results: Results) -> str:
     """Under a sequence-length schedule, the positions that flowed per phase beside what the final length throughout
     would have given for the same FLOPs (bench.training.config's accounting)."""
-    schedule = results.seq_len_schedule
-    if not schedule or not schedule["measured"]:
+    schedule, measured_by_spec = results.seq_len_accounting, results.seq_len_measured
+    if not schedule or not measured_by_spec:
         return ""
     final = schedule["final_seq_len"]
     pair = lambda tokens, supervised: f"{tokens:.3g} / {supervised:.3g}"  # noqa: E731
-    phases = next(iter(schedule["measured"].values()))
+    phases = next(iter(measured_by_spec.values()))
     rows = []
-    for spec, measured in schedule["measured"].items():
+    for spec, measured in measured_by_spec.items():
         throughout = schedule["objectives"][spec]["final_throughout"]
         tokens, supervised = (sum(p[key] for p in measured) for key in ("tokens", "supervised_positions"))
         rows.append([spec, *(pair(p["tokens"], p["supervised_positions"]) for p in measured), pair(tokens, supervised),
@@ -207,7 +207,7 @@ def density_section(results: Results) -> str:
              f"{row['ratio_to_ar']:.3f}", row["parts"],
              *([f"{row['dense_flops_per_sequence'] / row['executed_flops_per_sequence']:.3f}×"] if conventions
                else [])] for row in results.positions]
-    batches = "every training batch of the last phase" if results.seq_len_schedule else "every training batch"
+    batches = "every training batch of the last phase" if results.seq_len_accounting else "every training batch"
     charged = results.setup.get("flops", "dense")
     buys = (f" The last column is how many more sequences a FLOP budget buys when causal attention is "
             f"charged only for the {TILE} × {TILE} blocks a tiled kernel computes (`--flops executed`) than for the "

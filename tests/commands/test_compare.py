@@ -378,14 +378,14 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
     assert settings["config"]["model"]["seq_len"] == "16:0.6,32:0.4"
     results = json.loads((out / "results.json").read_text())
     assert results["seq_len"] == 32  # evaluated, and the density table, at the last phase's length
-    accounting = results["seq_len_schedule"]
+    accounting, measured = results["seq_len_accounting"], results["seq_len_measured"]
     for record in results["runs"]:
         phases = record["phases"]
         assert [p["seq_len"] for p in phases] == [16, 32] and all(p["steps"] > 0 for p in phases)
         assert sum(p["flops"] for p in phases) == record["flops"]
         predicted = accounting["objectives"][record["objective"]]["predicted"]
         assert [p["steps"] for p in phases] == [p["steps"] for p in predicted]
-        assert accounting["measured"][record["objective"]] == phases  # one seed: the mean is the run's own
+        assert measured[record["objective"]] == phases  # one seed: the mean is the run's own
         assert record["supervised_per_sequence"] == (31 if record["objective"] == "ar" else 5)  # at T = 32
     throughout = accounting["objectives"]["ar"]["final_throughout"]
     assert throughout["seq_len"] == 32 and throughout["tokens"] == throughout["steps"] * 4 * 32

@@ -185,7 +185,7 @@ def test_a_comparison_runs_reports_and_resumes_a_schedule_beside_plain_objective
     schedule = next(run for run in results["runs"] if run["objective"] == "ar>mlm@0.25")
     assert [(p["seq_len"], p["objective"]) for p in schedule["phases"]] == [(16, "ar"), (16, "mlm"), (32, "mlm")]
     # the length schedule's accounting sees the schedule per length: its measured counts add up to the run's
-    measured = results["seq_len_schedule"]["measured"]["ar>mlm@0.25"]
+    measured = results["seq_len_measured"]["ar>mlm@0.25"]
     assert [p["seq_len"] for p in measured] == [16, 32]
     assert sum(p["flops"] for p in measured) == schedule["flops"]
     predicted = results["seq_len_accounting"]["objectives"]["ar>mlm@0.25"]["predicted"]
