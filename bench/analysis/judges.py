@@ -19,7 +19,7 @@ from scipy import stats
 from bench.analysis import uncertainty
 from bench.analysis.claims import NOT_MEASURABLE, beats_control, family, significant
 from bench.analysis.findings import Family, Unread, YardstickVerdict
-from bench.analysis.measures import Yardstick, group, yardsticks
+from bench.analysis.measures import Measure, group, yardsticks
 from bench.analysis.paper_findings import ClaimTest, MultiplierTest, PaperFinding, Setting, Unmeasured
 from bench.analysis.summaries import Results
 
@@ -31,9 +31,9 @@ class Evidence:
     """The finished comparisons a judge reads: per variant ("" for a single comparison) its Results."""
 
     results: dict[str, Results]
-    _yardsticks: dict[str, dict[str, Yardstick]] = field(default_factory=dict)
+    _yardsticks: dict[str, dict[str, Measure]] = field(default_factory=dict)
 
-    def yardstick(self, variant: str, name: str) -> Yardstick | None:
+    def yardstick(self, variant: str, name: str) -> Measure | None:
         if variant not in self._yardsticks:
             result = self.results[variant]
             bayes = result.bayes or {}
@@ -186,8 +186,8 @@ def judge_corruption(evidence: Evidence) -> list[PaperFinding]:
 
 def judge_static(evidence: Evidence) -> list[PaperFinding]:
     setup = evidence.results[""].setup
-    epochs = (f"{setup['runs']['tokens'] / setup['corpus']['train_tokens']:.1f} passes over the training windows per run "
-              "(mean)" if setup["runs"] else "no finished run")
+    epochs = (f"{setup['runs']['tokens'] / setup['corpus']['train_tokens']:.1f} passes over the training windows "
+              "per run (mean)" if setup["runs"] else "no finished run")
     return [setting("The data repeat: about 40 epochs, so each of the 10 static copies is seen about 4 times",
                     f"this run: {epochs}")] + [
         claim(evidence, f"RoBERTa: dynamic masking is comparable to or better than static masking ({name})", name,

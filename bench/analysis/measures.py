@@ -44,7 +44,11 @@ class Reading:
 
 
 @dataclass(frozen=True)
-class Yardstick:
+class Measure:
+    """How the analysis reads one yardstick off a run or control record (bench.training.loop.Yardstick is what
+    measures it during training): its final reading, its curve point, its ceiling and input-only control, and the
+    training signals its question copies."""
+
     name: str
     label: str
     final: Callable[[Record], Reading | None]  # run or control -> reading at the budget
@@ -82,7 +86,7 @@ def averaged(readings: list[Reading | None]) -> Reading | None:
     return Reading(sum(r.value for r in readings) * share, parts)
 
 
-def probe_yardsticks(ceilings: dict, input_only: dict | None) -> list[Yardstick]:
+def probe_yardsticks(ceilings: dict, input_only: dict | None) -> list[Measure]:
     """The probes' questions as shares of the ceiling that applies to the reader: diagnostics (they mirror)."""
     def share(record: dict | None, key: str) -> Reading | None:
         sees = (record or {}).get("sees", "smoothing")
@@ -95,12 +99,12 @@ def probe_yardsticks(ceilings: dict, input_only: dict | None) -> list[Yardstick]
             return None if found is None or not ceiling else found / ceiling
         return value
 
-    return [Yardstick(name, label, lambda run, k=key: share(run.probes, k), None, lambda sees: 1.0,
+    return [Measure(name, label, lambda run, k=key: share(run.probes, k), None, lambda sees: 1.0,
                       control(key.removesuffix("_finetuned")), copies=copies)
             for name, key, label, copies in PROBE_YARDSTICKS]
 
 
-def task_yardsticks(runs: list[Record], tasks: list[dict] | None) -> list[Yardstick]:
+def task_yardsticks(runs: list[Record], tasks: list[dict] | None) -> list[Measure]:
     """Per task its frozen and fine-tuned score, and the average of the neutral tasks (those that copy no training
     signal of these runs' objectives: a sentence-order task is neutral where no objective trains on sentence order,
     as the verdict reads each yardstick) in each mode: the main yardstick is the frozen one, read at every FLOP
@@ -112,14 +116,14 @@ def task_yardsticks(runs: list[Record], tasks: list[dict] | None) -> list[Yardst
     found = []
     for mode, reads in MODES.items():
         if len(neutral) > 1:
-            found.append(Yardstick(f"neutral_average_{mode}", f"neutral tasks' average over {len(neutral)} "
+            found.append(Measure(f"neutral_average_{mode}", f"neutral tasks' average over {len(neutral)} "
                                    f"({reads})", lambda run, m=mode: averaged([task_reading(run, t, m) for t in neutral]),
                                    (lambda row: averaged([point_reading(row, t) for t in neutral])) if mode == "frozen"
                                    else None, higher_is_better=all(described.get(t, {}).get("higher_is_better", True)
                                                                    for t in neutral)))
         for name in names:
             about = described.get(name, {})
-            found.append(Yardstick(
+            found.append(Measure(
                 f"{name} ({mode})", f"task {name} ({reads})", lambda run, t=name, m=mode: task_reading(run, t, m),
                 (lambda row, t=name: point_reading(row, t)) if mode == "frozen" else None,
                 lambda sees, c=about.get("ceilings") or {}: c.get(sees),
@@ -128,7 +132,7 @@ def task_yardsticks(runs: list[Record], tasks: list[dict] | None) -> list[Yardst
     return found
 
 
-def main_yardstick(found: list[Yardstick], mirrors: dict[str, list[str]]) -> str | None:
+def main_yardstick(found: list[Measure], mirrors: dict[str, list[str]]) -> str | None:
     """The yardstick the answer comes from: the neutral tasks' frozen average, or the one neutral task read frozen;
     None where no neutral yardstick with a curve ran."""
     neutral = [y.name for y in found if y.point is not None and not mirrors.get(y.name)]
@@ -145,7 +149,7 @@ def point_reading(row: CurvePoint, task: str) -> Reading | None:
 
 
 def yardsticks(runs: list[Record], ceilings: dict, input_only: dict | None = None,
-               tasks: list[dict] | None = None) -> list[Yardstick]:
+               tasks: list[dict] | None = None) -> list[Measure]:
     """The tasks' yardsticks (the neutral average first), then the probes' questions."""
     return [*task_yardsticks(runs, tasks), *(probe_yardsticks(ceilings, input_only)
                                             if any(run.probes for run in runs) else [])]
@@ -168,7 +172,7 @@ def group(runs: list, read: Callable[[Any], Reading | None]) -> Group | None:
     return Group(values, tuple(parts))
 
 
-def curve_groups(runs: list[RunRecord], yardstick: Yardstick) -> tuple[list[float], list[Group]] | None:
+def curve_groups(runs: list[RunRecord], yardstick: Measure) -> tuple[list[float], list[Group]] | None:
     """(checkpoints, a Group per checkpoint) over the checkpoints every seed reached with a reading."""
     if yardstick.point is None:
         return None

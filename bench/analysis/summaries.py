@@ -154,15 +154,17 @@ class Results:
     setup: dict
     answer: Answer | None
     verdict: Verdict | None
-    positions: list[dict]
-    bayes: dict | None
+    # The maps below stay free-form: their keys are names the objectives, yardsticks and tasks choose (an objective's
+    # own metrics and parts, a task's options), so a registered objective or task adds keys without a schema change.
+    positions: list[dict]  # the signal-density rows, one per objective (bench.analysis.density.position_row)
+    bayes: dict | None  # floors and unigram losses per objective and metric, probe ceilings, input-only controls
     objectives: list[ObjectiveSummary]
     untrained: list[Untrained]
     downstream: DownstreamSummary | None
     seq_len_measured: dict | None  # per objective, the counts per phase its runs spent (means over seeds)
-    diverged: list[dict]
-    tasks: list[dict] | None
-    seq_len_accounting: dict | None
+    diverged: list[dict]  # the diverged runs' records (bench.training.loop.TrainingDiverged.record)
+    tasks: list[dict] | None  # the downstream tasks as described (bench.yardsticks.downstream.Downstream.describe)
+    seq_len_accounting: dict | None  # a schedule's predicted phases (bench.planning.schedule_accounting)
     runs: list[RunRecord]
     controls: list[ControlRecord]
     paper: Paper | None = omitted()

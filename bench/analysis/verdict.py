@@ -21,7 +21,7 @@ from bench.analysis.claims import (AHEAD, BEHIND, NOT_MEASURABLE, beats_control,
 from bench.analysis.findings import (Answer, Comparison, ControlMean, DensityRatio, Family, Gain, Mean, Multiplier,
                                      OtherRead, RawDifference, Scale, ScoredExamples, Unjudged, Unread, Verdict, Wins,
                                      YardstickVerdict)
-from bench.analysis.measures import Yardstick, curve_groups, group, main_yardstick, yardsticks
+from bench.analysis.measures import Measure, curve_groups, group, main_yardstick, yardsticks
 from bench.analysis.multipliers import Curve, inverted, multiplier
 from bench.analysis.uncertainty import Group
 from bench.training.records import ControlRecord, RunRecord
@@ -53,7 +53,7 @@ def rise_with_compute(flops: list[float], values: list[float]) -> float | None:
     return finite_or_none(float(stats.spearmanr(flops, values)[0]))
 
 
-def gains(yardstick: Yardstick, groups: dict[str, Group], controls: dict[str, Group], control_of: dict[str, str],
+def gains(yardstick: Measure, groups: dict[str, Group], controls: dict[str, Group], control_of: dict[str, str],
           sees: dict[str, str], curves: dict) -> list[Gain]:
     """Each objective's gain over its own untrained control: the difference (test examples paired), its interval
     and p, the share of the gain available up to the ceiling, and ρ of its curve with compute (before Holm)."""
@@ -102,7 +102,7 @@ def comparisons(label: str, groups: dict[str, Group], gained: dict[str, Gain], s
     return [next(tested) if isinstance(pair, Comparison) else pair for pair in found], named
 
 
-def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
+def yardstick_verdict(yardstick: Measure, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
                       signals: dict[str, list[str]]) -> YardstickVerdict | None:
     """One yardstick's findings; None where some objective has no reading on it."""
     groups = {spec: group(runs, yardstick.final) for spec, runs in grouped.items()}
@@ -134,7 +134,7 @@ def yardstick_verdict(yardstick: Yardstick, grouped: dict[str, list[RunRecord]],
         comparisons=pairs, comparison_family=pair_family)
 
 
-def curve_of(runs: list[RunRecord], yardstick: Yardstick, control: list[ControlRecord] | None = None) -> Curve | None:
+def curve_of(runs: list[RunRecord], yardstick: Measure, control: list[ControlRecord] | None = None) -> Curve | None:
     """The runs' curve on the yardstick; given their untrained control's records, their gain over it."""
     found, final = curve_groups(runs, yardstick), group(runs, yardstick.final)
     start = group(control, yardstick.final) if control else None
@@ -143,7 +143,7 @@ def curve_of(runs: list[RunRecord], yardstick: Yardstick, control: list[ControlR
     return Curve(np.array(found[0], dtype=float), tuple(found[1]), final, start)
 
 
-def pair_curves(yardstick: Yardstick, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
+def pair_curves(yardstick: Measure, grouped: dict[str, list[RunRecord]], controls: dict[str, list[ControlRecord]],
                 base: str, other: str) -> tuple[Curve | None, Curve | None]:
     """Two objectives' curves for a multiplier: their scores where they share an untrained control, else their gains
     over their own controls (as their comparison is judged), so that where a bidirectional and a causal backbone
@@ -154,7 +154,7 @@ def pair_curves(yardstick: Yardstick, grouped: dict[str, list[RunRecord]], contr
                  for spec in (base, other))
 
 
-def multipliers_on(item: YardstickVerdict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], baseline: str,
+def multipliers_on(item: YardstickVerdict, yardstick: Measure, grouped: dict[str, list[RunRecord]], baseline: str,
                    budget: float, controls: dict[str, list[ControlRecord]]) -> list[Multiplier | Unread]:
     """Against the baseline, every objective's multiplier on a neutral yardstick with curves, where the pair is
     measurable (both beat their controls); the rest are recorded as not measurable."""
@@ -219,7 +219,7 @@ def verdict(grouped: dict[str, list[RunRecord]], baseline: str, ceilings: dict, 
 OTHER_READ = {"neutral_average_frozen": "neutral_average_finetuned"}
 
 
-def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[RunRecord]], budget: float,
+def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[RunRecord]], budget: float,
            did_not_learn: tuple[str, ...] = (), controls: dict[str, list[ControlRecord]] | None = None) -> Answer:
     """Which objective leads on the main yardstick, by what multiplier against the runner-up, which are not separated
     from it, which did not beat their control, and the scale the answer speaks for. An objective whose runs did not
@@ -258,7 +258,7 @@ def answer(v: Verdict, measured: dict[str, Yardstick], grouped: dict[str, list[R
                                               controls or {}))
 
 
-def pair_multiplier(v: Verdict, yardstick: Yardstick, grouped: dict[str, list[RunRecord]], leader: str,
+def pair_multiplier(v: Verdict, yardstick: Measure, grouped: dict[str, list[RunRecord]], leader: str,
                     runner_up: str, budget: float, controls: dict[str, list[ControlRecord]]) -> Multiplier | None:
     """The leader's multiplier against the runner-up: the verdict's table entry for the pair (inverted where the
     leader is the table's baseline), so the answer, the table and results.json quote one number with one interval;

@@ -52,7 +52,7 @@ class RunRecord:
     flops: int
     tokens: int
     supervised_positions: int
-    phases: list[dict]
+    phases: list[dict]  # PhaseCounters.to_json() per phase of the schedule, in order
     cooldown_steps: int  # the FLOP checkpoints' cool-down branches (bench.training.loop): spent besides `flops`
     cooldown_flops: int
     supervised_per_sequence: float
@@ -65,6 +65,8 @@ class RunRecord:
     expected_supervised_per_sequence: float
     expected_flops_per_sequence: float
     curve: tuple[CurvePoint, ...]
+    # each yardstick's final scores, free-form: keyed by the probes' questions and the tasks' names, which the
+    # yardsticks choose (bench.yardsticks.probes, bench.yardsticks.downstream)
     probes: dict | None = None
     probe_seconds: float | None = None
     downstream: dict | None = None
