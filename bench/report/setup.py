@@ -96,7 +96,10 @@ def setup_table(facts: dict, bayes: dict | None = None) -> dict:
 
 
 def sweep_setup_table(facts: dict) -> dict:
-    """{row: text} of a budget sweep's setup section: its largest budget's, every budget, and the time it took."""
+    """{row: text} of a budget sweep's setup section: its largest budget's, every budget, and the time it took (none
+    for a frontier built without its facts, as from its budgets' results alone)."""
+    if not facts:
+        return {}
     largest = setup_table(facts["largest"], facts["bayes"])
     rows = {key: value for key, value in largest.items() if key not in ("command", "budget (FLOPs)", "written")}
     return {"command": largest["command"], "budgets (FLOPs)": ", ".join(f"{b:.3g}" for b in facts["budgets"]),
