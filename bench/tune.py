@@ -20,6 +20,7 @@ and the one fine-tuning rate per reader and task each backbone is then fine-tune
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import statistics
@@ -227,32 +228,25 @@ def build_parser():
                           "per task on dev; write report.md and results.json to --out (default reports/tuning). "
                           "bench.compare's flags set the setting tuned.")
     parser.epilog = None
-    parser.add_argument("--ladder-max", type=float, default=MAX_LADDER, metavar="FLOPS",
-                        help="the top of ELECTRA's budget ladder, the smallest budget at which its discriminator "
-                             f"learns its task (default {MAX_LADDER:g}; below the setting's budget: no ladder)")
-    parser.add_argument("--write-defaults", action="store_true",
-                        help="make the picks the default comparison's (bench/tuned.json): only for a tuning at the "
-                             "default setting")
+    add_own_flags(parser.add_argument)
     return parser
 
 
-def own_flags_removed(given: list[str]) -> list[str]:
-    """bench.compare's flags alone: --write-defaults and --ladder-max (with its value, either form) left out."""
-    kept, skip = [], False
-    for word in given:
-        if skip:
-            skip = False
-        elif word == "--ladder-max":
-            skip = True
-        elif word != "--write-defaults" and not word.startswith("--ladder-max="):
-            kept.append(word)
-    return kept
+def add_own_flags(add) -> None:
+    """The flags bench.tune adds to bench.compare's."""
+    add("--ladder-max", type=float, default=MAX_LADDER, metavar="FLOPS",
+        help="the top of ELECTRA's budget ladder, the smallest budget at which its discriminator learns its task "
+             f"(default {MAX_LADDER:g}; below the setting's budget: no ladder)")
+    add("--write-defaults", action="store_true",
+        help="make the picks the default comparison's (bench/tuned.json): only for a tuning at the default setting")
 
 
 def main(argv: list[str] | None = None) -> None:
     given = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(given)  # every flag checked, --help answered
-    config = compare.parse_config(own_flags_removed(given))
+    own = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_own_flags(own.add_argument)
+    config = compare.parse_config(own.parse_known_args(given)[1])  # bench.compare's flags alone
     if not compare.given_flag(given, "objectives"):  # the objectives as their papers set them, not the last picks
         config = config.with_flags(objectives=TUNED_OBJECTIVES)
     if config.output.out is None:
