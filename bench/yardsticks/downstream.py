@@ -170,10 +170,15 @@ def frozen_probe(objective: Objective, task: Task, config: FinetuneConfig, nativ
     its embeddings included), pooled as the one read pools. `states`: the train and test splits' every-layer
     states (task_states), where several reads of one backbone share them; else computed here."""
     backbone, causal = objective.backbone, reads_left_to_right(objective)
-    read, mixed = (native_read(causal), 1) if native else (reading(objective, task), layers(backbone))
-    mixed = 1 if concatenated else mixed
     width = backbone.config.d_model
-    kept = width if native else min(FEATURE_LAYERS, layers(backbone)) * width if concatenated else None
+    # how it reads: the pooling, the states kept (the last `kept` columns of every layer's side by side; None: all)
+    # and the layers its probe mixes (1: a plain probe on what is kept)
+    if native:  # the family's own: the last layer, pooled its way
+        read, kept, mixed = native_read(causal), width, 1
+    elif concatenated:  # BERT's feature-based: the last FEATURE_LAYERS layers side by side
+        read, kept, mixed = reading(objective, task), min(FEATURE_LAYERS, layers(backbone)) * width, 1
+    else:  # the one read: every layer, through the learned scalar mix
+        read, kept, mixed = reading(objective, task), None, layers(backbone)
 
     def features(split: Split, hidden: Tensor) -> tuple[Tensor, Tensor]:
         return representations(hidden if kept is None else hidden[..., -kept:], split, task.level, read, causal)
