@@ -70,7 +70,7 @@ def test_results_json_fields(comparison):
         assert {"hidden_state", "replaced_word", "replaced_word_finetuned", "probe_flops"} <= set(probes)
         assert all(0 <= probes[key]["score"] <= 1 for key in ("hidden_state", "replaced_word"))
         assert result["revision"] == runs[0]["revision"]  # every run and control records the code that made it
-    assert results["schema"] == 2 and set(results["answer"]) >= {"sentence", "yardstick", "leader", "separated",
+    assert results["schema"] == 3 and set(results["answer"]) >= {"sentence", "yardstick", "leader", "separated",
                                                                   "scale"}
     # one control per seed and way of reading: mlm, electra and span read the whole window, ar the left context
     assert [(c["control"], c["seed"], c["flops"]) for c in results["controls"]] == [
@@ -410,6 +410,10 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
     import bench.pipeline
     import bench.planning
     from bench.environment import package_versions
+    from bench.report.setup import setup_table
+
+    def setup(folder):  # the report's setup table, worded from results.json's facts
+        return setup_table(json.loads((folder / "results.json").read_text())["setup"])
 
     corpus = tmp_path / "data" / "corpus.txt"
     corpus.parent.mkdir()
@@ -421,10 +425,10 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
     main([*flags, "--out", str(first)])
     installed = package_versions()
     assert json.loads((first / "config.json").read_text())["versions"] == installed
-    setup = json.loads((first / "results.json").read_text())["setup"]
-    assert setup["environment"].startswith(f"python {installed['python']}, torch {installed['torch']}, "
+    table = setup(first)
+    assert table["environment"].startswith(f"python {installed['python']}, torch {installed['torch']}, "
                                            f"lightning-fabric {installed['lightning-fabric']}")
-    trained = setup["tokenizer"]
+    trained = table["tokenizer"]
     assert "trained on the training documents" in trained and "sha256 " in trained
     assert "warning" not in capsys.readouterr().err
 
@@ -440,9 +444,9 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning")]
     assert len(warnings) == 1 and f"torch {installed['torch']} → 9.9.9" in warnings[0], warnings
     assert (again / "tokenizer.json").read_text() == (first / "tokenizer.json").read_text()
-    setup = json.loads((again / "results.json").read_text())["setup"]
-    assert "reused by --config" in setup["tokenizer"] and trained.split("sha256 ")[1][:12] in setup["tokenizer"]
-    assert "torch 9.9.9" in setup["environment"] and "was made with other package versions" in setup["environment"]
+    table = setup(again)
+    assert "reused by --config" in table["tokenizer"] and trained.split("sha256 ")[1][:12] in table["tokenizer"]
+    assert "torch 9.9.9" in table["environment"] and "was made with other package versions" in table["environment"]
     assert json.loads((again / "config.json").read_text())["versions"] == other
     assert numbers(json.loads((again / "results.json").read_text())) == \
         numbers(json.loads((first / "results.json").read_text()))
@@ -453,7 +457,7 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
     assert len(warnings) == 1 and str(first) in warnings[0]
     config = json.loads((first / "config.json").read_text())
     assert config["versions"] == installed and config["resumed_with"] == [other]
-    assert "reused by --resume" in json.loads((first / "results.json").read_text())["setup"]["tokenizer"]
+    assert "reused by --resume" in setup(first)["tokenizer"]
 
 
 def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_resume_finishes_it(tmp_path,
