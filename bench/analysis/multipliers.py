@@ -134,7 +134,7 @@ def multiplier(base: Curve, other: Curve, budget: float, higher_is_better: bool 
         return Multiplier(**found)
     controls = [curve.control for curve in (base, other) if curve.control is not None]
     groups = [*base.points, base.final, *other.points, other.final, *controls]
-    weights, _ = draws(groups, resamples, seed)
+    weights = draws(groups, resamples, seed)
     rng = np.random.default_rng(seed + 1)
 
     def drawn_seeds(group: Group | None) -> np.ndarray | None:

@@ -14,6 +14,7 @@ Welch–Satterthwaite's from the seeds' own spread for a difference; p-values in
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -47,13 +48,22 @@ class Group:
         return len(self.values)
 
 
-def draws(groups: list[Group], resamples: int = RESAMPLES, seed: int = 0) -> tuple[dict, list[np.ndarray]]:
-    """One resampling plan for `groups`: (examples' multiplicities per test set, each (resamples × examples); seed
-    indices per group, each (resamples × seeds)). Shared by every score and difference read from these groups."""
-    rng = np.random.default_rng(seed)
+def draws(groups: list[Group], resamples: int = RESAMPLES, seed: int = 0) -> dict[str, np.ndarray]:
+    """One resampling plan for `groups`: per test set, its examples' multiplicities in each resample (resamples ×
+    examples), shared by every score and difference read from these groups."""
     sizes = {part.clusters: part.units.shape[0] for group in groups for part in group.parts or ()}
-    weights = {name: rng.multinomial(size, np.full(size, 1 / size), size=resamples) for name, size in sizes.items()}
-    return weights, [rng.integers(0, group.seeds, (resamples, group.seeds)) for group in groups]
+    return multiplicities(tuple(sizes.items()), resamples, seed)
+
+
+@functools.lru_cache(maxsize=8)
+def multiplicities(sizes: tuple[tuple[str, int], ...], resamples: int, seed: int) -> dict[str, np.ndarray]:
+    """The draws themselves, made once per plan: a verdict reads the same test sets dozens of times, and drawing
+    2,000 multinomials over 2,000 examples takes most of a second. Read-only, as every reader shares them."""
+    rng = np.random.default_rng(seed)
+    found = {name: rng.multinomial(size, np.full(size, 1 / size), size=resamples) for name, size in sizes}
+    for drawn in found.values():
+        drawn.setflags(write=False)
+    return found
 
 
 def stretched(drawn: np.ndarray, centre: np.ndarray, seeds: int) -> np.ndarray:
@@ -112,7 +122,7 @@ class Estimate:
 def item_variance(groups: list[Group], signs: list[float], resamples: int, seed: int) -> tuple[float, int]:
     """The variance of Σ sign · mean(group) over resampled test examples, every seed kept (the test set's own
     sampling, shared by every group), and the fewest examples of a test set (its degrees of freedom + 1)."""
-    weights, _ = draws(groups, resamples, seed)
+    weights = draws(groups, resamples, seed)
     kept = [np.broadcast_to(np.arange(group.seeds), (resamples, group.seeds)) for group in groups]
     total = sum(sign * resampled(group, weights, seeds) for group, sign, seeds in zip(groups, signs, kept))
     return float(np.var(total)), min(w.shape[1] for w in weights.values())
