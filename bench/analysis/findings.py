@@ -316,9 +316,10 @@ class OtherRead:
 
     yardstick: str
     label: str
-    leader: str | None
+    leader: str | None  # the first by its gain over its control
     beat_control: list[str]
     agrees: bool
+    separated: bool = False  # the leader separated from every other that beat its control there (Holm): "leads"
 
 
 @dataclass(frozen=True)

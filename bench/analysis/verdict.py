@@ -240,8 +240,12 @@ def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[Run
         other_beat = [spec for spec in by_gain(other, [row.objective for row in other.rows])
                       if spec not in did_not_learn and beats_control(other.gain_of(spec))]
         leader = other_beat[0] if other_beat else None
+        other_tests = {tuple(p.objectives): p for p in other.comparisons}
+        separated = len(other_beat) > 1 and all(outcome_for(other_tests, leader, spec) == AHEAD
+                                                for spec in other_beat[1:])
         other_read = OtherRead(yardstick=other.yardstick, label=other.label, leader=leader, beat_control=other_beat,
-                               agrees=leader == (beat[0] if beat else None) and set(other_beat) == set(beat))
+                               agrees=leader == (beat[0] if beat else None) and set(other_beat) == set(beat),
+                               separated=separated)
     found = Answer(yardstick=item.yardstick, label=item.label, leader=beat[0] if beat else None,
                    did_not_beat_control=[spec for spec in ranked if spec not in beat],
                    beat_control=beat, scale=scale, separated=False, not_separated_from=[], runner_up=None,

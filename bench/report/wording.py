@@ -102,7 +102,8 @@ def answer_sentence(answer: Answer | None) -> str:
         them = (f"there {'only ' if len(other.beat_control) == 1 else ''}{listing(other.beat_control)} "
                 f"beat{'s' if len(other.beat_control) == 1 else ''} "
                 f"{'its' if len(other.beat_control) == 1 else 'their'} untrained control"
-                + (f" and {other.leader} leads" if other.leader and len(other.beat_control) > 1 else "")
+                + (f" and {other.leader} leads, separated from the others (Holm)" if other.separated else
+                   " and none is separated from the others (Holm)" if len(other.beat_control) > 1 else "")
                 if other.beat_control else "there no objective beats its untrained control")
         text = (f"The two reads of the neutral tasks disagree: read fine-tuned ({other.label}), {them}. {text}"
                 if "frozen" in (answer.label or "") else

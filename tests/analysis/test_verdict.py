@@ -193,6 +193,14 @@ def test_the_answer_says_first_when_the_frozen_and_fine_tuned_reads_disagree():
     assert not split.other_read.agrees and split.other_read.beat_control == ["mlm"]
     assert answer_sentence(split).startswith("The two reads of the neutral tasks disagree: read fine-tuned "
                                             "(neutral tasks' average over 2 (fine-tuned)), there only mlm beats")
+    # the other read names a leader only where it is separated there, as the main read does
+    only_mlm = {"mlm": {"states": 0.9, "genre": 0.9}, "ar": {"states": 0.5, "genre": 0.5}}
+    tied = answer_of(only_mlm, {"mlm": {"states": 0.8, "genre": 0.8}, "ar": {"states": 0.8, "genre": 0.8}})
+    assert tied.other_read.beat_control in (["mlm", "ar"], ["ar", "mlm"]) and not tied.other_read.separated
+    assert " leads" not in answer_sentence(tied).split(". ")[0]
+    assert "none is separated from the others (Holm)" in answer_sentence(tied)
+    apart = answer_of(only_mlm, {"mlm": {"states": 0.95, "genre": 0.95}, "ar": {"states": 0.7, "genre": 0.7}})
+    assert apart.other_read.separated and "mlm leads, separated from the others (Holm)" in answer_sentence(apart)
 
 
 def test_leads_is_said_only_of_a_leader_separated_from_the_others_and_ranks_follow_the_gains():
