@@ -4,6 +4,7 @@ one way: `from tests.helpers import ...`."""
 
 import itertools
 import json
+import math
 import os
 import signal
 from pathlib import Path
@@ -77,3 +78,15 @@ def path_probabilities(P, words):
 
 def enumerated_probability(P, words):
     return sum(path_probabilities(P, words).values())
+
+
+def enumerated_posterior(P, seen: list[int], chosen: list[int], vocab_size: int, corruption) -> dict[tuple, float]:
+    """{guess: p(the true words at `chosen` are `guess`, and what was seen)}, by enumeration: the other positions are
+    the words `seen`; `corruption(i, x)` is p(what was seen at position i | its true word x)."""
+    weights = {}
+    for guess in itertools.product(range(vocab_size), repeat=len(chosen)):
+        words = list(seen)
+        for i, x in zip(chosen, guess):
+            words[i] = x
+        weights[guess] = enumerated_probability(P, words) * math.prod(corruption(i, x) for i, x in zip(chosen, guess))
+    return weights

@@ -14,7 +14,8 @@ from bench.data.synthetic import (Language, LanguageConfig, component_posterior,
                                   kept_word_posterior, log_likelihood_from, make_language, masked_token_nll,
                                   replaced_token_posterior,
                                   next_state_posterior, next_token_nll, sample, state_posteriors)
-from tests.helpers import enumerated_probability, joint_probability, language_lists, path_probabilities
+from tests.helpers import (enumerated_posterior, enumerated_probability, joint_probability, language_lists,
+                           path_probabilities)
 
 TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
 L = 5
@@ -105,13 +106,7 @@ def test_masked_token_nll_matches_enumeration(tiny, keep, rand, mask):
         chosen = [i for i in range(L) if sel[i]]
         covered.update("mask" if obs[i] == -1 else "kept" if obs[i] == w[i] else "random" for i in chosen)
         # Enumerate the unknown true words at the selected positions; the others are seen as they are.
-        weights = {}
-        for guess in itertools.product(range(V), repeat=len(chosen)):
-            y = list(obs)
-            for i, x in zip(chosen, guess):
-                y[i] = x
-            weights[guess] = enumerated_probability(P, y) * math.prod(corruption(obs[i], x)
-                                                                      for i, x in zip(chosen, guess))
+        weights = enumerated_posterior(P, obs, chosen, V, lambda i, x, obs=obs: corruption(obs[i], x))
         total = sum(weights.values())
         for j, i in enumerate(chosen):
             expected = -math.log(sum(p for g, p in weights.items() if g[j] == w[i]) / total)

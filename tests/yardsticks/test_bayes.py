@@ -1,6 +1,5 @@
 """The glue between the objectives' corruption and exact inference, checked against brute-force enumeration."""
 
-import itertools
 import math
 
 import pytest
@@ -12,7 +11,7 @@ from bench.training.config import TrainConfig
 from bench.yardsticks.bayes import loss_floors
 from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE
-from tests.helpers import enumerated_probability, language_lists
+from tests.helpers import enumerated_posterior, enumerated_probability, language_lists
 
 TINY_DATA = "synthetic:components=2,states=3,words=4,successors=2,zipf=0.7,support=2,genre=0.5,leak=0.1,seed=3,train=8,heldout=40"
 SEQ_LEN = 5
@@ -39,13 +38,8 @@ def brute_force_masked_floor(corpus, batches, keep: float, rand: float, mask: fl
     for batch in batches:
         for tokens, seen, targets in zip(batch.original.tolist(), batch.inputs.tolist(), batch.targets.tolist()):
             chosen = [i for i, t in enumerate(targets) if t != IGNORE]
-            weights = {}
-            for guess in itertools.product(range(V), repeat=len(chosen)):
-                words = [t - first for t in seen]
-                for i, x in zip(chosen, guess):
-                    words[i] = x
-                weights[guess] = enumerated_probability(P, words) * math.prod(corruption(seen[i], x)
-                                                                              for i, x in zip(chosen, guess))
+            weights = enumerated_posterior(P, [t - first for t in seen], chosen, V,
+                                           lambda i, x, seen=seen: corruption(seen[i], x))
             total = sum(weights.values())
             for j, i in enumerate(chosen):
                 losses.append(-math.log(sum(p for g, p in weights.items() if g[j] == tokens[i] - first) / total))
