@@ -16,7 +16,7 @@ from typing import Mapping
 from backbone import ConfigError
 from backbone.flops import CONVENTIONS
 from bench import pipeline, report
-from bench.analysis.presets import Preset, describe_presets, get_preset
+from bench.analysis.presets import PRESETS, Preset, get_preset
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.config import PRECISIONS, Config, validate
 from bench.planning import read_settings
@@ -239,6 +239,26 @@ def rerun_defaults(path: Path, given: list[str]) -> tuple[dict, tuple[str, str] 
 def given_flag(given: list[str], dest: str) -> bool:
     flag = "--" + dest.replace("_", "-")
     return any(word == flag or word.startswith(flag + "=") for word in given)
+
+
+def flag_text(flags: dict) -> str:
+    """The flags as they would be typed: --key value, a bare --key for a switch that is on."""
+    words = []
+    for key, value in flags.items():
+        flag = "--" + key.replace("_", "-")
+        words.append(flag if value is True else f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
+    return " ".join(words)
+
+
+def describe_presets() -> str:
+    """What `--preset list` prints: each preset, what it runs and the paper it re-asks."""
+    lines = []
+    for preset in PRESETS.values():
+        runs = "; one comparison per variant: " + ", ".join(f"{v.name} ({flag_text(v.flags)})"
+                                                           for v in preset.variants) if preset.variants else ""
+        lines.append(f"{preset.name}: {preset.summary}\n    paper: {preset.paper.citation}\n    runs: "
+                     f"{flag_text(preset.flags)}{runs}")
+    return "\n".join(lines)
 
 
 def budget_list(text: str) -> list[float]:

@@ -54,7 +54,7 @@ from bench.training.state import setup_run
 fabric = make_fabric("cuda", precision="bf16-mixed")
 corpus = load_corpus("synthetic", 128)
 for spec in ("mlm", "ar", "electra", "span"):
-    run = setup_run(fabric, spec, 0, corpus, TrainConfig(budget_flops=1e12, model="small", batch_size=32),
+    run = setup_run(fabric, spec, 0, corpus, TrainConfig(budget_flops=1e12, model="small", batch_size=32, lr=1e-3),
                     Path("/tmp/gpu-check-step"))
     rows = training_batch(run.objective, corpus.windows("train"), 0, 0, 32, slice(0, 32)).pin_memory()
     spent = step_counts(fabric, local_counts(run.objective, rows))

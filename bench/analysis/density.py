@@ -57,8 +57,3 @@ def position_row(objective: Objective, seq_len: int, samples: int = 256, seed: i
         **objective.describe(seq_len),
         **objective.measure_parts(corrupted),
     }
-
-
-def analytic_count(row: dict) -> str:
-    """The analytic supervised positions of a row, marked when they are only an upper bound (whole-word masking)."""
-    return ("≤ " if row.get("upper_bound") else "") + f"{row['supervised_positions']:g}"

@@ -141,9 +141,9 @@ def untested(found: PaperFinding) -> PaperFinding:
     return replace(found, outcome="untested (one seed)" if isinstance(found, ClaimTest) else "not measured")
 
 
-def setting(text: str, evidence_text: str) -> Setting:
+def setting(text: str, measured: str, values: dict[str, list[float]]) -> Setting:
     """What the run measured about the paper's own setting (epochs, positions): no test."""
-    return Setting(claim=text, kind="setting", outcome="setting", evidence=evidence_text)
+    return Setting(claim=text, kind="setting", outcome="setting", measured=measured, values=values)
 
 
 # --- the presets ------------------------------------------------------------------------------------------------------
@@ -186,10 +186,9 @@ def judge_corruption(evidence: Evidence) -> list[PaperFinding]:
 
 def judge_static(evidence: Evidence) -> list[PaperFinding]:
     setup = evidence.results[""].setup
-    epochs = (f"{setup['runs']['tokens'] / setup['corpus']['train_tokens']:.1f} passes over the training windows "
-              "per run (mean)" if setup["runs"] else "no finished run")
+    passes = {"": [setup["runs"]["tokens"] / setup["corpus"]["train_tokens"]]} if setup["runs"] else {}
     return [setting("The data repeat: about 40 epochs, so each of the 10 static copies is seen about 4 times",
-                    f"this run: {epochs}")] + [
+                    "passes", passes)] + [
         claim(evidence, f"RoBERTa: dynamic masking is comparable to or better than static masking ({name})", name,
               ("", "mlm"), ("", "mlm:static=10"), "comparable")
         for name in (evidence.main(finetuned=True), evidence.main())]
@@ -197,10 +196,10 @@ def judge_static(evidence: Evidence) -> list[PaperFinding]:
 
 def judge_pairs(evidence: Evidence) -> list[PaperFinding]:
     nsp, sop = "synthetic:same-source (finetuned)", "synthetic:order (finetuned)"
-    heads = [f"{o.objective} {o.metrics['pair_accuracy'].mean:.3f}"
-             for o in evidence.results[""].objectives if o.metrics.get("pair_accuracy")]
+    heads = {o.objective: [o.metrics["pair_accuracy"].mean]
+             for o in evidence.results[""].objectives if o.metrics.get("pair_accuracy")}
     return [setting("Each pair objective's own head on held-out pairs of its own task (ALBERT's intrinsic accuracy)",
-                    "; ".join(heads) or "no pair objective finished"),
+                    "pair_accuracy", heads),
             claim(evidence, "A model trained with NSP solves NSP (beats MLM alone)", nsp, ("", "mlm:pair=nsp"),
                   ("", "mlm")),
             claim(evidence, "...but not SOP: MLM alone is comparable to it on SOP", sop, ("", "mlm"),
@@ -255,13 +254,13 @@ def judge_table5(evidence: Evidence) -> list[PaperFinding]:
                   main, side("Replace MLM"), side("BERT"), "comparable")]
 
 
-def judge_seq_len(evidence: Evidence) -> list[dict]:
-    flowed = [f"{variant} {o.compute.tokens:,.0f} token positions ({o.compute.supervised_positions:,.0f} "
-              "supervised)" for variant in ("schedule", "fixed") if variant in evidence.results
-              for o in evidence.results[variant].objectives]
+def judge_seq_len(evidence: Evidence) -> list[PaperFinding]:
+    flowed = {f"{variant} {o.objective}": [o.compute.tokens, o.compute.supervised_positions]
+              for variant in ("schedule", "fixed") if variant in evidence.results
+              for o in evidence.results[variant].objectives}
     return [setting("At equal FLOPs the schedule lets more positions flow (BERT's arithmetic: 4.26e10 of them in "
-                    "10^6 steps against 1.31e11 for T = 512 throughout, at a third of the FLOPs)",
-                    "per run, mean over seeds: " + "; ".join(flowed))] + [
+                    "10^6 steps against 1.31e11 for T = 512 throughout, at a third of the FLOPs)", "positions",
+                    flowed)] + [
         claim(evidence, f"BERT's schedule (90 % of the steps at T/4) is comparable to the full length throughout, at "
                         f"equal FLOPs ({name})", name, ("schedule", "mlm"), ("fixed", "mlm"), "comparable")
         for name in (evidence.main(finetuned=True), evidence.main())]

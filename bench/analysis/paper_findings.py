@@ -84,12 +84,16 @@ class Unmeasured:
 
 @dataclass(frozen=True)
 class Setting:
-    """What this run measured about the paper's own setting (epochs, positions): no test."""
+    """What this run measured about the paper's own setting (epochs, positions), no test: the quantity `measured`
+    names, per side (an objective, or a variant and its objective; "" for the runs as a whole) its mean per run."""
 
     claim: str
     kind: str
     outcome: str
-    evidence: str
+    # "passes": passes over the training windows, [passes]; "pair_accuracy": a pair head's accuracy on held-out pairs
+    # of its own task, [accuracy]; "positions": [token positions, supervised positions]
+    measured: str
+    values: dict[str, list[float]]
 
     @staticmethod
     def matches(data: dict) -> bool:
@@ -159,6 +163,13 @@ class Paper:
     family: Family
     findings: list[PaperFinding]
     paper_setting: str
-    this_run: str
+    # this run's setting, which the report sets beside the paper's: the model, the budget per run (and per comparison
+    # of a preset with variants), the corpus and the seeds
+    model: str
+    budget_flops: float
+    comparison_budgets: dict[str, float]
+    corpus: str
+    corpus_description: str
+    seeds: int
     wall_seconds: float | None
     runs_seconds: float

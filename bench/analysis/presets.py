@@ -210,26 +210,6 @@ def get_preset(name: str) -> Preset:
     return PRESETS[name]
 
 
-def flag_text(flags: dict) -> str:
-    """The flags as they would be typed: --key value, a bare --key for a switch that is on."""
-    words = []
-    for key, value in flags.items():
-        flag = "--" + key.replace("_", "-")
-        words.append(flag if value is True else f"{flag} {value:g}" if isinstance(value, float) else f"{flag} {value}")
-    return " ".join(words)
-
-
-def describe_presets() -> str:
-    """What `--preset list` prints: each preset, what it runs and the paper it re-asks."""
-    lines = []
-    for preset in PRESETS.values():
-        runs = "; one comparison per variant: " + ", ".join(f"{v.name} ({flag_text(v.flags)})"
-                                                           for v in preset.variants) if preset.variants else ""
-        lines.append(f"{preset.name}: {preset.summary}\n    paper: {preset.paper.citation}\n    runs: "
-                     f"{flag_text(preset.flags)}{runs}")
-    return "\n".join(lines)
-
-
 def frontier_findings(preset: Preset, frontier: Sweep | None, name: str) -> list[CrossoverFinding]:
     """A budget sweep's crossovers of the preset's pairs on the main yardstick (no test: where the fits cross, stated
     only inside the sweep, where both beat their controls around it and the measured means agree)."""
@@ -272,9 +252,7 @@ def paper_section(preset: Preset, results: dict[str, Results], wall_seconds: flo
                  paper_rows=[PaperRow(row=row, values=list(values)) for row, values in preset.paper.rows],
                  yardsticks=names, ours=ours, family=named,
                  findings=findings + frontier_findings(preset, frontier, evidence.main()),
-                 paper_setting=preset.paper.setting,
-                 this_run=f"{setup['model']}; budget {setup['budget']:.3g} FLOPs per run"
-                 + (" (per comparison: " + ", ".join(f"{name} {r.budget_flops:.3g}" for name, r in results.items())
-                    + ")" if len(results) > 1 else "")
-                 + f"; {setup['corpus']['name']}: {setup['corpus']['description']}; {first.seeds} seeds",
+                 paper_setting=preset.paper.setting, model=setup["model"], budget_flops=setup["budget"],
+                 comparison_budgets={name: r.budget_flops for name, r in results.items()} if len(results) > 1 else {},
+                 corpus=setup["corpus"]["name"], corpus_description=setup["corpus"]["description"], seeds=first.seeds,
                  wall_seconds=wall_seconds, runs_seconds=runs_seconds)

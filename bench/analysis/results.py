@@ -23,7 +23,9 @@ from bench.training.config import parse_seq_len
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
 from bench.yardsticks.probes import QUESTIONS
 
-SCHEMA = 3  # results.json's layout (3: the setup as facts, worded by the report); a folder of another schema is refused rather than misread (bench.downstream)
+# results.json's layout (4: a preset's settings as facts too, worded by the report); a folder of another schema is
+# refused rather than misread (bench.downstream)
+SCHEMA = 4
 PROBE_SCORES = ("hidden_state", "replaced_word", "replaced_word_finetuned")
 COMPUTE_KEYS = ("flops_per_step", "steps", "tokens", "supervised_positions", "flops", "cooldown_flops", "wall_seconds",
                 "tokens_per_second", "supervised_per_sequence")

@@ -39,7 +39,7 @@ def paper_text(paper: Paper) -> str:
             "(5 % of B) is ruled out, otherwise inconclusive. A claim about an objective's own task is marked as a "
             "diagnostic.\n",
             table(findings, ["claim", "outcome", "evidence"]),
-            f"\n**What differs.** The paper: {paper.paper_setting}. This run: {paper.this_run}. The yardsticks "
+            f"\n**What differs.** The paper: {paper.paper_setting}. This run: {this_run(paper)}. The yardsticks "
             "are this suite's tasks on its own data, not the paper's benchmarks: a direction can carry over, the "
             "numbers cannot."
             + (f" The runs took {paper.runs_seconds / 60:.1f} min (training with its evaluations, probes and "
@@ -47,10 +47,30 @@ def paper_text(paper: Paper) -> str:
     return "\n".join(text)
 
 
+def this_run(paper: Paper) -> str:
+    """This run's setting, as the paper's is given."""
+    per_comparison = ", ".join(f"{name} {budget:.3g}" for name, budget in paper.comparison_budgets.items())
+    return (f"{paper.model}; budget {paper.budget_flops:.3g} FLOPs per run"
+            + (f" (per comparison: {per_comparison})" if per_comparison else "")
+            + f"; {paper.corpus}: {paper.corpus_description}; {paper.seeds} seeds")
+
+
+def setting_text(found: Setting) -> str:
+    """What the run measured about the paper's setting, per side."""
+    values = found.values
+    if found.measured == "passes":
+        return (f"this run: {values[''][0]:.1f} passes over the training windows per run (mean)" if values else
+                "this run: no finished run")
+    if found.measured == "pair_accuracy":
+        return "; ".join(f"{side} {accuracy:.3f}" for side, (accuracy,) in values.items()) or "no pair objective finished"
+    return "per run, mean over seeds: " + "; ".join(f"{side} {tokens:,.0f} token positions ({supervised:,.0f} "
+                                                   "supervised)" for side, (tokens, supervised) in values.items())
+
+
 def finding_text(found: PaperFinding) -> str:
     """The numbers behind a preset's finding."""
     if isinstance(found, Setting):
-        return found.evidence
+        return setting_text(found)
     if isinstance(found, CrossoverFinding):
         meet = found.crossover
         if meet is None or meet.budget is None or meet.where != "within":

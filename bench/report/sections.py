@@ -5,7 +5,6 @@ from __future__ import annotations
 from tabulate import tabulate
 
 from backbone.flops import TILE
-from bench.analysis.density import analytic_count
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
 from bench.analysis.results import PROBE_SCORES, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
@@ -197,6 +196,11 @@ def objective_schedule_section(results: Results) -> str:
             "in turn; it starts at the first step whose FLOPs before it reach its start (means over seeds).\n\n"
             + table(rows, ["schedule", "piece", "T", "share of FLOPs", "steps", "from FLOPs", "to FLOPs",
                            "its end asked"]))
+
+
+def analytic_count(row: dict) -> str:
+    """The analytic supervised positions of a row, marked when they are only an upper bound (whole-word masking)."""
+    return ("≤ " if row.get("upper_bound") else "") + f"{row['supervised_positions']:g}"
 
 
 def density_section(results: Results) -> str:

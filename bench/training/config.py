@@ -22,10 +22,13 @@ EVAL_SEED = 1234  # held-out corruption is the same for every run: differences a
 
 @dataclass(frozen=True)
 class TrainConfig:
+    """What a run computes, as the plan (bench.planning.train_config) builds it from the command's configuration;
+    the defaults below are the command's too (bench.config reads them), and the training recipe's own."""
+
     budget_flops: float
-    model: str = "small"
+    model: str  # a size of backbone.MODELS, with options
     batch_size: int = 32  # global, the same for every objective
-    lr: float = 1e-3
+    lr: float | None = None  # the spec's peak rate, which the plan gives each spec (Plan.learning_rates); None: unset
     warmup: float = 0.05  # share of the budget spent warming up
     # share of a finished run's budget spent cooling down, linearly to zero: the last of the full run's, and of each
     # FLOP checkpoint's branch (learning_rate), so that every point on a curve is a run that finished its schedule
@@ -93,6 +96,8 @@ def make_optimizer(module: torch.nn.Module, config: TrainConfig, device: torch.d
     """AdamW; on CUDA its fused kernel (one launch for all parameters, and no host reads of the step counts). On
     CPU the foreach implementation, whose numbers are the default one's to the last bit (every CPU result so far was
     made with that one; CPU's fused kernel rounds differently)."""
+    if config.lr is None:  # a silent default rate would train every spec at a rate nobody chose
+        raise ValueError("a run's TrainConfig needs its spec's learning rate (lr)")
     return torch.optim.AdamW(optimizer_groups(module, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6,
                              fused=fused_on(device), foreach=foreach_on(device))
 

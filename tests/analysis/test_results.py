@@ -87,10 +87,10 @@ def test_report_tables_are_the_results_numbers_formatted():
 
 
 def test_records_of_another_layout_are_refused_not_misread(tmp_path):
-    with pytest.raises(ConfigError, match="schema 1, not 3"):
+    with pytest.raises(ConfigError, match="schema 1, not 4"):
         load_results({"runs": []})
     golden = json.loads(GOLDEN.read_text())
-    with pytest.raises(ConfigError, match="does not hold the results of schema 3"):
+    with pytest.raises(ConfigError, match="does not hold the results of schema 4"):
         load_results({**golden, "verdict": {"baseline": "mlm"}})  # a verdict without its fields
     flat = {"objective": "mlm", "curve": [{"checkpoint": 1e9, "step": 5, "loss": 2.5}]}  # before the rows had parts
     write_json(tmp_path / "result.json", flat)

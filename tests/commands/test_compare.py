@@ -70,7 +70,7 @@ def test_results_json_fields(comparison):
         assert {"hidden_state", "replaced_word", "replaced_word_finetuned", "probe_flops"} <= set(probes)
         assert all(0 <= probes[key]["score"] <= 1 for key in ("hidden_state", "replaced_word"))
         assert result["revision"] == runs[0]["revision"]  # every run and control records the code that made it
-    assert results["schema"] == 3 and set(results["answer"]) >= {"sentence", "yardstick", "leader", "separated",
+    assert results["schema"] == 4 and set(results["answer"]) >= {"sentence", "yardstick", "leader", "separated",
                                                                   "scale"}
     # one control per seed and way of reading: mlm, electra and span read the whole window, ar the left context
     assert [(c["control"], c["seed"], c["flops"]) for c in results["controls"]] == [

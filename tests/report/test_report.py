@@ -135,3 +135,25 @@ def test_plot_bands_are_the_tables_t_intervals():
     assert band.min() == pytest.approx(expected.mean - expected.ci95) and band.max() == pytest.approx(
         expected.mean + expected.ci95 + 0.1)
     plt.close(figure)
+
+
+def test_a_presets_setting_and_this_runs_are_worded_from_their_facts():
+    from bench.analysis.paper_findings import Setting
+    from bench.report.paper import setting_text, this_run
+
+    def setting(measured: str, values: dict) -> Setting:
+        return Setting(claim="c", kind="setting", outcome="setting", measured=measured, values=values)
+
+    assert setting_text(setting("passes", {"": [12.345]})) == \
+        "this run: 12.3 passes over the training windows per run (mean)"
+    assert setting_text(setting("passes", {})) == "this run: no finished run"
+    assert setting_text(setting("pair_accuracy", {"mlm:pair=nsp": [0.91234], "mlm:pair=sop": [0.5]})) == \
+        "mlm:pair=nsp 0.912; mlm:pair=sop 0.500"
+    assert setting_text(setting("pair_accuracy", {})) == "no pair objective finished"
+    assert setting_text(setting("positions", {"schedule mlm": [123456.0, 7890.4]})) == \
+        "per run, mean over seeds: schedule mlm 123,456 token positions (7,890 supervised)"
+    paper = type("Paper", (), dict(model="mini", budget_flops=5e11, comparison_budgets={"a": 1e11, "b": 4e11},
+                                   corpus="synthetic", corpus_description="an embedded language", seeds=5))
+    assert this_run(paper) == ("mini; budget 5e+11 FLOPs per run (per comparison: a 1e+11, b 4e+11); synthetic: an "
+                               "embedded language; 5 seeds")
+    assert "per comparison" not in this_run(type("One", (paper,), {"comparison_budgets": {}}))

@@ -64,15 +64,15 @@ def without_timings(result: RunRecord) -> dict:
 
 
 def test_eval_grid_is_log_spaced_and_ends_at_the_budget():
-    grid = eval_grid(TrainConfig(budget_flops=1e12, eval_points=5, first_eval=0.01))
+    grid = eval_grid(TrainConfig(budget_flops=1e12, model="tiny", eval_points=5, first_eval=0.01))
     assert grid[0] == pytest.approx(1e10) and grid[-1] == 1e12
     ratios = [b / a for a, b in zip(grid, grid[1:])]
     assert ratios == pytest.approx([10 ** 0.5] * 4, rel=1e-5)
-    assert eval_grid(TrainConfig(budget_flops=3e9, eval_points=1)) == [3e9]
+    assert eval_grid(TrainConfig(budget_flops=3e9, model="tiny", eval_points=1)) == [3e9]
 
 
 def test_schedule_warms_up_holds_and_cools_down_to_zero_at_the_budget_it_ends_at():
-    c = TrainConfig(budget_flops=100.0, lr=1e-3, warmup=0.1, cooldown=0.2)
+    c = TrainConfig(budget_flops=100.0, model="tiny", lr=1e-3, warmup=0.1, cooldown=0.2)
     assert learning_rate(5, 100, c) == pytest.approx(0.5e-3)  # half-way up the warm-up (10 FLOPs)
     assert learning_rate(10, 100, c) == learning_rate(80, 100, c) == pytest.approx(1e-3)  # stable
     assert learning_rate(90, 100, c) == pytest.approx(0.5e-3)  # half-way down the cool-down
@@ -330,7 +330,7 @@ def test_a_micro_batch_must_divide_each_process_share():
         with pytest.raises(ConfigError, match=f"--micro-batch {micro} does not divide the 4 windows each process"):
             check_batch_split(8, 2, micro)
     with pytest.raises(ConfigError, match="--checkpoint-every must be a positive"):
-        check_config(TrainConfig(budget_flops=1.0, checkpoint_every=0.0), 1)
+        check_config(TrainConfig(budget_flops=1.0, model="tiny", checkpoint_every=0.0), 1)
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
@@ -539,9 +539,11 @@ def test_on_cuda_adamw_is_fused_and_fp32_matmuls_run_in_tf32(monkeypatch):
     options = []
     monkeypatch.setattr(torch.optim, "AdamW", lambda groups, **kwargs: options.append(kwargs))
     module = torch.nn.Linear(2, 2)
-    make_optimizer(module, TrainConfig(budget_flops=1.0), cuda)
-    make_optimizer(module, TrainConfig(budget_flops=1.0), cpu)
+    make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), cuda)
+    make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), cpu)
     assert [o["fused"] for o in options] == [True, None]
+    with pytest.raises(ValueError, match="learning rate"):  # a rate nobody chose is refused, never defaulted
+        make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny"), cpu)
 
 
 @pytest.mark.slow
@@ -877,7 +879,7 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
         monkeypatch.setattr(bench.training.runs, name, lambda *args: "run")
     monkeypatch.setattr(bench.training.runs, "fit", diverging)
     one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
-    config = TrainConfig(budget_flops=1.0)
+    config = TrainConfig(budget_flops=1.0, model="tiny")
     with pytest.raises(TrainingDiverged) as diverged:
         train_run(one, "mlm", 0, None, config, tmp_path, reuse=True)
     record = diverged.value.record

@@ -100,7 +100,7 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
     from bench.training.state import setup_run
     from bench.yardsticks.examples import TaskContext
 
-    fabric, config = make_fabric("cpu"), TrainConfig(budget_flops=1.0, model="tiny")
+    fabric, config = make_fabric("cpu"), TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3)
     controls = {spec: control_run(fabric, spec, 1, corpus, config, tmp_path / spec, [Probes(corpus, CONFIG)],
                                   progress=False)
                 for spec in ("mlm", "electra", "ar")}
