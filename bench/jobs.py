@@ -36,6 +36,7 @@ from bench.training.distributed import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, 
                                         make_fabric, stop_agreed, stop_message, stop_on_signals)
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import control_run, train_run
+from bench.training.state import RunContext
 
 # the training a command's runs must hold together for running them at once to pay: each worker's start (importing
 # torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:
@@ -106,8 +107,9 @@ def executed(fabric, works: Sequence[Work], context: Context, progress: bool,
                 raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
             read = control_run if work.kind == "control" else train_run
             try:
-                found.append([(read(fabric, work.spec, work.seeds[0], context.corpus, work.train, work.run_dirs[0],
-                                    list(context.yardsticks), progress, reuse=work.reuse), None)])
+                asked = RunContext(work.spec, work.seeds[0], context.corpus, work.train, work.run_dirs[0],
+                                   context.yardsticks, progress)
+                found.append([(read(fabric, asked, reuse=work.reuse), None)])
             except TrainingDiverged as error:
                 found.append([(None, error.record)])
     return found

@@ -45,6 +45,7 @@ from bench.training.distributed import make_fabric
 from bench.training.loop import device_peak
 from bench.training.records import RunRecord
 from bench.training.runs import train_run
+from bench.training.state import RunContext
 from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
 
 
@@ -425,7 +426,7 @@ def totals(results: list[RunRecord], seconds: float) -> dict:
 def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, seed: int = 0) -> dict:
     """One run on `thread_count` threads."""
     with threads(thread_count), tempfile.TemporaryDirectory() as folder:
-        result = train_run(make_fabric(), spec, seed, corpus, config, Path(folder), progress=False)
+        result = train_run(make_fabric(), RunContext(spec, seed, corpus, config, Path(folder), progress=False))
     return totals([result], result.train_seconds)
 
 
@@ -455,7 +456,7 @@ def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, re
         with tempfile.TemporaryDirectory() as folder:
             fabric = make_fabric()
             ready.wait(timeout=600)
-            result = train_run(fabric, spec, seed, corpus, config, Path(folder), progress=False)
+            result = train_run(fabric, RunContext(spec, seed, corpus, config, Path(folder), progress=False))
         results.put(result)
     except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
         results.put(f"{type(error).__name__}: {error}")

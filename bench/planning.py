@@ -25,7 +25,7 @@ from bench.environment import code_revision, package_versions, version_note
 from bench.files import read_json
 from bench.training.config import (SeqLenSchedule, TrainConfig, check_batch_split, check_config, parse_seq_len,
                                    predict_phases, tf32_matmuls)
-from bench.training.loop import Yardstick
+from bench.training.state import Yardstick
 from bench.training.runs import control_name
 from bench.tuned import TUNED, finetune_rates
 from bench.yardsticks.downstream import Downstream, finetune_config

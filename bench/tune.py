@@ -44,7 +44,7 @@ from bench.planning import plan
 from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
-from bench.training.state import restore, setup_run
+from bench.training.state import RunContext, restore, setup_run
 from bench.tuned import DEFAULTS_FILE, setting_of
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective
@@ -128,8 +128,8 @@ def tune(config: Config, ladder_max: float = MAX_LADDER) -> dict:
         best = picked(spec, rows)
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
         trial = replace(plan_.train, lr=best["lr"])
-        run = setup_run(fabric, best["trial"], TUNING_SEED, plan_.corpus, trial,
-                        trial_dir(plan_.out, best["trial"], best["lr"]))
+        run = setup_run(fabric, RunContext(best["trial"], TUNING_SEED, plan_.corpus, trial,
+                                           trial_dir(plan_.out, best["trial"], best["lr"])))
         restore(fabric, run)  # the picked trial's final weights
         found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
                                      "at_edge": edge(rates, best["lr"]),

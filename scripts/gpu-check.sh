@@ -49,13 +49,13 @@ from bench.training.config import TrainConfig
 from bench.training.distributed import make_fabric, step_counts
 from bench.training.loop import train_step
 from bench.planning import step_memory
-from bench.training.state import setup_run
+from bench.training.state import RunContext, setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")
 corpus = load_corpus("synthetic", 128)
 for spec in ("mlm", "ar", "electra", "span"):
-    run = setup_run(fabric, spec, 0, corpus, TrainConfig(budget_flops=1e12, model="small", batch_size=32, lr=1e-3),
-                    Path("/tmp/gpu-check-step"))
+    run = setup_run(fabric, RunContext(spec, 0, corpus, TrainConfig(budget_flops=1e12, model="small", batch_size=32,
+                                                                    lr=1e-3), Path("/tmp/gpu-check-step")))
     rows = training_batch(run.objective, corpus.windows("train"), 0, 0, 32, slice(0, 32)).pin_memory()
     spent = step_counts(fabric, local_counts(run.objective, rows))
     torch.cuda.reset_peak_memory_stats()
@@ -91,6 +91,7 @@ import torch
 from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
+from bench.training.state import RunContext
 from bench.perf import steps_config
 
 STEPS = 600
@@ -101,7 +102,7 @@ def one(seed, ready, results):
     config = steps_config("mlm", corpus, STEPS, "mini", 32)
     with tempfile.TemporaryDirectory() as folder:
         ready.wait(timeout=600)
-        result = train_run(fabric, "mlm", seed, corpus, config, Path(folder), progress=False)
+        result = train_run(fabric, RunContext("mlm", seed, corpus, config, Path(folder), progress=False))
     results.put((result.tokens, result.train_seconds, torch.cuda.max_memory_reserved()))
 
 

@@ -18,7 +18,6 @@ import time
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +28,6 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from bench.data import synthetic
-from bench.data.corpus import Corpus
 from bench.data.synthetic import Language
 from bench.files import append_jsonl
 from bench.seeds import derive_seed
@@ -41,21 +39,6 @@ from bench.training.distributed import (Agreement, RunStopped, StopRequest, agre
 from bench.training.records import curve_row
 from bench.training.state import Run, save_checkpoint
 from objectives import Corrupted, Objective, Output
-
-
-class Yardstick(Protocol):
-    """What a run is read with besides its own loss: the probes (bench.yardsticks.probes.Probes) and the downstream
-    tasks (bench.yardsticks.downstream.Downstream), called by name, so the loop imports none of their insides."""
-
-    result_key: str  # where its final scores go: a field of the run's record ("probes", "downstream")
-    seconds_key: str  # and the seconds they took ("probe_seconds", "downstream_seconds")
-
-    def at_checkpoint(self, objective: Objective) -> dict | None:
-        """Frozen scores at a FLOP checkpoint, for the row of curve.jsonl; None for a yardstick without a curve."""
-
-    def at_end(self, objective: Objective, progress: bool, desc: str, reader: str | None = None) -> dict:
-        """A final (or untrained) backbone's scores; `reader`: the objective's spec, or the untrained control's
-        name (a yardstick may read each with its own tuned settings)."""
 
 
 @torch.no_grad()
@@ -194,17 +177,16 @@ def share_of_loss(objective: Objective, output: Output, micro: Corrupted, totals
                for name, term in terms.items())
 
 
-def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], checkpoint: float,
-                          yardsticks: Sequence[Yardstick]) -> None:
+def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], checkpoint: float) -> None:
     """Evaluate the model as it stands, the run trained to the FLOP `checkpoint`, and append the row to curve.jsonl."""
     counters = run.counters
-    row = curve_row(counters, checkpoint, evaluate(fabric, run.module, heldout, run.objective, run.language))
+    row = curve_row(counters, checkpoint, evaluate(fabric, run.module, heldout, run.objective, run.context.language))
     loss = row["metrics"]["loss"]
     if not math.isfinite(loss):  # the last update broke the weights: not a finished run
         raise TrainingDiverged(run.spec, run.seed, counters.step, loss, counters.last_finite_loss, counters.flops)
     if run.config.probe_every_eval and fabric.is_global_zero:  # only rank 0 writes the row; the others need not wait
         with fabric.autocast():  # the readouts run on the device, under the run's precision
-            for yardstick in yardsticks:
+            for yardstick in run.context.yardsticks:
                 point = yardstick.at_checkpoint(run.objective)
                 if point is not None:  # a diagnostic has no curve
                     row[yardstick.result_key] = point
@@ -227,14 +209,13 @@ class TrainingLoop:
     """What `fit` keeps across steps (the progress bar, live metrics, the batch prefetcher, the counts carried from
     one step's all-reduce to the next, the time of the last save) and the named parts of a step."""
 
-    def __init__(self, fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick], progress: bool,
-                 request: StopRequest) -> None:
-        self.fabric, self.run, self.yardsticks = fabric, run, yardsticks
+    def __init__(self, fabric: Fabric, run: Run, request: StopRequest) -> None:
+        self.fabric, self.run, corpus = fabric, run, run.context.corpus
         self.request, config, counters = request, run.config, run.counters
         self.windows = [corpus.windows("train", phase.seq_len) for phase in run.schedule.phases]
         self.heldout, self.grid = eval_batches(run.objective, corpus, config), eval_grid(config)
         self.bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
-                        disable=not (progress and fabric.is_global_zero),
+                        disable=not (run.context.progress and fabric.is_global_zero),
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
         self.bar.update(min(100.0, 100 * counters.flops / config.budget_flops))
         self.started, self.last_save = time.perf_counter() - counters.wall_seconds, time.monotonic()
@@ -303,7 +284,7 @@ class TrainingLoop:
         counters = self.run.counters
         if counters.flops >= self.run.config.budget_flops:
             self.cool_down_branches()
-            checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid[-1], self.yardsticks)
+            checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid[-1])
             counters.next_eval = len(self.grid)
             self.save()
         elif agreed.stop or agreed.save:
@@ -335,7 +316,7 @@ class TrainingLoop:
                 self.count(step, agreed.loss, live=False)
                 stop = agreed.stop
             if not stop:
-                checkpoint_evaluation(self.fabric, run, self.heldout, checkpoint, self.yardsticks)
+                checkpoint_evaluation(self.fabric, run, self.heldout, checkpoint)
             before = branched_from["counters"]
             steps, flops = counters.step - before.step, counters.flops - before.flops
             self.restore(branched_from)
@@ -376,14 +357,12 @@ class TrainingLoop:
         self.live.close()
 
 
-def fit(fabric: Fabric, run: Run, corpus: Corpus, yardsticks: Sequence[Yardstick], progress: bool,
-        stop_after_steps: int | None) -> bool:
+def fit(fabric: Fabric, run: Run, stop_after_steps: int | None = None) -> bool:
     """Train until the accounted FLOPs reach the budget, evaluating at every checkpoint of the grid. Returns False
     when stopped early by `stop_after_steps` (which simulates an interruption). Raises RunStopped after saving the
     state when SIGTERM or SIGUSR1 arrives, TrainingDiverged when the loss stops being finite."""
     counters, early = run.counters, False
-    with stop_on_signals() as request, closing(TrainingLoop(fabric, run, corpus, yardsticks, progress,
-                                                            request)) as loop:
+    with stop_on_signals() as request, closing(TrainingLoop(fabric, run, request)) as loop:
         while not early and counters.flops < run.config.budget_flops:
             loop.cool_down_branches()
             tick = time.perf_counter()  # the whole step, building the batch included: honest tokens/s

@@ -17,11 +17,11 @@ from bench.data.corpus import Corpus
 from bench.environment import code_revision
 from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
-from bench.training.config import TrainConfig, configure_matmuls, run_name
+from bench.training.config import configure_matmuls, run_name
 from bench.training.distributed import stop_agreed, stop_message, stop_on_signals
-from bench.training.loop import TrainingDiverged, Yardstick, fit
+from bench.training.loop import TrainingDiverged, fit
 from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_curve, read_record
-from bench.training.state import Run, mark_session, restore, setup_run
+from bench.training.state import Run, RunContext, Yardstick, mark_session, restore, setup_run
 from objectives import Objective
 
 
@@ -64,47 +64,49 @@ def read_at_end(record: Record, yardsticks: Sequence[Yardstick], objective: Obje
     return record
 
 
-def train_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-              yardsticks: Sequence[Yardstick] = (), progress: bool = True, stop_after_steps: int | None = None,
+def train_run(fabric: Fabric, context: RunContext, stop_after_steps: int | None = None,
               reuse: bool = False) -> RunRecord | None:
-    """Train `spec` with `seed` to the budget, writing curve.jsonl, checkpoint.pt and finally result.json into
-    run_dir. Resumes from run_dir's checkpoint when there is one; with `reuse` (--resume), a run that finished before
-    is read back instead (rank 0 reads, so every process takes the same branch). Each yardstick reads the final
-    backbone (and, with config.probe_every_eval, the frozen backbone at every checkpoint).
+    """Train the context's spec with its seed to the budget, writing curve.jsonl, checkpoint.pt and finally
+    result.json into its run_dir. Resumes from run_dir's checkpoint when there is one; with `reuse` (--resume), a
+    run that finished before is read back instead (rank 0 reads, so every process takes the same branch). Each
+    yardstick reads the final backbone (and, with config.probe_every_eval, the frozen backbone at every checkpoint).
     Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
     being finite, after recording it in run_dir/diverged.json (a resumed comparison raises it again from there
     rather than train the run again); RunStopped after a stop signal (at the end of its step, after the evaluation
     it arrived in, or once result.json is written when it arrived during the final probes and tasks)."""
+    run_dir, name = context.run_dir, run_name(context.spec, context.seed)
     diverged_path = run_dir / "diverged.json"
-    diverged, finished = fabric.broadcast((read_json(diverged_path) if reuse and diverged_path.exists() else None,
-                                           finished_result(run_dir) if reuse else None), src=0)
+    diverged = finished = None
+    if reuse:  # every process was asked alike, so all of them take part in the broadcast or none does
+        diverged, finished = fabric.broadcast((read_json(diverged_path) if diverged_path.exists() else None,
+                                               finished_result(run_dir)), src=0)
     if diverged is not None:
         raise TrainingDiverged.recorded(diverged)
     if finished is not None:
         return finished
     with stop_on_signals() as request:  # the command's, when it installed one
-        run = setup_run(fabric, spec, seed, corpus, config, run_dir)
+        run = setup_run(fabric, context)
         restore(fabric, run)
         mark_session(fabric, run)
         try:
-            if not fit(fabric, run, corpus, yardsticks, progress, stop_after_steps):
+            if not fit(fabric, run, stop_after_steps):
                 return None
         except TrainingDiverged as error:
             print(f"warning: {error}", file=sys.stderr)
             if fabric.is_global_zero:
                 write_json(diverged_path, error.record)
             raise
-        result = run_result(fabric, run, corpus)
+        result = run_result(fabric, run, context.corpus)
         # The yardsticks read one copy of the final weights, so rank 0 alone runs them (every rank holds the same
         # weights; the others would only repeat its work) and the others wait at the barrier below.
         with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
-            result = read_at_end(result, yardsticks if fabric.is_global_zero else (), run.objective, progress,
-                                 run_name(spec, seed))
+            result = read_at_end(result, context.yardsticks if fabric.is_global_zero else (), run.objective,
+                                 context.progress, name)
         if fabric.is_global_zero:
             write_json(run_dir / "result.json", result.to_json())
         fabric.barrier()
         if stop_agreed(fabric, request):  # arrived during the final probes or tasks: their results are kept
-            raise stop_message(fabric, f"after {run_name(spec, seed)} finished (its result.json is written)",
+            raise stop_message(fabric, f"after {name} finished (its result.json is written)",
                                request.signal_name)
         return result
 
@@ -117,27 +119,27 @@ def control_name(objective: Objective) -> str:
     return f"untrained, {'causal' if causal else 'bidirectional'}{segments}"
 
 
-def control_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path,
-                yardsticks: Sequence[Yardstick] = (), progress: bool = True,
-                reuse: bool = False) -> ControlRecord | None:
-    """The untrained control of seed `seed`: the very backbone a run of `spec` starts from (the same seeding and
-    construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes run_dir/result.json on
-    rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on every rank. Its
+def control_run(fabric: Fabric, context: RunContext, reuse: bool = False) -> ControlRecord | None:
+    """The untrained control of the context's seed: the very backbone a run of its spec starts from (the same
+    seeding and construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
+    run_dir/result.json on rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on every rank. Its
     evaluation FLOPs are reported, never charged: it spends no training compute."""
-    finished = fabric.broadcast(finished_result(run_dir) if reuse else None, src=0)
+    run_dir = context.run_dir
+    finished = fabric.broadcast(finished_result(run_dir), src=0) if reuse else None
     if finished is not None:
         return finished
     if fabric.is_global_zero:
         tick = time.perf_counter()
-        configure_matmuls(fabric.device, config.tf32)
+        configure_matmuls(fabric.device, context.config.tf32)
         with torch.random.fork_rng(devices=[]):
-            fabric.seed_everything(seed, verbose=False)
-            objective = build_run_objective(spec, config, corpus).to(fabric.device)
-        result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=spec, seed=seed,
-                               attention=objective.attention, flops=0, sees=objective.tagging_ceiling,
-                               revision=code_revision(), threads=torch.get_num_threads())
+            fabric.seed_everything(context.seed, verbose=False)
+            objective = build_run_objective(context.spec, context.config, context.corpus).to(fabric.device)
+        result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=context.spec,
+                               seed=context.seed, attention=objective.attention, flops=0,
+                               sees=objective.tagging_ceiling, revision=code_revision(),
+                               threads=torch.get_num_threads())
         with fabric.autocast():  # read as the runs are read
-            result = read_at_end(result, yardsticks, objective, progress, run_dir.name, timed=False)
+            result = read_at_end(result, context.yardsticks, objective, context.progress, run_dir.name, timed=False)
         result = replace(result, wall_seconds=time.perf_counter() - tick)
         write_json(run_dir / "result.json", result.to_json())
     fabric.barrier()

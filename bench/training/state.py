@@ -1,5 +1,5 @@
-"""A run's state: what setup_run builds (model, optimizer, counters, schedule), how a checkpoint restores it
-exactly, and how it is saved (atomically).
+"""A run's state: what a run is asked to be (RunContext), what setup_run builds from it (model, optimizer, counters,
+schedule), how a checkpoint restores it exactly, and how it is saved (atomically).
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, Sequence
 
 import torch
 from lightning_fabric import Fabric
@@ -26,21 +27,67 @@ from bench.training.records import Counters, PhaseCounters
 from objectives import Objective
 
 
-@dataclass
-class Run:
-    """One training run's moving parts: what setup_run builds and the loop updates."""
+class Yardstick(Protocol):
+    """What a run is read with besides its own loss: the probes (bench.yardsticks.probes.Probes) and the downstream
+    tasks (bench.yardsticks.downstream.Downstream), called by name, so the loop imports none of their insides."""
+
+    result_key: str  # where its final scores go: a field of the run's record ("probes", "downstream")
+    seconds_key: str  # and the seconds they took ("probe_seconds", "downstream_seconds")
+
+    def at_checkpoint(self, objective: Objective) -> dict | None:
+        """Frozen scores at a FLOP checkpoint, for the row of curve.jsonl; None for a yardstick without a curve."""
+
+    def at_end(self, objective: Objective, progress: bool, desc: str, reader: str | None = None) -> dict:
+        """A final (or untrained) backbone's scores; `reader`: the objective's spec, or the untrained control's
+        name (a yardstick may read each with its own tuned settings)."""
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run, or the untrained control of one, as a comparison asks for it: the objective's spec and the seed, the
+    corpus, the settings, the folder it writes, and what reads its backbone besides its own loss."""
 
     spec: str
     seed: int
+    corpus: Corpus
     config: TrainConfig
+    run_dir: Path
+    yardsticks: Sequence[Yardstick] = ()
+    progress: bool = True  # a progress bar (rank 0's)
+
+    @property
+    def language(self) -> Language | None:
+        """The embedded language, whose exact inference gives the held-out references (None for a text corpus)."""
+        return self.corpus.language
+
+
+@dataclass
+class Run:
+    """One training run's moving parts: what setup_run builds from its context and the loop updates."""
+
+    context: RunContext
     objective: Objective
     module: torch.nn.Module  # the objective as Fabric wrapped it
     optimizer: torch.optim.Optimizer
     counters: Counters
-    run_dir: Path
     schedule: SeqLenSchedule
-    language: Language | None = None  # the embedded language, whose exact inference gives the held-out references
     grad_norm: Tensor | None = None  # of the last step, on the device: read only when it is logged
+
+    @property
+    def spec(self) -> str:
+        return self.context.spec
+
+    @property
+    def seed(self) -> int:
+        return self.context.seed
+
+    @property
+    def config(self) -> TrainConfig:
+        return self.context.config
+
+    @property
+    def run_dir(self) -> Path:
+        return self.context.run_dir
 
     @property
     def curve_path(self) -> Path:
@@ -70,12 +117,13 @@ def fresh_compile_caches(blocks: int) -> None:
     setattr(config, name, max(getattr(config, name), 4 * blocks))
 
 
-def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: TrainConfig, run_dir: Path) -> Run:
+def setup_run(fabric: Fabric, context: RunContext) -> Run:
     """Seed, build the objective, compile it if asked, and hand it to Fabric with its optimizer."""
+    config, corpus = context.config, context.corpus
     check_config(config, fabric.world_size)
     configure_matmuls(fabric.device, config.tf32)
-    fabric.seed_everything(seed, verbose=False)
-    objective = build_run_objective(spec, config, corpus)
+    fabric.seed_everything(context.seed, verbose=False)
+    objective = build_run_objective(context.spec, config, corpus)
     stacks = [m for m in objective.modules() if isinstance(m, Transformer)]
     if config.compile:
         fresh_compile_caches(sum(len(stack.blocks) for stack in stacks))
@@ -92,7 +140,7 @@ def setup_run(fabric: Fabric, spec: str, seed: int, corpus: Corpus, config: Trai
     schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
     counters = Counters([PhaseCounters(phase.seq_len, phase.share, piece_spec(objective, phase))
                          for phase in schedule.phases])
-    return Run(spec, seed, config, objective, module, optimizer, counters, run_dir, schedule, corpus.language)
+    return Run(context, objective, module, optimizer, counters, schedule)
 
 
 def piece_spec(objective: Objective, phase: Phase) -> str | None:
