@@ -36,9 +36,11 @@ from tabulate import tabulate
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from backbone.model import apply_rope, rope_tables
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.config import TrainingConfig
 from bench.data.corpus import Corpus, load_corpus
 from bench.files import dumps
 from bench.jobs import threads
+from bench.planning import learning_rates
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import TrainConfig, configure_matmuls, single_seq_len, tf32_matmuls
 from bench.training.distributed import make_fabric
@@ -409,12 +411,13 @@ if __name__ == "__main__":
 
 
 def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> TrainConfig:
-    """A run of `spec` that stops after `steps` steps (exactly, for objectives whose steps all cost the same), with
-    one evaluation (at the end, outside the timed steps) and no live metrics."""
+    """A run of `spec` at the default's rate for it that stops after `steps` steps (exactly, for objectives whose
+    steps all cost the same), with one evaluation (at the end, outside the timed steps) and no live metrics."""
     objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=model, batch_size=batch_size), corpus)
     per_step = objective.flops(training_batch(objective, corpus.windows("train"), 0, 0, batch_size))
     return TrainConfig(budget_flops=steps * per_step, model=model, batch_size=batch_size, eval_points=1,
-                       eval_windows=batch_size, log_every=0)
+                       eval_windows=batch_size, log_every=0,
+                       lr=learning_rates(TrainingConfig.lr, [spec], strict=False)[spec])
 
 
 def totals(results: list[RunRecord], seconds: float) -> dict:
