@@ -59,9 +59,14 @@ def write_preset_report(out: Path, paper: Paper) -> Path:
     """A multi-comparison preset's own results.json and report.md: the paper section and a link to each
     comparison's full report."""
     write_json(out / "results.json", {"paper": to_json(paper)})
+    report = out / "report.md"
+    write_atomic(report, preset_page(paper))
+    return report
+
+
+def preset_page(paper: Paper) -> str:
+    """A multi-comparison preset's report.md: its paper section, then a link to each comparison's report."""
     variants = list(dict.fromkeys(row.variant for row in paper.ours))
     links = "\n".join(f"- [{name}]({name}/report.md)" for name in variants)
-    report = out / "report.md"
-    write_atomic(report, f"# Preset {paper.preset}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
-                         f"Each has its full report (verdict, setup, compute, plots):\n\n{links}\n")
-    return report
+    return (f"# Preset {paper.preset}\n\n{paper_text(paper)}\n\n## The comparisons\n\n"
+            f"Each has its full report (verdict, setup, compute, plots):\n\n{links}\n")

@@ -11,8 +11,8 @@ ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "reports"
 
 
-def script():
-    spec = importlib.util.spec_from_file_location("regenerate_reports", ROOT / "scripts" / "regenerate_reports.py")
+def script(name: str = "regenerate_reports"):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -104,3 +104,20 @@ def test_an_interrupted_regeneration_resumes_and_a_finished_report_is_kept(tmp_p
     git("commit", "-qm", "three: the code changed")
     regenerate.main(["example"])  # made again
     assert ran == ["--quiet", "--resume", "--quiet"]
+
+
+def test_the_rerender_check_tells_a_page_this_code_writes_from_one_it_would_not(tmp_path, capsys):
+    import json
+
+    from bench.analysis.results import load_results
+    from bench.report.markdown import write_report
+    from tests.helpers import GOLDEN
+
+    check = script("rerender_reports").main
+    page = write_report(tmp_path / "golden", load_results(json.loads(GOLDEN.read_text())))
+    assert check([str(tmp_path)]) == 0 and "golden/report.md: same" in capsys.readouterr().out
+    page.write_text(page.read_text().replace("## Verdict", "## The verdict"))  # as an edit by hand would
+    assert check([str(tmp_path)]) == 1 and "golden/report.md: DIFFERS" in capsys.readouterr().out
+    data = json.loads(page.with_name("results.json").read_text())
+    page.with_name("results.json").write_text(json.dumps({**data, "schema": 1}))
+    assert check([str(tmp_path)]) == 1 and "refused (results.json of schema 1" in capsys.readouterr().out
