@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         except ConfigError as error:
             verdict = f"refused ({error})"
         except (KeyError, TypeError) as error:  # a sweep's results.json names no schema: an older one misses fields
-            verdict = f"refused (an older layout: {error!r} missing; regenerate it)"
+            verdict = f"refused (an older layout, without {error}: regenerate it)"
         differ += verdict != "same"
         print(f"{page.relative_to(folder)}: {verdict}")
     return 1 if differ else 0

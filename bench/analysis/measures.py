@@ -45,7 +45,7 @@ class Reading:
 
 @dataclass(frozen=True)
 class Measure:
-    """How the analysis reads one yardstick off a run or control record (bench.training.loop.Yardstick is what
+    """How the analysis reads one yardstick off a run or control record (bench.training.state.Yardstick is what
     measures it during training): its final reading, its curve point, its ceiling and input-only control, and the
     training signals its question copies."""
 

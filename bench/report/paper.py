@@ -62,7 +62,8 @@ def setting_text(found: Setting) -> str:
         return (f"this run: {values[''][0]:.1f} passes over the training windows per run (mean)" if values else
                 "this run: no finished run")
     if found.measured == "pair_accuracy":
-        return "; ".join(f"{side} {accuracy:.3f}" for side, (accuracy,) in values.items()) or "no pair objective finished"
+        heads = "; ".join(f"{side} {accuracy:.3f}" for side, (accuracy,) in values.items())
+        return heads or "no pair objective finished"
     return "per run, mean over seeds: " + "; ".join(f"{side} {tokens:,.0f} token positions ({supervised:,.0f} "
                                                    "supervised)" for side, (tokens, supervised) in values.items())
 

@@ -4,7 +4,7 @@ take_batch, train_step, agree, count, evaluate_or_save, stop_if_asked). The lear
 cool-down would start, the loop branches, trains the branch to the checkpoint at a rate that falls to zero there (the
 very steps a run with that budget takes), writes its held-out evaluation and the yardsticks' curve points, drops it
 and goes on from where it branched, saving that state. The branches' steps and FLOPs are counted apart from the
-run's. Yardsticks are called by name (`Yardstick`): the loop imports none of them.
+run's. Yardsticks are called by name (state.Yardstick): the loop imports none of them.
 """
 
 from __future__ import annotations

@@ -122,8 +122,8 @@ def control_name(objective: Objective) -> str:
 def control_run(fabric: Fabric, context: RunContext, reuse: bool = False) -> ControlRecord | None:
     """The untrained control of the context's seed: the very backbone a run of its spec starts from (the same
     seeding and construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
-    run_dir/result.json on rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on every rank. Its
-    evaluation FLOPs are reported, never charged: it spends no training compute."""
+    run_dir/result.json on rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on
+    every rank. Its evaluation FLOPs are reported, never charged: it spends no training compute."""
     run_dir = context.run_dir
     finished = fabric.broadcast(finished_result(run_dir), src=0) if reuse else None
     if finished is not None:

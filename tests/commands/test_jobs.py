@@ -168,7 +168,8 @@ UNREAD = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-tr
 
 
 def mlm_work(seed: int, folder: Path) -> Work:
-    return Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), (folder / f"mlm-seed{seed}",), reuse=False)
+    return Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3),
+                (folder / f"mlm-seed{seed}",), reuse=False)
 
 
 @pytest.fixture

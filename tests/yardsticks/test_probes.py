@@ -153,8 +153,8 @@ def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
     config = ProbeConfig(train_windows=128, test_windows=64, iterations=30)
     fabric = make_fabric("cpu")
     with tempfile.TemporaryDirectory() as folder:
-        run = setup_run(fabric, RunContext("mlm", 0, corpus, TrainConfig(budget_flops=8e10, model="tiny", lr=3e-3,
-                                                                         eval_points=1), Path(folder)))
+        train = TrainConfig(budget_flops=8e10, model="tiny", lr=3e-3, eval_points=1)
+        run = setup_run(fabric, RunContext("mlm", 0, corpus, train, Path(folder), progress=False))
         before = run_probes(run.objective, corpus, config, finetune=False)
         fit(fabric, run)
         after = run_probes(run.objective, corpus, config, finetune=False)
