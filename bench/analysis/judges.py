@@ -3,7 +3,8 @@
 preset's family of claims (its size stated), intervals over seeds and test examples (bench.analysis.uncertainty).
 
 Three kinds of claim: "A beats B" (reproduced when A is ahead, not reproduced when B is, else not separated); "A is
-comparable to B" (non-inferiority: reproduced when A's shortfall is shown to be under a margin, else inconclusive);
+comparable to B" (non-inferiority: reproduced when A's shortfall is shown to be under a margin, not reproduced when
+its whole interval is beyond it, else inconclusive);
 and a multiplier of at least some factor (reproduced when its lower end is shown above it). A paper whose claim is
 about an objective's own task (ALBERT's intrinsic NSP and SOP accuracies) is judged on that task, and the finding
 says it is a diagnostic of the objective's own homework.
@@ -127,10 +128,20 @@ def judge(findings: list[PaperFinding], name: str) -> tuple[list[PaperFinding], 
 
 
 def claim_outcome(test: ClaimTest | MultiplierTest) -> str:
-    """"A beats B": reproduced, not reproduced (B ahead) or not separated; the others: reproduced or inconclusive."""
+    """"A beats B": reproduced, not reproduced (B ahead) or not separated. "A is comparable to B" and "a multiplier
+    of at least k": reproduced where the one-sided test shows it (Holm), not reproduced where the whole 95 % interval
+    lies on the other side (a shortfall beyond the margin, a multiplier below k: "inconclusive" would understate
+    data that contradict the claim), otherwise inconclusive."""
     if test.kind == "beats":
         return ("reproduced" if test.estimate > 0 else "not reproduced") if significant(test) else "not separated"
-    return "reproduced" if significant(test) else "inconclusive"
+    if significant(test):
+        return "reproduced"
+    if isinstance(test, MultiplierTest):
+        contradicted = test.multiplier is not None and test.multiplier.ci_high is not None and \
+            test.multiplier.ci_high < test.factor
+    else:
+        contradicted = test.ci_high is not None and test.margin is not None and test.ci_high < -test.margin
+    return "not reproduced" if contradicted else "inconclusive"
 
 
 def untested(found: PaperFinding) -> PaperFinding:

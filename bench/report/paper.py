@@ -36,8 +36,10 @@ def paper_text(paper: Paper) -> str:
             "interval and p include the test set's sampling; the p-values are Holm-corrected within "
             f"{family_text(paper.family)}. *A beats B*: reproduced when A is ahead, not reproduced when B is, "
             "otherwise not separated. *A is comparable to B*: reproduced when a shortfall of more than the margin "
-            "(5 % of B) is ruled out, otherwise inconclusive. A claim about an objective's own task is marked as a "
-            "diagnostic.\n",
+            "(5 % of B) is ruled out, not reproduced when the whole interval lies beyond it, otherwise inconclusive. "
+            "*A's multiplier is at least k*: reproduced when it is shown above k (one-sided), not reproduced when its "
+            "whole interval lies below k, otherwise inconclusive. A claim about an objective's own task is marked as "
+            "a diagnostic.\n",
             table(findings, ["claim", "outcome", "evidence"]),
             f"\n**What differs.** The paper: {paper.paper_setting}. This run: {this_run(paper)}. The yardsticks "
             "are this suite's tasks on its own data, not the paper's benchmarks: a direction can carry over, the "

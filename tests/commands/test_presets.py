@@ -11,7 +11,7 @@ from backbone import ConfigError
 from bench.analysis import presets as presets_module
 from bench.analysis.budgets import budget_folder
 from bench.analysis.findings import Family, Multiplier, Unread, Verdict, Wins, from_json, to_json
-from bench.analysis.judges import Evidence, claim, judge, multiplier_claim
+from bench.analysis.judges import Evidence, claim, claim_outcome, judge, multiplier_claim
 from bench.analysis.paper_findings import Paper, PaperFinding
 from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
 from bench.cli import run
@@ -109,7 +109,8 @@ def test_comparable_is_non_inferiority_within_the_margin():
         claim(e, "a ~ b", e.main(), ("", "a"), ("", "b"), "comparable"),
         claim(e, "c ~ b", e.main(), ("", "c"), ("", "b"), "comparable")])
     assert found["a ~ b"].outcome == "reproduced" and found["a ~ b"].margin == pytest.approx(0.04, rel=0.05)
-    assert found["c ~ b"].outcome == "inconclusive"
+    # c's shortfall is far beyond the margin, its whole interval with it: the data contradict the claim
+    assert found["c ~ b"].outcome == "not reproduced" and found["c ~ b"].ci_high < -found["c ~ b"].margin
 
 
 def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor(golden_results):
@@ -124,6 +125,10 @@ def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor(golden
     five = multiplier_claim(evidence({**base, **read, "multiplier": 8.0, "log_se": 0.1}), "x", "default", "electra",
                             "mlm", 4)
     assert five.p == pytest.approx(scipy_t.sf(math.log(2) / 0.1, 4))
+    judged_at = lambda p_holm, high: claim_outcome(  # noqa: E731
+        replace(five, p_holm=p_holm, multiplier=replace(five.multiplier, ci_high=high)))
+    assert judged_at(0.01, 12.0) == "reproduced" and judged_at(0.5, 12.0) == "inconclusive"
+    assert judged_at(0.5, 3.9) == "not reproduced"  # the whole interval below the factor: contradicted, not unclear
     unmeasured = evidence({**base, "outcome": "not measurable"})
     assert multiplier_claim(unmeasured, "x", "default", "electra", "mlm", 4).outcome == "not measurable"
 
