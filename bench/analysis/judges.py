@@ -4,10 +4,10 @@ preset's family of claims (its size stated), intervals over seeds and test examp
 
 Three kinds of claim: "A beats B" (reproduced when A is ahead, not reproduced when B is, else not separated); "A is
 comparable to B" (non-inferiority: reproduced when A's shortfall is shown to be under a margin, not reproduced when
-its whole interval is beyond it, else inconclusive);
-and a multiplier of at least some factor (reproduced when its lower end is shown above it). A paper whose claim is
-about an objective's own task (ALBERT's intrinsic NSP and SOP accuracies) is judged on that task, and the finding
-says it is a diagnostic of the objective's own homework.
+its whole interval is beyond it, else inconclusive); and a multiplier of at least some factor (reproduced when it is
+shown above it, not reproduced when its whole interval is below it, else inconclusive). A paper whose claim is about
+an objective's own task (ALBERT's intrinsic NSP and SOP accuracies) is judged on that task, and the finding says it
+is a diagnostic of the objective's own homework.
 """
 
 from __future__ import annotations
