@@ -240,9 +240,7 @@ def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[Run
         other_beat = [spec for spec in by_gain(other, [row.objective for row in other.rows])
                       if spec not in did_not_learn and beats_control(other.gain_of(spec))]
         leader = other_beat[0] if other_beat else None
-        other_tests = {tuple(p.objectives): p for p in other.comparisons}
-        separated = len(other_beat) > 1 and all(outcome_for(other_tests, leader, spec) == AHEAD
-                                                for spec in other_beat[1:])
+        separated = len(other_beat) > 1 and ahead_of(other, leader, other_beat[1:]) == other_beat[1:]
         other_read = OtherRead(yardstick=other.yardstick, label=other.label, leader=leader, beat_control=other_beat,
                                agrees=leader == (beat[0] if beat else None) and set(other_beat) == set(beat),
                                separated=separated)
@@ -254,8 +252,7 @@ def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[Run
     if len(beat) < 2:
         return found
     leader, others = beat[0], beat[1:]
-    tests = {tuple(p.objectives): p for p in item.comparisons}
-    behind = [spec for spec in others if outcome_for(tests, leader, spec) == AHEAD]
+    behind = ahead_of(item, leader, others)
     return replace(found, runner_up=others[0], separated=len(behind) == len(others),
                    not_separated_from=[spec for spec in others if spec not in behind],
                    multiplier=pair_multiplier(v, measured[item.yardstick], grouped, leader, others[0], budget,
@@ -285,6 +282,12 @@ def by_gain(item: YardstickVerdict, specs: list[str]) -> list[str]:
     their scores where they share a control), as the comparisons judge them."""
     gained = {spec: item.gain_of(spec) for spec in specs}
     return sorted(specs, key=lambda spec: -(gained[spec].estimate if gained[spec] is not None else float("-inf")))
+
+
+def ahead_of(item: YardstickVerdict, leader: str, others: list[str]) -> list[str]:
+    """The others the leader is separated from and ahead of on the item's yardstick (Holm within its family)."""
+    tests = {tuple(p.objectives): p for p in item.comparisons}
+    return [spec for spec in others if outcome_for(tests, leader, spec) == AHEAD]
 
 
 def outcome_for(tests: dict[tuple[str, ...], Comparison | Unjudged], first: str, second: str) -> str:
