@@ -18,18 +18,7 @@ from bench.report.paper import paper_text
 from bench.report.plots import plt, save_figure
 from bench.report.sections import fmt, table
 from bench.report.setup import sweep_setup_table
-from bench.report.wording import answer_sentence, listing
-
-
-def estimable(low: float | None, high: float | None) -> bool:
-    """Whether a fitted quantity has a finite two-sided interval (too many resamples that never meet or rise leave
-    none): only then is its point stated."""
-    return low is not None and high is not None and low > 0 and bool(np.isfinite(high))
-
-
-def inside(low: float, high: float, budgets: list[float]) -> bool:
-    """Whether a fitted budget's interval lies within the sweep: a place the runs measured, not an extrapolation."""
-    return budgets[0] <= low and high <= budgets[-1]
+from bench.report.wording import answer_sentence, estimable, listing, meeting_text, placed_text, sweep_text
 
 
 NOT_ESTIMABLE = "not estimable (too many resamples of the seeds never meet or rise: no interval, so no point either)"
@@ -47,34 +36,24 @@ def frontier_multiplier_text(row: MultiplierAt | UnreadAt) -> str:
     return f"{row.multiplier:.2g}× ({row.ci_low:.2g}–{row.ci_high:.2g})"
 
 
-def placed_text(budget: float, low: float | None, high: float | None, budgets: list[float]) -> str | None:
-    """A fitted budget with its interval where both are inside the sweep; None where it is not a finding."""
-    if not estimable(low, high) or not inside(low, high, budgets):
-        return None
-    return f"{budget:.3g} FLOPs (95 % CI {low:.3g}–{high:.3g})"
-
-
 def crossover_text(found: Crossover, budgets: list[float]) -> str:
     first, second = found.pair
-    sweep = f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
     if found.where == "never":
         return f"{first} and {second}: the fits never meet (parallel in log-FLOPs); no crossover."
     if found.where != "within":
-        return (f"{first} and {second}: no crossover within the sweep {sweep} (the fits meet only outside it: no "
-                "result).")
+        return (f"{first} and {second}: no crossover within the sweep {sweep_text(budgets)} (the fits meet only "
+                "outside it: no result).")
+    meeting = meeting_text(found, budgets)
     if found.outcome == NOT_MEASURABLE:
-        return (f"{first} and {second}: the fits meet at {found.budget:.3g} FLOPs, but one of them does not beat "
-                "its untrained control at the budgets around it: not measurable.")
+        return (f"{first} and {second}: {meeting}; one of them does not beat its untrained control at the budgets "
+                "around the fitted crossing: not measurable.")
     if found.contradicted:
-        return (f"{first} and {second}: the fits meet at {found.budget:.3g} FLOPs, but the measured means at the "
-                "budgets around it do not change order: no crossover is stated.")
+        return (f"{first} and {second}: {meeting}; the measured means at the budgets around the fitted crossing do "
+                "not change order: no crossover is stated.")
     placed = placed_text(found.budget, found.ci_low, found.ci_high, budgets)
     if placed is None:
-        reach = ("has no interval" if not estimable(found.ci_low, found.ci_high) else
-                 f"has a 95 % interval ({found.ci_low:.3g}–{found.ci_high:.3g}) that reaches outside it")
-        return (f"{first} and {second}: where their fits meet is not estimable within the sweep {sweep} (the "
-                f"crossing {reach}): no crossover is stated.")
-    return f"{first} and {second} cross at {placed}, within the sweep {sweep}."
+        return f"{first} and {second}: {meeting}: no crossover is stated."
+    return f"{first} and {second} cross at {placed}, within the sweep {sweep_text(budgets)}."
 
 
 def gain_text(gain: GainAt | None) -> str:

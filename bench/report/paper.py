@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
 from bench.analysis.findings import NOT_MEASURABLE
 from bench.analysis.paper_findings import CrossoverFinding, MultiplierTest, Paper, PaperFinding, Setting, Unmeasured
 from bench.report.sections import fmt, table
-from bench.report.wording import estimate_text, family_text, listing, multiplier_text, p_text
+from bench.report.wording import estimate_text, family_text, listing, meeting_text, multiplier_text, p_text
 
 
 def paper_value(value: float | None) -> str:
@@ -27,7 +25,8 @@ def paper_text(paper: Paper) -> str:
              if label in ours else "",
              *[fmt(ours[label].values.get(name)) if label in ours else "" for name in paper.yardsticks]]
             for label in labels]
-    findings = [[f.claim, f"**{f.outcome}**", finding_text(f)] for f in paper.findings]
+    findings = [[f.claim, f"**{f.outcome}**", finding_text(f, sorted(paper.comparison_budgets.values()))]
+                for f in paper.findings]
     text = [f"## Paper versus this run\n\n**{paper.citation}.** {paper.claim}\n",
             table(rows, ["setting", *[f"paper: {c}" for c in paper.paper_columns], "ours",
                          *[f"ours: {name} (mean ± 95 % t-interval)" for name in paper.yardsticks]]),
@@ -70,17 +69,15 @@ def setting_text(found: Setting) -> str:
                                                    "supervised)" for side, (tokens, supervised) in values.items())
 
 
-def finding_text(found: PaperFinding) -> str:
-    """The numbers behind a preset's finding."""
+def finding_text(found: PaperFinding, budgets: list[float]) -> str:
+    """The numbers behind a preset's finding; `budgets`: the sweep's, where the preset runs one."""
     if isinstance(found, Setting):
         return setting_text(found)
     if isinstance(found, CrossoverFinding):
         meet = found.crossover
         if meet is None or meet.budget is None or meet.where != "within":
             return "the fits do not meet within the sweep"
-        if meet.ci_low is None or meet.ci_high is None or not meet.ci_low > 0 or not math.isfinite(meet.ci_high):
-            return "where the fits meet is not estimable (no interval)"
-        return f"the fits meet at {meet.budget:.3g} FLOPs (95 % CI {meet.ci_low:.3g}–{meet.ci_high:.3g})"
+        return meeting_text(meet, budgets)
     if found.kind == "multiplier":
         m = found.multiplier if isinstance(found, MultiplierTest) else None
         return "" if m is None else (f"{found.objectives[0]} against {found.objectives[1]} on {found.yardstick}:"

@@ -3,8 +3,10 @@ them (p-values, intervals, multipliers, the answer, each yardstick's outcome).""
 
 from __future__ import annotations
 
+import math
+
 from bench.analysis.claims import ALPHA, beats_control
-from bench.analysis.findings import Answer, Family, Multiplier, Unread, YardstickVerdict
+from bench.analysis.findings import Answer, Crossover, Family, Multiplier, Unread, YardstickVerdict
 
 # the scale of the smallest published comparison of these objectives (ANCHORS.md: ELECTRA-Small's 1.4e18 FLOPs and
 # 6.25 % of it, 8.9e16): below it nothing published says which objective wins
@@ -35,6 +37,39 @@ def estimate_text(estimate: float, ci_low: float | None = None, ci_high: float |
 def times(m: float) -> str:
     """A multiplier to read: two significant figures, no exponent notation for the sizes that occur."""
     return f"{m:.0f}" if m >= 100 else f"{m:.1f}" if m >= 10 else f"{m:.2g}"
+
+
+def estimable(low: float | None, high: float | None) -> bool:
+    """Whether a fitted quantity has a finite two-sided interval (too many resamples that never meet or rise leave
+    none): only then is its point stated."""
+    return low is not None and high is not None and low > 0 and math.isfinite(high)
+
+
+def inside(low: float, high: float, budgets: list[float]) -> bool:
+    """Whether a fitted budget's interval lies within the sweep: a place the runs measured, not an extrapolation."""
+    return budgets[0] <= low and high <= budgets[-1]
+
+
+def sweep_text(budgets: list[float]) -> str:
+    return f"[{budgets[0]:.3g}, {budgets[-1]:.3g}] FLOPs"
+
+
+def placed_text(budget: float, low: float | None, high: float | None, budgets: list[float]) -> str | None:
+    """A fitted budget with its interval where both are inside the sweep; None where it is not a finding."""
+    if not estimable(low, high) or not inside(low, high, budgets):
+        return None
+    return f"{budget:.3g} FLOPs (95 % CI {low:.3g}–{high:.3g})"
+
+
+def meeting_text(found: Crossover, budgets: list[float]) -> str:
+    """Where two fits meet inside the sweep, as the frontier and a preset's claims both say it: the point with its
+    interval where that interval lies inside the sweep, otherwise not estimable, never a bare point."""
+    placed = placed_text(found.budget, found.ci_low, found.ci_high, budgets)
+    if placed is not None:
+        return f"the fits meet at {placed}"
+    reach = ("has no interval" if not estimable(found.ci_low, found.ci_high) else
+             f"has a 95 % interval ({found.ci_low:.3g}–{found.ci_high:.3g}) that reaches outside it")
+    return f"where the fits meet is not estimable within the sweep {sweep_text(budgets)} (the crossing {reach})"
 
 
 def multiplier_text(m: Multiplier | Unread | None, reading: str | None = None) -> str:

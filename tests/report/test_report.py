@@ -92,7 +92,7 @@ def test_a_multiplier_without_an_interval_states_no_point():
 
 
 def test_a_frontier_states_a_fitted_quantity_only_with_an_interval_inside_its_sweep():
-    from bench.analysis.findings import Crossover, Placed
+    from bench.analysis.findings import NOT_MEASURABLE, Crossover, Placed
     from bench.analysis.summaries import MultiplierAt
     from bench.report.frontier import crossover_text, frontier_multiplier_text, meets_text
 
@@ -104,6 +104,25 @@ def test_a_frontier_states_a_fitted_quantity_only_with_an_interval_inside_its_sw
     for low, high in ((0.02, 1.7e22), (None, None), (2e11, float("inf"))):  # reaching outside, open, unbounded
         text = crossover_text(crossing(low, high), budgets)
         assert "not estimable" in text and "no crossover is stated" in text and "cross at" not in text
+    # a crossing that is not measurable, or that the measured means contradict, still gives its place only with an
+    # interval inside the sweep: never the bare point
+    for change in ({"outcome": NOT_MEASURABLE}, {"contradicted": True}):
+        inside_sweep = crossover_text(replace(crossing(2e11, 5e11), **change), budgets)
+        assert "3e+11 FLOPs (95 % CI 2e+11–5e+11)" in inside_sweep and "cross at" not in inside_sweep
+        for low, high in ((0.02, 1.7e22), (None, None)):
+            text = crossover_text(replace(crossing(low, high), **change), budgets)
+            assert "not estimable within the sweep" in text and "3e+11" not in text and "cross at" not in text
+    # a preset's claim about the crossing quotes it as the frontier does (mlm-vs-clm once quoted 5.97e+11 FLOPs with
+    # an interval from 2e-56 to 2e+79)
+    from bench.analysis.paper_findings import CrossoverFinding
+    from bench.report.paper import finding_text
+    claim = lambda meet: CrossoverFinding(claim="where mlm and ar cross", kind="crossover",  # noqa: E731
+                                          outcome=NOT_MEASURABLE, crossover=meet, objectives=["mlm", "ar"],
+                                          yardstick="neutral")
+    assert finding_text(claim(crossing(2e11, 5e11)), budgets) == "the fits meet at 3e+11 FLOPs (95 % CI 2e+11–5e+11)"
+    assert finding_text(claim(crossing(2.1e-56, 1.7e79)), budgets) == (
+        "where the fits meet is not estimable within the sweep [1e+11, 1.6e+12] FLOPs (the crossing has a 95 % "
+        "interval (2.1e-56–1.7e+79) that reaches outside it)")
     meets = lambda low, high: Placed(where="within", budget=1.22e11, ci_low=low, ci_high=high,  # noqa: E731
                                      lack_of_fit=False)
     assert meets_text(meets(1.1e11, 1.4e11), budgets) == "1.22e+11 FLOPs (95 % CI 1.1e+11–1.4e+11)"
