@@ -400,9 +400,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"\n{note}")
 
 
-if __name__ == "__main__":
-    run(main)
-
 
 # --- Training throughput at one shape, measured on the training code itself: a run of a few steps alone (train_run),
 # several runs at once in processes of their own (the spawn context, one thread each: what running one job per core
@@ -496,3 +493,7 @@ def comparison_rows(steps: int, spec: str = "mlm", model: str = "mini", seq_len:
     for row in rows[1:]:
         row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
     return rows
+
+
+if __name__ == "__main__":
+    run(main)
