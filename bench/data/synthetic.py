@@ -365,7 +365,8 @@ def masked_token_nll(
     posterior = _posterior(language, ev)  # p(k, s_i | all evidence)
     # Given s_i, x_i is independent of the rest of the sequence, so
     # p(x_i | evidence) = sum_{k,s} p(k, s_i = s | evidence) * emission[k, s, x_i] lik_i(x_i) / ev_i[k, s].
-    lik = torch.where(visible, (keep_prob * (observed == words) + random_prob / V) / norm, 1.0)
+    # float64 throughout: a bool times a float would be float32, 2^-24 off the exact likelihood
+    lik = torch.where(visible, (keep_prob * (observed == words).to(F64) + random_prob / V) / norm, 1.0)
     p = (posterior * emit_true / ev).sum(-1).sum(1) * lik.T  # (L, N)
     return torch.where(selected, -p.T.log(), 0.0)
 
