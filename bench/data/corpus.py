@@ -130,7 +130,9 @@ class CutWindows:
         return pieces[inverse, positions % self.per_window]
 
 
-def _synthetic_rows(config: dict, num_sequences: int, length: int, seed: int, first_token: int):
+def _synthetic_rows(config: dict, num_sequences: int, length: int, seed: int, first_token: int, digest: str):
+    # `digest` (synthetic.digest) is unused here but part of datasets' cache key: the options alone would serve
+    # windows cached before a change of the language's code
     language = synthetic.make_language(synthetic.LanguageConfig(**config))
     sample = synthetic.sample(language, num_sequences, length, seed)
     tokens = sample.words + first_token
@@ -160,7 +162,7 @@ def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
 
     def split(num_sequences: int, sample_seed: int) -> datasets.Dataset:
         kwargs = dict(config=config, num_sequences=num_sequences, length=seq_len, seed=sample_seed,
-                      first_token=vocab.first_ordinary)
+                      first_token=vocab.first_ordinary, digest=synthetic.digest(language))
         return datasets.Dataset.from_generator(_synthetic_rows, gen_kwargs=kwargs)
 
     # held-out samples use another seed, so they are never training windows
@@ -234,8 +236,8 @@ def synthetic_text_corpus(option_text: str, seq_len: int, options: TextOptions) 
     synthetic_options, _, language = synthetic_language(option_text)
     spell = speller(synthetic_options.words)
     spelling_version = 2  # part of the cache key: a change of spelling must not reuse an old file
-    key = hashlib.sha256(json.dumps([spelling_version, asdict(synthetic_options)], sort_keys=True).encode()
-                         ).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([spelling_version, asdict(synthetic_options), synthetic.digest(language)],
+                                    sort_keys=True).encode()).hexdigest()[:16]
     path = cache_dir(None) / f"synthetic-text-{key}" / "corpus.txt"
     with one_process_at_a_time(None):
         if not path.exists():

@@ -16,6 +16,7 @@ so a step reads one contiguous slab, and component-major so a step is a single `
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -153,6 +154,16 @@ def sample(language: Language, num_sequences: int, length: int, seed: int) -> Sa
         states[t] = state
         words[t] = _draw(cdf_emission[comps, state], u_word[t])
     return Sample(words=words.T.contiguous(), states=(comps[:, None] * S + states.T).contiguous(), components=comps)
+
+
+def digest(language: Language) -> str:
+    """A fingerprint of the language's tables and of a few windows its sampler draws: what a cache of sampled corpora
+    must be keyed on, since the same options give other windows once make_language or sample changes."""
+    hashed = hashlib.sha256()
+    for table in (language.prior, language.initial, language.transition, language.emission,
+                  sample(language, 4, 16, seed=0).words):
+        hashed.update(table.contiguous().numpy().tobytes())
+    return hashed.hexdigest()[:16]
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -305,3 +305,25 @@ def test_span_masking_at_full_rate_on_short_windows():
         batch = objective.corrupt(torch.randint(4, 54, (8, 16), generator=torch.Generator().manual_seed(seed)),
                                   torch.Generator().manual_seed(seed))
         assert ((batch.targets != IGNORE).sum(1) == 16).all()
+
+
+def test_a_changed_language_never_reads_the_windows_cached_for_its_options(monkeypatch, tmp_path):
+    # datasets keys its cache on the generator's arguments: the options alone stayed the same when make_language
+    # changed, so a corpus sampled from the old language was served for the new one, beside the new one's Bayes floors
+    from bench.data import synthetic
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
+    spec = "synthetic:words=64,states=4,train=8,heldout=4"
+    before = load_corpus(spec, 16).windows("train")[:]
+    made = synthetic.make_language
+
+    def reversed_words(config):  # another language for the same options: every word's id mirrored
+        language = made(config)
+        return synthetic.Language(language.prior, language.initial, language.transition,
+                                  language.emission.flip(-1).contiguous())
+
+    monkeypatch.setattr(synthetic, "make_language", reversed_words)
+    corpus = load_corpus(spec, 16)
+    after = corpus.windows("train")[:]
+    assert not torch.equal(before, after)
+    expected = synthetic.sample(corpus.language, 8, 16, seed=0).words + corpus.vocab.first_ordinary
+    assert torch.equal(after, expected)  # the new language's own windows
