@@ -123,13 +123,15 @@ def add_yardstick_flags(add) -> None:
 
 
 def add_text_flags(add) -> None:
-    """Flags that matter only for text corpora (text:, hf:)."""
+    """Flags that matter only for text corpora (text:, hf:, and synthetic:text but its field); given with a corpus
+    that has no use for them, they are refused (bench.config.refuse_unused_text_flags)."""
     add("--text-field", help="text:/hf: corpora: the record field that holds the text (default %(default)s)")
-    add("--vocab-size", type=int, help="text:/hf: corpora: the WordPiece vocabulary trained on the "
-                                                     "training documents; " + VOCAB_HELP + " (default %(default)s)")
-    add("--tokenizer", default=None, help="text:/hf: corpora: a tokenizers JSON file instead of training one; it must "
-                                          "hold [PAD] [MASK] [BOS] [EOS] [UNK] as ids 0-4")
-    add("--num-proc", type=int, default=None, help="processes for tokenizing large corpora (default: one)")
+    add("--vocab-size", type=int, help="text:/hf: corpora and synthetic:text: the WordPiece vocabulary trained on "
+                                       "the training documents; " + VOCAB_HELP + " (default %(default)s)")
+    add("--tokenizer", default=None, help="text:/hf: corpora and synthetic:text: a tokenizers JSON file instead of "
+                                          "training one; it must hold [PAD] [MASK] [BOS] [EOS] [UNK] as ids 0-4")
+    add("--num-proc", type=int, default=None, help="text:/hf: corpora and synthetic:text: processes for tokenizing "
+                                                   "large corpora (default: one)")
 
 
 def add_hardware_flags(add) -> None:

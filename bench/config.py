@@ -221,6 +221,7 @@ def validate(config: Config) -> None:
         raise ConfigError(f"--budget must be a positive number of FLOPs, got {training.budget:g}")
     if config.data.num_proc is not None and config.data.num_proc < 1:
         raise ConfigError(f"--num-proc must be >= 1, got {config.data.num_proc}")
+    refuse_unused_text_flags(config.data)
     if hardware.precision not in PRECISIONS:
         raise ConfigError(f"--precision {hardware.precision} is not offered ({', '.join(PRECISIONS)})")
     if on_cpu(hardware) and hardware.precision == "16-mixed":  # before Fabric, which would switch to bf16 silently
@@ -233,6 +234,23 @@ def validate(config: Config) -> None:
     if any(word in hardware.strategy for word in ("spawn", "fork", "notebook", "fsdp", "deepspeed")):
         raise ConfigError(f"--strategy {hardware.strategy} is not supported: use auto or ddp (launched by this "
                           "command, torchrun or `fabric run`)")
+
+
+def refuse_unused_text_flags(data: DataConfig) -> None:
+    """A text flag set for a corpus that has no use for it would be accepted and do nothing: refused instead. The
+    embedded language has no records, tokenizer or tokenization; synthetic:text writes its own one-field file, whose
+    WordPiece vocabulary (--vocab-size, capped at half its words), --tokenizer and --num-proc it does use."""
+    from bench.data.corpus import data_source
+
+    source = data_source(data.data)[0]
+    unused = {"synthetic": ("text_field", "vocab_size", "tokenizer", "num_proc"),
+              "synthetic:text": ("text_field",)}.get(source, ())
+    for name in unused:
+        value = getattr(data, name)
+        if value != DataConfig.__dataclass_fields__[name].default:
+            raise ConfigError(f"--{name.replace('_', '-')} {value} does nothing with --data {data.data}: it applies to "
+                              "text:/hf: corpora" + (" and synthetic:text" if name != "text_field" else "")
+                              + "; drop it")
 
 
 def changed_settings(saved: dict, current: dict) -> list[str]:

@@ -46,12 +46,38 @@ def test_resume_names_each_setting_that_changed():
 @pytest.mark.parametrize("flags, message", [
     (["--seeds", "0"], "--seeds must be >= 1"), (["--budget", "-1"], "--budget must be a positive"),
     (["--strategy", "fsdp"], "not supported"),
-    (["--accelerator", "cpu", "--precision", "16-mixed"], "needs a GPU")])
+    (["--accelerator", "cpu", "--precision", "16-mixed"], "needs a GPU"),
+    # a text flag the corpus has no use for would be accepted and do nothing
+    (["--data", "synthetic", "--text-field", "body"], "--text-field body does nothing with --data synthetic"),
+    (["--data", "synthetic:words=64", "--vocab-size", "2048"], "--vocab-size 2048 does nothing with --data synthetic"),
+    (["--tokenizer", "tokenizer.json"], "--tokenizer tokenizer.json does nothing with --data synthetic"),
+    (["--num-proc", "4"], "--num-proc 4 does nothing with --data synthetic"),
+    (["--data", "synthetic:text", "--text-field", "body"], "does nothing with --data synthetic:text")])
 def test_a_mistake_is_one_line_before_anything_runs(flags, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(flags)
     with pytest.raises(ConfigError, match=message):  # the same check of a configuration built in code
         validate(Config.from_flags({**Config().flags(), **parse_flags(flags)}))
+
+
+def test_an_ignored_text_flag_is_one_line_and_status_2(capsys, tmp_path):
+    from bench.cli import run
+    from bench.compare import main
+    tiny = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "1",
+            "--seeds", "1", "--objectives", "ar", "--no-probes", "--downstream", "none", "--quiet"]
+    with pytest.raises(SystemExit) as exit_info:
+        run(main, [*tiny, "--data", "synthetic:words=64", "--text-field", "body", "--out", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and not (tmp_path / "out").exists()
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --text-field body does nothing with --data synthetic:words=64: it applies to text:/hf: corpora; "
+        "drop it"]
+
+
+def test_the_text_flags_a_corpus_uses_are_accepted():
+    parse_config(["--data", "text:corpus.jsonl", "--text-field", "body", "--vocab-size", "2048", "--num-proc", "2",
+                  "--tokenizer", "tokenizer.json"])
+    # synthetic:text trains its WordPiece vocabulary (capped at half its words) on its own file, tokenized in processes
+    parse_config(["--data", "synthetic:text", "--vocab-size", "64", "--num-proc", "2", "--tokenizer", "t.json"])
 
 
 def parse_flags(flags: list[str]) -> dict:
