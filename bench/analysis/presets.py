@@ -4,8 +4,8 @@ A preset fixes the objectives, data, model, budget and seeds of a comparison (an
 it), and names the paper table it re-asks. After the runs, its judge (bench.analysis.judges) reads the comparison's
 neutral yardsticks and states, for each of the paper's claims, whether this run reproduces it under the one claim rule
 (both sides beat their untrained controls; Holm within the preset's named family of claims). The paper's numbers are
-quoted from ../shared/ANCHORS.md with their sources; "not reproduced" is a valid outcome, and the report then says what
-differs between the paper's setting and this run.
+quoted with their sources in docs/sources.md (tests/commands/test_presets.py holds each to it); "not reproduced" is a
+valid outcome, and the report then says what differs between the paper's setting and this run.
 
 A preset that varies what one comparison holds fixed (the budget, the sequence length) runs one comparison per
 variant, each in its own folder under --out, and writes the paper section to --out/report.md.
@@ -112,7 +112,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                          "are split into pieces",
         {"objectives": "mlm,mlm:whole_word=true,mlm:span=geometric", "data": "synthetic:text",
          "downstream": "synthetic:states,synthetic:component", "seeds": 5},
-        PaperTable("Joshi et al. 2020 (SpanBERT), Table 6 (masking schemes; ANCHORS.md holds none of its numbers) "
+        PaperTable("Joshi et al. 2020 (SpanBERT), Table 6 (masking schemes; none of its numbers quoted) "
                    "and Section 3.1 (span lengths)",
                    "Masking random contiguous spans of whole words (lengths ~ Geometric(0.2) words, clipped at 10: "
                    "mean 3.8) works better than masking sub-word tokens or single whole words on most tasks.",
@@ -163,7 +163,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
                    (("ELECTRA", (85.0,)), ("All-Tokens MLM", (84.3,)), ("Replace MLM", (82.4,)),
                     ("ELECTRA 15 %", (82.4,)), ("BERT", (82.2,))),
                    "base-sized models as the paper's Section 3.5 trains them (its setting is not transcribed in "
-                   "ANCHORS.md); its All-Tokens MLM adds a copy mechanism, left out here"),
+                   "detail); its All-Tokens MLM adds a copy mechanism, left out here"),
         TABLE5_SPECS, judge_table5),
     Preset(
         "mlm-vs-clm", "MLM (40 % and 15 %) against CLM and CLM → MLM schedules (switching at 25 / 50 / 75 % of the "
@@ -172,8 +172,8 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         {"objectives": ",".join(CLM_PEERS), "budgets": ",".join(f"{b:g}" for b in CLM_BUDGETS), "seeds": 5,
          "no_probe_curves": True},
         PaperTable("Gisserot-Boukhlef et al. 2025, \"Should We Still Pretrain Encoders with Masked Language "
-                   "Modeling?\" (arXiv 2507.00994): the abstract, and the results section as transcribed in ANCHORS.md "
-                   "(secondary, table numbers unconfirmed); Ettin (Weller et al. 2025)",
+                   "Modeling?\" (arXiv 2507.00994): the abstract, and the results section as transcribed from a "
+                   "secondary source (table numbers unconfirmed); Ettin (Weller et al. 2025)",
                    "MLM generally yields better performance than CLM; CLM is more data-efficient (it leads early: "
                    "at 5k steps 78.56 vs 72.49 on sequence classification); a biphasic CLM-then-MLM schedule "
                    "achieves optimal performance under a fixed compute budget. Ettin: with identical data and shapes "

@@ -8,8 +8,8 @@ import math
 from bench.analysis.claims import ALPHA, beats_control
 from bench.analysis.findings import Answer, Crossover, Family, Multiplier, Unread, YardstickVerdict
 
-# the scale of the smallest published comparison of these objectives (ANCHORS.md: ELECTRA-Small's 1.4e18 FLOPs and
-# 6.25 % of it, 8.9e16): below it nothing published says which objective wins
+# the scale of the smallest published comparison of these objectives (Clark et al. 2020, ELECTRA, Table 1:
+# ELECTRA-Small's 1.4e18 FLOPs and 6.25 % of it, 8.9e16; docs/sources.md): below it nothing published says which wins
 PUBLISHED_FLOPS = 1e17
 
 

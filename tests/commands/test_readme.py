@@ -183,11 +183,10 @@ METHOD_FACTS = {
 
 
 def paper_numbers() -> set[float]:
-    """The published numbers the presets quote beside each run, with their citations (bench/analysis/presets.py, from
-    the suite's reference facts): a page may quote them too, since they are the papers', not this suite's."""
-    from bench.analysis.presets import PRESETS
-
-    return {value for preset in PRESETS.values() for _, row in preset.paper.rows for value in row if value is not None}
+    """The published numbers the suite quotes, each with its source in docs/sources.md (tests/commands/test_presets.py
+    holds the presets' to it): a page may quote them too, since they are the papers', not this suite's."""
+    text = prose((ROOT / "docs" / "sources.md").read_text())
+    return {float(number) for number in re.findall(r"(?<![\w.])\d*\.\d+(?:e[+-]?\d+)?|(?<![\w.])\d+e\d+", text)}
 
 
 # What a pasted report, a benchmark line or a wall time looks like. The README links to reports; it never quotes them.

@@ -37,7 +37,8 @@ def test_span_positions_at_512_by_hand():
 
 
 def test_t5_counts_match_the_reference_helper():
-    # ANCHORS: 512 raw -> 77 noise in 26 spans (inputs 462, targets 104); 568 raw -> 85 noise in 28 spans.
+    # T5's random_spans_helper (t5/data/preprocessors.py; docs/sources.md): 512 raw -> 77 noise in 26 spans (inputs
+    # 462, targets 104); 568 raw -> 85 noise in 28 spans.
     assert noise_and_spans(512, 0.15, 3.0) == (77, 26)
     assert noise_and_spans(568, 0.15, 3.0) == (85, 28)
     # T5's random_spans_helper: 512 encoder inputs consume 568 raw tokens and give 114 targets; packed, that is
