@@ -27,7 +27,7 @@ from bench.training.config import (SeqLenSchedule, TrainConfig, check_batch_spli
                                    predict_phases, tf32_matmuls)
 from bench.training.state import Yardstick
 from bench.training.runs import control_name
-from bench.tuned import TUNED, finetune_rates
+from bench.tuned import finetune_rates
 from bench.yardsticks.downstream import Downstream, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -341,25 +341,6 @@ def learning_rates(text: str, specs: list[str], strict: bool = True) -> dict[str
     if default is None and missing:
         raise ConfigError(f"--lr {text!r} gives no rate for {', '.join(missing)}: add a plain number for the rest")
     return {s: named.get(s, named.get(s.split(":")[0], default)) for s in specs}
-
-
-def provenance(lr: str, default_lr: str, setting: dict, specs: list[str]) -> dict:
-    """Where a comparison's peak rates come from: the user's --lr, or the tuning that chose the built-in default
-    (DEFAULT_TUNING), with how this comparison's setting differs from that one's and the objectives it never tried."""
-    if lr != default_lr:
-        return {"kind": "given"}
-    differs = [f"{key} {setting[key]} (swept at {value})" for key, value in DEFAULT_TUNING["setting"].items()
-               if str(setting.get(key)) != str(value)]
-    never = [spec for spec in specs if spec not in DEFAULT_TUNING["objectives"]]
-    return {"kind": "borrowed", "from": DEFAULT_TUNING, "differs": differs, "never_swept": never}
-
-
-# The tuning that chose the built-in default rates (bench.config.TrainingConfig.lr, from bench/tuned.json): redo it
-# (`python -m bench.tune --write-defaults`) when the default setting changes.
-DEFAULT_TUNING = {"command": TUNED["made_by"],
-                  "setting": {key: TUNED["setting"][key]
-                              for key in ("budget", "seq_len", "model", "batch_size", "data")},
-                  "objectives": parse_objective_list(TUNED["objectives"])}
 
 
 # --- Will a training step fit on the device? An analytic estimate of what a step keeps (activations, heads, one chunk

@@ -9,16 +9,20 @@ from bench.environment import describe as describe_versions
 
 
 def rates_source(found: dict) -> str:
-    """Where the peak rates come from, said plainly (bench.planning.provenance)."""
+    """Where the peak rates come from, said plainly (bench.tuned.provenance)."""
     if found["kind"] == "given":
         return " (given by --lr: no sweep chose them)"
     text = f" (chosen on validation data by the tuning that chose the defaults, `{found['from']['command']}`"
     if found["differs"]:
         text += f"; this comparison differs in {', '.join(found['differs'])}"
-    if found["never_swept"]:
-        text += f"; never swept: {', '.join(found['never_swept'])}, which take their name's or the common rate"
+    unpicked = found.get("swept_not_picked", [])  # older results.json files call every spec not picked never swept
+    lists = [f"{how}: {', '.join(specs)}" for how, specs in (("swept but not picked", unpicked),
+                                                             ("never swept", found["never_swept"])) if specs]
+    if lists:
+        text += "; " + "; ".join(lists) + (", which take their name's or the common rate" if len(lists) == 1 else
+                                           "; these take their name's or the common rate")
     return text + ("; run python -m bench.tune for rates of its own)" if found["differs"] or found["never_swept"]
-                   else ")")
+                   or unpicked else ")")
 
 
 def model_text(facts: dict) -> str:
