@@ -80,7 +80,8 @@ def gains_across(by_budget: dict[float, Results], yardstick, scores: dict[str, d
         found[spec] = SweepGain(control=last.control, trend=trend,
                                 per_budget=[None if g is None else GainAt(estimate=g.estimate, ci_low=g.ci_low,
                                                                           ci_high=g.ci_high, p_holm=g.p_holm,
-                                                                          family=g.family) for g in gains])
+                                                                          family=g.family, p=g.p, se=g.se, df=g.df)
+                                            for g in gains])
     return found
 
 

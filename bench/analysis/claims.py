@@ -4,7 +4,8 @@ Holm-corrected p within a family that is named and whose size is stated.
 
 A family is a list of tests that answer one question together (the gains over the controls on one yardstick; the
 comparisons between objectives on it; a preset's claims). Holm's step-down keeps the chance of any false claim in the
-family under ALPHA.
+family under ALPHA. An interval printed beside a two-sided test's outcome is the one that agrees with it
+(holm_interval): it excludes 0 exactly when the test rejects.
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ import math
 from dataclasses import replace
 from typing import Protocol, TypeVar
 
+from scipy import stats
+
 from bench.analysis.findings import AHEAD, BEHIND, NOT_MEASURABLE, NOT_SEPARATED, Comparison, Family, Gain
 from bench.analysis.paper_findings import ClaimTest, MultiplierTest
 
 __all__ = ["ALPHA", "AHEAD", "BEHIND", "NOT_MEASURABLE", "NOT_SEPARATED", "beats_control", "family", "holm",
-           "measurable", "outcome", "significant"]
+           "holm_interval", "measurable", "outcome", "significant"]
 
 ALPHA = 0.05
 
@@ -55,6 +58,23 @@ def family(name: str, tests: list[T], untested: int = 0) -> tuple[list[T], Famil
     adjusted_p = holm([t.p for t in tests] + [1.0] * untested)[:len(tests)]
     adjusted = [replace(test, p_holm=p_holm, family=name) for test, p_holm in zip(tests, adjusted_p)]
     return adjusted, Family(name, sum(t.p is not None for t in tests) + untested)
+
+
+def holm_interval(test: object) -> tuple[float | None, float | None]:
+    """The interval that agrees with a two-sided test's Holm outcome: estimate ± t(1 − a/2, df) · se at a = ALPHA ·
+    p / p_holm, the level Holm's step-down applied to this test (p_holm / p, between 1 and the family's size, is the
+    factor it multiplied p by; the first step's is Bonferroni's). Its p inverts the same t, so the interval excludes 0
+    exactly when p_holm < ALPHA; each is at least a 95 % interval. (None, None) where the test has none: one seed, no
+    Holm p, or a record without its standard error (a sweep's written before these intervals)."""
+    p, p_holm, se, df = (getattr(test, name, None) for name in ("p", "p_holm", "se", "df"))
+    if p is None or p_holm is None or se is None or df is None or not df >= 1 or not math.isfinite(se):
+        return None, None
+    estimate = test.estimate  # type: ignore[attr-defined]
+    if se == 0:
+        return estimate, estimate
+    level = ALPHA * (p / p_holm if p > 0 and p_holm > 0 else 1.0)  # p = 0: rejected at any level t can reach
+    half = float(stats.t.ppf(1 - level / 2, df)) * se
+    return estimate - half, estimate + half
 
 
 def significant(test: Tested | None) -> bool:

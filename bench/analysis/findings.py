@@ -137,13 +137,17 @@ class Gain:
 
 @dataclass(frozen=True)
 class GainAt:
-    """A gain over the control at one budget of a sweep, as that budget's verdict found it (Gain, in short)."""
+    """A gain over the control at one budget of a sweep, as that budget's verdict found it (Gain, in short: its p,
+    standard error and df give the interval that agrees with its Holm outcome; a sweep written before has none)."""
 
     estimate: float
     ci_low: float | None
     ci_high: float | None
     p_holm: float | None
     family: str | None
+    p: float | None = omitted()
+    se: float | None = omitted()
+    df: float | None = omitted()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.analysis.budgets import budget_folder
-from bench.analysis.claims import NOT_MEASURABLE, beats_control
+from bench.analysis.claims import NOT_MEASURABLE, beats_control, holm_interval
 from bench.analysis.findings import Crossover, GainAt, Placed, to_json
 from bench.analysis.summaries import MultiplierAt, Sweep, SweepYardstick, UnreadAt
 from bench.files import write_atomic, write_json
@@ -57,10 +57,15 @@ def crossover_text(found: Crossover, budgets: list[float]) -> str:
 
 
 def gain_text(gain: GainAt | None) -> str:
+    """A budget's gain with the interval that agrees with its Holm outcome (a sweep written before such intervals:
+    its 95 % one, which gain_section labels unadjusted), bold where it beats the control."""
     if gain is None:
         return "untested"
-    ci = "" if gain.ci_low is None else f" ({gain.ci_low:+.3f} to {gain.ci_high:+.3f})"
-    return f"**{gain.estimate:+.3f}**{ci}" if beats_control(gain) else f"{gain.estimate:+.3f}{ci}"
+    low, high = holm_interval(gain)
+    if low is None:
+        low, high = gain.ci_low, gain.ci_high
+    estimate, ci = f"{gain.estimate:+.3f}", "" if low is None else f" ({low:+.3f} to {high:+.3f})"
+    return f"**{estimate}**{ci}" if beats_control(gain) else f"{estimate}{ci}"
 
 
 def meets_text(meets: Placed, budgets: list[float]) -> str:
@@ -82,11 +87,15 @@ def gain_section(item: SweepYardstick, budgets: list[float]) -> str:
         rows.append([spec, *(gain_text(g) for g in found.per_budget),
                      f"{trend.per_decade:+.3f}" + ("" if ci is None else f" ({ci[0]:+.3f} to {ci[1]:+.3f})"),
                      meets_text(trend.meets, budgets)])
-    return ("Gain over its own untrained control at each budget (that budget's verdict: difference with its 95 % "
-            "interval over seeds and test examples; **bold** where it beats the control, Holm within that "
-            "comparison's family), fitted as a line in log-FLOPs: the gain per decade of compute (95 % interval: the "
-            "bootstrap over seeds, widened to the residual-based interval over the budgets where the means lack fit) "
-            "and where the fitted gain meets the control, stated only inside the sweep:\n\n"
+    adjusted = any(g is not None and g.se is not None for found in item.gains.values() for g in found.per_budget)
+    interval = ("Holm-adjusted interval over seeds and test examples, which excludes 0 exactly where it is **bold**: "
+                if adjusted else "95 % interval over seeds and test examples, unadjusted (it may exclude 0 where the "
+                "gain is not bold); **bold** ")
+    return ("Gain over its own untrained control at each budget (that budget's verdict: difference with its "
+            f"{interval}where it beats the control, Holm within that comparison's family), fitted as a line in "
+            "log-FLOPs: the gain per decade of compute (95 % interval: the bootstrap over seeds, widened to the "
+            "residual-based interval over the budgets where the means lack fit) and where the fitted gain meets the "
+            "control, stated only inside the sweep:\n\n"
             + table(rows, ["objective", *(f"{b:.3g}" for b in budgets), "gain per decade", "meets its control at"]))
 
 

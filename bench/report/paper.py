@@ -5,7 +5,8 @@ from __future__ import annotations
 from bench.analysis.findings import NOT_MEASURABLE
 from bench.analysis.paper_findings import CrossoverFinding, MultiplierTest, Paper, PaperFinding, Setting, Unmeasured
 from bench.report.sections import fmt, table
-from bench.report.wording import estimate_text, family_text, listing, meeting_text, multiplier_text, p_text
+from bench.report.wording import (estimate_text, family_text, listing, meeting_text, multiplier_text, p_text,
+                                  tested_text)
 
 
 def paper_value(value: float | None) -> str:
@@ -34,11 +35,13 @@ def paper_text(paper: Paper) -> str:
             "both beat their own untrained controls on that yardstick (otherwise *not measurable*); a difference's "
             "interval and p include the test set's sampling; the p-values are Holm-corrected within "
             f"{family_text(paper.family)}. *A beats B*: reproduced when A is ahead, not reproduced when B is, "
-            "otherwise not separated. *A is comparable to B*: reproduced when a shortfall of more than the margin "
-            "(5 % of B) is ruled out, not reproduced when the whole interval lies beyond it, otherwise inconclusive. "
-            "*A's multiplier is at least k*: reproduced when it is shown above k (one-sided), not reproduced when its "
-            "whole interval lies below k, otherwise inconclusive. A claim about an objective's own task is marked as "
-            "a diagnostic.\n",
+            "otherwise not separated; its interval is Holm-adjusted (at the level Holm applied to its test), so it "
+            "excludes 0 exactly when the claim is separated. *A is comparable to B*: reproduced when a shortfall of "
+            "more than the margin (5 % of B) is ruled out (one-sided), not reproduced when the whole interval lies "
+            "beyond it, otherwise inconclusive. *A's multiplier is at least k*: reproduced when it is shown above k "
+            "(one-sided), not reproduced when its whole interval lies below k, otherwise inconclusive. The intervals "
+            "of these two kinds are 95 % and unadjusted, as their rules read them. A claim about an objective's own "
+            "task is marked as a diagnostic.\n",
             table(findings, ["claim", "outcome", "evidence"]),
             f"\n**What differs.** The paper: {paper.paper_setting}. This run: {this_run(paper)}. The yardsticks "
             "are this suite's tasks on its own data, not the paper's benchmarks: a direction can carry over, the "
@@ -80,13 +83,20 @@ def finding_text(found: PaperFinding, budgets: list[float]) -> str:
         return meeting_text(meet, budgets)
     if found.kind == "multiplier":
         m = found.multiplier if isinstance(found, MultiplierTest) else None
+        interval = " (95 %, unadjusted)" if m is not None and m.kind == "=" and m.ci_low_kind is not None else ""
         return "" if m is None else (f"{found.objectives[0]} against {found.objectives[1]} on {found.yardstick}:"
-                                     f" {multiplier_text(m)}; Holm p (≥ {found.factor:g}×) = {p_text(found.p_holm)}")
+                                     f" {multiplier_text(m)}{interval}; Holm p (≥ {found.factor:g}×) = "
+                                     f"{p_text(found.p_holm)}")
     if isinstance(found, Unmeasured):
         return f"no finished runs on `{found.yardstick}`"
     first, second = found.objectives
+    # a "beats" claim is two-sided: its interval agrees with its Holm outcome; a "comparable" claim's test is one-sided
+    # against a margin, and its rule reads the 95 % interval itself
+    difference = (tested_text(found) if found.kind == "beats" else
+                  estimate_text(found.estimate, found.ci_low, found.ci_high, signed=True)
+                  + (" (95 %, unadjusted)" if found.ci_low is not None and found.p_holm is not None else ""))
     text = (f"{first} {found.means[0]:.3f} vs {second} {found.means[1]:.3f} on `{found.yardstick}`: "
-            f"difference {estimate_text(found.estimate, found.ci_low, found.ci_high, signed=True)}")
+            f"difference {difference}")
     if found.margin is not None:
         text += f", margin −{found.margin:.3f}"
     text += "" if found.p_holm is None else f", Holm p = {p_text(found.p_holm)}"

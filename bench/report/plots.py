@@ -15,6 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from bench.files import write_atomic
+from bench.analysis.claims import holm_interval
 from bench.analysis.measures import yardsticks
 from bench.analysis.stats import summarize
 from bench.analysis.summaries import Results
@@ -102,8 +103,8 @@ def plot_yardsticks(results: Results, path: Path) -> bool:
 
 
 def plot_gains(results: Results, path: Path) -> bool:
-    """A forest plot: every objective's gain over its own untrained control, per yardstick, with its 95 % interval
-    (seeds and test examples); the mirroring yardsticks marked as diagnostics."""
+    """A forest plot: every objective's gain over its own untrained control, per yardstick, with its Holm-adjusted
+    interval (seeds and test examples); the mirroring yardsticks marked as diagnostics."""
     v = results.verdict
     rows = [(y.label + (" [diagnostic]" if y.mirrors else "") + (" [main]" if y.yardstick == v.main else ""), g)
             for y in (v.yardsticks if v else []) for g in y.gains]
@@ -115,12 +116,14 @@ def plot_gains(results: Results, path: Path) -> bool:
     palette = sns.color_palette(n_colors=len(specs))
     for position, (label, gain) in enumerate(reversed(rows)):
         color = palette[specs.index(gain.objective)]
-        if gain.ci_low is not None:
-            axes.plot([gain.ci_low, gain.ci_high], [position, position], color=color)
+        low, high = holm_interval(gain)  # the table's interval: it excludes 0 exactly where the gain is significant
+        if low is not None:
+            axes.plot([low, high], [position, position], color=color)
         axes.plot(gain.estimate, position, "o", color=color)
     axes.axvline(0, color="grey", linestyle="--")
     axes.set_yticks(range(len(rows)), [f"{label}: {g.objective}" for label, g in reversed(rows)], fontsize=7)
-    axes.set(xlabel="gain over the untrained control (95 % CI)", title="What pretraining bought, per yardstick")
+    axes.set(xlabel="gain over the untrained control (Holm-adjusted CI)",
+             title="What pretraining bought, per yardstick")
     save_figure(figure, path)
     return bool(labels)
 

@@ -9,8 +9,8 @@ from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudg
 from bench.analysis.results import PROBE_SCORES, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
 from bench.report.setup import setup_table
-from bench.report.wording import (answer_sentence, estimate_text, family_text, measurement_text, mirrors_text,
-                                  multiplier_text, p_text)
+from bench.report.wording import (VERDICT_GUIDE, answer_sentence, estimate_text, family_text, measurement_text,
+                                  mirrors_text, multiplier_text, p_text, tested_text)
 from objectives import REGISTRY, Objective
 
 
@@ -52,21 +52,6 @@ def verdict_section(results: Results) -> str:
     return "\n".join(text)
 
 
-VERDICT_GUIDE = (
-    "Every objective is set beside its own untrained control, the backbones its runs start from, read the same way "
-    "through the same yardstick. Intervals are 95 % and include the test set's sampling where the score is a mean "
-    "over test examples (a bootstrap over seeds and test examples; *n test* says on how many); *gain* is the "
-    "difference from the control, tested with Holm's correction within the family named under each table. Two "
-    "objectives are compared only where both beat their controls (otherwise *not measurable*, counted in the family "
-    "as tested with p = 1, so that its size is fixed by the objectives compared), again with Holm "
-    "(two with different untrained controls, a bidirectional and a causal backbone, on their gains over their own "
-    "controls, what pretraining added, with the difference of their scores beside it) "
-    "within a named family. A yardstick whose question copies an objective's training input or task (*mirrors*) "
-    "diagnoses that objective's own homework and ranks nobody; the answer comes from the main yardstick, the "
-    "neutral tasks read frozen at every FLOP checkpoint. *ρ* is Spearman's correlation of the mean curve with "
-    "compute, the control at 0 FLOPs first.\n")
-
-
 def yardstick_block(y: YardstickVerdict, main: bool) -> str:
     ceilings = ", ".join(f"{READERS.get(s, s)} {c:.3f}" for s, c in y.ceilings.items())
     rows = [[row.objective, estimate_text(row.estimate, row.ci_low, row.ci_high), *gain_cells(y.gain_of(row.objective))]
@@ -81,11 +66,10 @@ def yardstick_block(y: YardstickVerdict, main: bool) -> str:
     head = f"**{'Main yardstick: ' if main else ''}{y.label[:1].upper() + y.label[1:]}** (`{y.yardstick}`)."
     judged = [p for p in y.comparisons if isinstance(p, Comparison)]
     unjudged = [" vs ".join(p.objectives) for p in y.comparisons if isinstance(p, Unjudged)]
-    pairs = [[" vs ".join(p.objectives), p.outcome, p.of, estimate_text(p.estimate, p.ci_low, p.ci_high, signed=True),
-              p_text(p.p_holm),
+    pairs = [[" vs ".join(p.objectives), p.outcome, p.of, tested_text(p), p_text(p.p_holm),
               estimate_text(p.raw.estimate, p.raw.ci_low, p.raw.ci_high, signed=True) if p.raw else ""]
              for p in judged]
-    pair_columns = ["comparison", "outcome (first objective)", "of", "difference (95 % CI)", "Holm p",
+    pair_columns = ["comparison", "outcome (first objective)", "of", "difference (Holm-adjusted CI)", "Holm p",
                     "difference of scores (95 % CI)"]
     if not any(p.raw for p in judged):  # every pair shares its control: the scores are what is compared
         pairs, pair_columns = [[*row[:2], *row[3:5]] for row in pairs], [*pair_columns[:2], *pair_columns[3:5]]
@@ -97,7 +81,7 @@ def yardstick_block(y: YardstickVerdict, main: bool) -> str:
     return "\n".join([
         " ".join(part for part in (head, mirrors_text(y) if y.mirrors else "", measurement_text(y),
                                    f"({'; '.join(about)})") if part) + "\n",
-        table(rows, ["objective", "mean (95 % CI)", "gain over control (95 % CI)", "Holm p of gain",
+        table(rows, ["objective", "mean (95 % CI)", "gain over control (Holm-adjusted CI)", "Holm p of gain",
                      "share of gain", "ρ"]),
         *([("\n" + table(pairs, pair_columns))] if pairs else []),
         "\n" + " ".join(notes), ""])
@@ -139,7 +123,7 @@ def gain_cells(gain: Gain | None) -> list[str]:
         return ["", "", "", ""]
     share = "" if gain.share_of_gain is None else f"{gain.share_of_gain:.2f}"
     rise = "" if gain.rise is None else f"{gain.rise:.2f}"
-    return [estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True), p_text(gain.p_holm), share, rise]
+    return [tested_text(gain), p_text(gain.p_holm), share, rise]
 
 
 def setup_section(results: Results) -> str:

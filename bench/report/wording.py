@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench.analysis.claims import ALPHA, beats_control
+from bench.analysis.claims import ALPHA, beats_control, holm_interval
 from bench.analysis.findings import Answer, Crossover, Family, Multiplier, Unread, YardstickVerdict
 
 # the scale of the smallest published comparison of these objectives (Clark et al. 2020, ELECTRA, Table 1:
@@ -24,6 +24,18 @@ def interval_text(low: float | None, high: float | None, signed: bool = False) -
         return ""
     form = "+.3f" if signed else ".3f"
     return f"({low:{form}} to {high:{form}})"
+
+
+def tested_text(test: object) -> str:
+    """A Holm-tested difference (a gain, a comparison, a "beats" claim) with the interval that agrees with its outcome
+    (bench.analysis.claims.holm_interval: it excludes 0 exactly when the test rejects). A record without what that
+    interval needs (a sweep's written before it) keeps its 95 % interval, labelled unadjusted."""
+    low, high = holm_interval(test)
+    if low is not None:
+        return estimate_text(test.estimate, low, high, signed=True)
+    unadjusted = test.ci_low is not None and test.p_holm is not None
+    return estimate_text(test.estimate, test.ci_low, test.ci_high, signed=True) + (" (95 %, unadjusted)" if unadjusted
+                                                                                    else "")
 
 
 def estimate_text(estimate: float, ci_low: float | None = None, ci_high: float | None = None, signed: bool = False,
@@ -192,3 +204,20 @@ def measurement_text(item: YardstickVerdict) -> str:
     return (f"No objective beats its untrained control (the largest gain, {best.objective}'s, is "
             f"{best.estimate:+.3g}, Holm p = {p_text(best.p_holm)}): at this setup it does not measure "
             "pretraining, and nothing is ranked on it.")
+
+
+VERDICT_GUIDE = (
+    "Every objective is set beside its own untrained control, the backbones its runs start from, read the same way "
+    "through the same yardstick. Intervals include the test set's sampling where the score is a mean over test "
+    "examples (a bootstrap over seeds and test examples; *n test* says on how many). A mean's interval is 95 %; "
+    "*gain* is the difference from the control, tested with Holm's correction within the family named under each "
+    "table, and its interval, like a comparison's, is Holm-adjusted: at the level Holm's step-down applied to its "
+    "test (95 % and up, Bonferroni's for the smallest p), so it excludes 0 exactly when the test is significant. Two "
+    "objectives are compared only where both beat their controls (otherwise *not measurable*, counted in the family "
+    "as tested with p = 1, so that its size is fixed by the objectives compared), again with Holm "
+    "(two with different untrained controls, a bidirectional and a causal backbone, on their gains over their own "
+    "controls, what pretraining added, with the difference of their scores beside it, untested, with its 95 % "
+    "interval) within a named family. A yardstick whose question copies an objective's training input or task "
+    "(*mirrors*) diagnoses that objective's own homework and ranks nobody; the answer comes from the main yardstick, "
+    "the neutral tasks read frozen at every FLOP checkpoint. *ρ* is Spearman's correlation of the mean curve with "
+    "compute, the control at 0 FLOPs first.\n")

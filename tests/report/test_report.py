@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from bench.analysis.claims import holm_interval
 from bench.analysis.results import load_results
 from bench.report.markdown import render, write_report
 from bench.report.plots import plot_loss
@@ -41,8 +42,9 @@ def test_the_answer_comes_first_and_carries_the_analysis_numbers(golden_results)
     if results.answer.multiplier:
         assert multiplier_text(results.answer.multiplier, reading="direct") in answer
     main = results.verdict.item(results.verdict.main)
-    for gain in main.gains:  # each gain over its control, with its Holm p, is in the verdict as computed
-        assert estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True) in text
+    for gain in main.gains:  # each gain over its control, with its Holm p and the interval that agrees with it
+        low, high = holm_interval(gain)
+        assert estimate_text(gain.estimate, low, high, signed=True) in text
         assert p_text(gain.p_holm) in text
 
 
@@ -202,3 +204,59 @@ def test_the_setup_says_never_swept_only_of_a_spec_the_tuning_never_tried(tmp_pa
            if key != "swept_not_picked"}
     assert rates_source(old).endswith("never swept: mlm:rate=0.4, which take their name's or the common rate; run "
                                       "python -m bench.tune for rates of its own)")
+
+
+def test_an_interval_beside_a_holm_outcome_excludes_0_exactly_when_holm_rejects():
+    """Issue 59's two cases: downstream-docs printed AR's gain as +0.023 (+0.001 to +0.045) beside "does not beat its
+    control" (Holm p 0.12), mlm-vs-clm MLM 40 % against CLM as +0.020 (+0.001 to +0.038) beside "not separated"
+    (Holm p 0.48). Every interval the reports print beside a Holm outcome must agree with it."""
+    from bench.analysis.claims import family, significant
+    from bench.analysis.findings import Gain
+    from bench.analysis.paper_findings import ClaimTest
+    from bench.report.paper import finding_text
+    from scipy import stats
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):  # families of 1 to 8 tests, p-values spread over the range where outcomes turn
+        size = int(rng.integers(1, 9))
+        df, se = rng.uniform(3, 60, size), rng.uniform(0.005, 0.05, size)
+        estimate = rng.normal(0, 3, size) * se
+        tests = [Gain(objective=f"o{i}", control="c", estimate=float(e), ci_low=None, ci_high=None,
+                      p=float(2 * stats.t.sf(abs(e) / s_, d)), se=float(s_), df=float(d), test_sampling=True,
+                      share_of_gain=None) for i, (e, s_, d) in enumerate(zip(estimate, se, df))]
+        for test in family("f", tests)[0]:
+            low, high = holm_interval(test)
+            assert (low > 0 or high < 0) == significant(test), test
+            unadjusted = stats.t.ppf(0.975, test.df) * test.se
+            assert high - low >= 2 * unadjusted - 1e-12  # never narrower than the 95 % interval
+    # the second case, as the preset's evidence prints it
+    claim = ClaimTest(claim="MLM (40 %) beats CLM", kind="beats", objectives=["mlm:rate=0.4", "ar"],
+                      yardstick="neutral_average_frozen", mirrors=[], estimate=0.0197, ci_low=0.001, ci_high=0.038,
+                      p=0.0369, se=0.0093, df=43.0, test_sampling=True, means=[0.708, 0.688], p_holm=0.48,
+                      outcome="not separated")
+    text = finding_text(claim, [])
+    low, high = (float(x) for x in re.search(r"difference \+0.020 \(([-+.\d]+) to ([-+.\d]+)\)", text).groups())
+    assert low < 0 < high and "Holm p = 0.48" in text
+    comparable = replace(claim, kind="comparable", margin=0.035, outcome="reproduced", p_holm=0.01)
+    assert "(+0.001 to +0.038) (95 %, unadjusted)" in finding_text(comparable, [])
+
+
+def test_the_verdict_tables_print_holm_adjusted_intervals_of_gains_and_comparisons():
+    """The first case, on the committed downstream-docs results: AR's gain on the main yardstick (Holm p 0.12) is
+    printed with an interval that holds 0; a gain that beats its control, with one that does not."""
+    from bench.analysis.claims import beats_control
+
+    root = GOLDEN.parents[2]
+    results = load_results(json.loads((root / "reports" / "downstream-docs" / "results.json").read_text()))
+    text = render(results, [])
+    assert "gain over control (Holm-adjusted CI)" in text and "gain over control (95 % CI)" not in text
+    for item in results.verdict.yardsticks:
+        for gain in item.gains:
+            low, high = holm_interval(gain)
+            assert estimate_text(gain.estimate, low, high, signed=True) in text
+            if gain.estimate > 0:  # a gain beats its control exactly where its printed interval lies above 0
+                assert (low > 0) == beats_control(gain)
+    ar = results.verdict.item(results.verdict.main).gain_of("ar")
+    assert ar.ci_low > 0 and not beats_control(ar) and holm_interval(ar)[0] < 0
+    main_table = text.split("**Main yardstick", 1)[1].split("\n\n", 2)[1]
+    assert "+0.023 (+0.001 to +0.045)" not in main_table and "+0.023 (-0.004 to +0.051)" in main_table
