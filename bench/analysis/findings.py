@@ -346,6 +346,12 @@ class Answer:
     # objectives whose runs did not learn their own task (bench.analysis.results.own_task_closed): ranked nowhere
     did_not_learn_task: list[str] = field(default_factory=list)
     other_read: OtherRead | None = None  # the same neutral tasks read the other way (fine-tuned for frozen)
+    # with two or more ranked: False where the main yardstick has no curve to read a multiplier off (its tasks were
+    # read only at the budget, --no-probe-curves); None in a record from before it was kept
+    curves: bool | None = omitted()
+    # not separated: whether the multiplier table holds, against the baseline, the leader and each objective it is
+    # not separated from (None: a record from before it was kept)
+    tabled: bool | None = omitted()
     sentence: str | None = omitted()
 
 

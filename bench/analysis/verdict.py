@@ -253,10 +253,16 @@ def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[Run
         return found
     leader, others = beat[0], beat[1:]
     behind = ahead_of(item, leader, others)
-    return replace(found, runner_up=others[0], separated=len(behind) == len(others),
-                   not_separated_from=[spec for spec in others if spec not in behind],
+    tied = [spec for spec in others if spec not in behind]
+    # what the answer may point at: a row the multiplier table holds, and why it holds none
+    tabled = all(spec == v.baseline or any(isinstance(m, Multiplier) and (m.objective, m.against, m.yardstick) ==
+                                           (spec, v.baseline, item.yardstick) for m in v.multipliers)
+                 for spec in [leader, *tied])
+    return replace(found, runner_up=others[0], separated=len(behind) == len(others), not_separated_from=tied,
                    multiplier=pair_multiplier(v, measured[item.yardstick], grouped, leader, others[0], budget,
-                                              controls or {}))
+                                              controls or {}),
+                   curves=all(curve_groups(grouped[spec], measured[item.yardstick]) is not None for spec in beat),
+                   tabled=tabled if tied else None)
 
 
 def pair_multiplier(v: Verdict, yardstick: Measure, grouped: dict[str, list[RunRecord]], leader: str,

@@ -132,9 +132,12 @@ def answer_sentence(answer: Answer | None) -> str:
         text = (f"{where}, **{answer.leader} leads**, separated from {listing(answer.beat_control[1:])} (Holm, "
                 f"{family_text(answer.family)})" + lead_text(answer))
     else:  # "leads" only where the leader is separated from every other objective that beat its control
+        # a pointer only at rows the table holds (a record from before `tabled` was kept: where it quotes a multiplier)
+        tabled = answer.tabled if answer.tabled is not None else answer.multiplier is not None
         text = (f"{where}, no objective leads: {answer.leader}, first by its gain over its control, is not separated "
                 f"from {listing(answer.not_separated_from)} (Holm, {family_text(answer.family)}), so no compute "
-                "multiplier is stated (the table below has each one's)")
+                "multiplier is stated" + (" (the table below has each one's)" if tabled else
+                                         f" ({NO_CURVE})" if answer.curves is False else ""))
     late = answer.did_not_beat_control
     if late and answer.leader is not None:
         text += f"; {listing(late)} did not beat {'its' if len(late) == 1 else 'their'} untrained control"
@@ -164,11 +167,16 @@ def answer_sentence(answer: Answer | None) -> str:
             f"{PUBLISHED_FLOPS:.0e} FLOPs and beyond, which a run of this size cannot tell.")
 
 
+# why an answer states no multiplier where the tasks were read only at the budget
+NO_CURVE = "the tasks were read only at the budget, --no-probe-curves: there is no curve to read one off"
+
+
 def lead_text(answer: Answer) -> str:
-    """By how much the leader leads the runner-up, in compute ("" without a multiplier)."""
+    """By how much the leader leads the runner-up, in compute, or that no multiplier was read, and why."""
     m = answer.multiplier
     if m is None:
-        return ""
+        return (f"; no compute multiplier against {answer.runner_up} can be read ({NO_CURVE})" if answer.curves is False
+                else f"; no compute multiplier against {answer.runner_up} could be read")
     leader, runner_up, times_text = answer.leader, answer.runner_up, multiplier_text(m, reading="direct")
     if m.kind == "?":
         return f"; its lead in compute is {times_text}"

@@ -239,3 +239,43 @@ def test_the_comparison_family_is_every_pair_of_objectives_whatever_the_gate_let
     assert states.comparison_family.size == 3  # three objectives, three pairs
     judged = next(p for p in states.comparisons if p.outcome != "not measurable")
     assert judged.p_holm == pytest.approx(min(1.0, 3 * judged.p))
+
+
+def test_an_answer_points_only_at_multiplier_rows_the_table_holds_and_says_why_none_was_read():
+    """Issue 59 item 2: comparisons run with --no-probe-curves read the tasks only at the budget, so no multiplier is
+    read on the main yardstick; their answers said "the table below has each one's" of rows the table lacked, and a
+    separated leader's missing multiplier went unmentioned (frontier 4e11: ar>mlm@0.25, multiplier None)."""
+    from dataclasses import replace
+
+    from bench.analysis.findings import Multiplier
+    from bench.report.wording import NO_CURVE, answer_sentence
+
+    def answered(finals: dict, curves: bool) -> tuple[Verdict, Answer]:
+        rng = np.random.default_rng(0)
+        runs = [run(spec, seed, tasks, rng) for spec, tasks in finals.items() for seed in range(5)]
+        if not curves:  # as --no-probe-curves writes them: the held-out loss at every checkpoint, no task read
+            runs = [replace(r, curve=tuple(replace(row, downstream={}) for row in r.curve)) for r in runs]
+        controls = [control("untrained, x", "mlm", seed, {"states": 0.5, "genre": 0.5}, rng) for seed in range(5)]
+        return verdict(by_objective(runs), "mlm", {}, [{"objective": s, "supervised_positions": 10.0} for s in finals],
+                       {s: 1e5 / BUDGET for s in finals}, BUDGET, by_control(controls), None,
+                       [task("states"), task("genre")])
+
+    apart = {"mlm": {"states": 0.95, "genre": 0.95}, "ar": {"states": 0.75, "genre": 0.75}}
+    found, answer = answered(apart, curves=False)
+    assert answer.separated and answer.multiplier is None and answer.curves is False
+    assert f"; no compute multiplier against ar can be read ({NO_CURVE})" in answer_sentence(answer)
+    assert not any(isinstance(m, Multiplier) for m in found.multipliers)
+    _, answer = answered(apart, curves=True)
+    assert answer.curves is True and answer.multiplier is not None and "can be read" not in answer_sentence(answer)
+
+    close = {"mlm": {"states": 0.80, "genre": 0.80}, "ar": {"states": 0.80, "genre": 0.80}}
+    found, tied = answered(close, curves=False)
+    assert not tied.separated and tied.tabled is False
+    assert "table below" not in answer_sentence(tied) and NO_CURVE in answer_sentence(tied)
+    found, tied = answered(close, curves=True)
+    assert tied.tabled is True and "(the table below has each one's)" in answer_sentence(tied)
+    assert any(isinstance(m, Multiplier) and (m.objective, m.against) == ("ar", "mlm") for m in found.multipliers)
+    # a results.json from before: the pointer only beside a multiplier it quotes
+    legacy = replace(tied, tabled=None, curves=None)
+    assert "(the table below has each one's)" in answer_sentence(legacy)
+    assert "table below" not in answer_sentence(replace(legacy, multiplier=None))
