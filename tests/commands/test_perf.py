@@ -115,17 +115,3 @@ def test_perf_times_the_default_comparisons_step_alone_and_at_once():
         assert row["tokens"] == row["runs"] * 3 * 4 * 16 and row["seconds"] > 0 and row["ours_tokens_per_s"] > 0
         assert row["flops_per_step"] == rows[0]["flops_per_step"] and row["ours_flops_per_s"] > 0
         assert len(row["seconds_each_round"]) == 3 and sorted(row["seconds_each_round"])[1] == row["seconds"]
-
-
-@pytest.mark.slow
-def test_the_documented_comparison_steps_command_runs_as_a_user_runs_it():
-    # docs/speed.md's `python -m bench.perf --comparison-steps 60`, at tiny shapes, as a subprocess: importing the module
-    # (as the tests above do) never runs its `__main__` block, which once called main() before comparison_rows existed
-    import subprocess
-    import sys
-    command = [sys.executable, "-m", "bench.perf", "--model", "tiny", "--seq-len", "16", "--batch-size", "2",
-               "--vocab-size", "64", "--repeats", "1", "--new-tokens", "2", "--comparison-steps", "1", "--json"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    names = [row["name"] for row in json.loads(done.stdout)]
-    assert names[:4] == ["mlm", "ar", "electra", "span"] and sum("default comparison's shape" in n for n in names) == 3
