@@ -3,7 +3,8 @@
 Rates picked by each objective's own loss are not picked alike (the losses are not comparable), and a rate picked on
 a seed that is also evaluated, or on the split that is reported, flatters whoever it picked. Here:
 - every objective gets the same number of pretraining trials: the peak rate for each (TRIAL_RATES), and for ELECTRA
-  its rate together with λ, the knob its known failure turns on (ELECTRA_TRIALS), as many trials as the others;
+  its rate together with λ, the knob its known failure turns on, as many trials as the others (each objective declares
+  its trials: Objective.tuning_trials);
 - every trial trains seed TUNING_SEED, which no comparison evaluates (they run seeds 0..N-1), to the full budget;
 - the trial is chosen by the neutral tasks read frozen, the comparison's main yardstick, on their *dev* split (their
   test split is never read), averaged over the tasks;
@@ -47,12 +48,10 @@ from bench.training.distributed import make_fabric
 from bench.training.state import RunContext, restore, setup_run
 from bench.tuned import DEFAULTS_FILE, setting_of
 from bench.yardsticks.downstream import Downstream, frozen_probe
-from objectives import Objective
+from objectives import Objective, parse_spec
 
 TUNING_SEED = 1000  # never one of a comparison's seeds
 TRIAL_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # 2× apart around the rates small models take
-ELECTRA_TRIALS = tuple((f"electra:disc_weight={weight:g}" if weight != 50 else "electra", rate)
-                       for weight in (10, 50) for rate in (1e-3, 2e-3, 4e-3))  # as many as TRIAL_RATES
 TUNED_OBJECTIVES = "mlm,ar,electra"  # what the default tunes: ELECTRA's λ is one of its trials
 # down to 1e-5, at which the fine-tuning steps barely move the backbone: a pick there is the limit of fine-tuning
 # less and less, the frozen probe's head, beyond which no other model lies; it is no edge to widen
@@ -63,9 +62,10 @@ MAX_LADDER = 1e13  # the issue's bound: beyond it a CPU run is hours
 
 
 def trials(spec: str) -> list[tuple[str, float]]:
-    """(spec to train, peak rate) of every trial of an objective: ELECTRA's (as the paper sets it) rate and λ
-    together, any other's rate."""
-    return list(ELECTRA_TRIALS) if spec == "electra" else [(spec, rate) for rate in TRIAL_RATES]
+    """(spec to train, peak rate) of every trial of an objective, as its class declares them
+    (Objective.tuning_trials; a schedule of objectives tunes its rate alone)."""
+    kind = Objective if ">" in spec else parse_spec(spec)[0]
+    return kind.tuning_trials(spec, TRIAL_RATES)
 
 
 @dataclass

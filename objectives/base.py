@@ -306,6 +306,13 @@ class Objective(nn.Module):
         return {"attention": self.attention}
 
     @classmethod
+    def tuning_trials(cls, spec: str, rates: tuple[float, ...]) -> list[tuple[str, float]]:
+        """(spec to train, peak rate) of each pretraining trial bench.tune gives `spec`, as many as `rates` so that
+        every objective gets the same number: by default the spec at every rate. An objective whose known failure
+        turns on one of its options tunes that option together with the rate (ELECTRA's λ)."""
+        return [(spec, rate) for rate in rates]
+
+    @classmethod
     def report_note(cls, metrics: dict[str, str], closed: dict[str, str]) -> str | None:
         """A sentence the report prints below the loss table about this objective's own held-out metrics, given
         them formatted as "mean ± CI" (`metrics`) and the share of each floor-bounded metric's learnable range its

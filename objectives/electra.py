@@ -195,6 +195,16 @@ class Electra(Objective):
             distributions.append(self.generator_logits(hidden).float().softmax(-1))
         return torch.cat(distributions).transpose(0, 1), self.options.rate * self.options.mask
 
+    @classmethod
+    def tuning_trials(cls, spec: str, rates: tuple[float, ...]) -> list[tuple[str, float]]:
+        """Where the spec leaves λ to tuning (plain `electra`), the paper's λ = 50 and 10, each at the lower half of
+        the rates (the discriminator's loss, weighed by λ, takes the larger steps): as many trials as the others."""
+        if spec != cls.name:
+            return super().tuning_trials(spec, rates)
+        lower = rates[:len(rates) // 2]
+        return [(cls.name if weight == 50 else f"{cls.name}:disc_weight={weight:g}", rate)
+                for weight in (10, 50) for rate in lower]
+
     def bayes_floors(self) -> list[FloorSpec]:
         # the generator's masked-token loss; the discriminator's best loss depends on the generator, so it has none
         return [FloorSpec("generator_loss", "masked_token", keep=1 - self.options.mask, mask=self.options.mask)]

@@ -34,3 +34,19 @@ def test_nothing_cites_a_file_outside_the_repository():
              for path in sorted((ROOT / folder).rglob("*")) if path.suffix in (".py", ".md", ".json", ".txt")
              for name in outside if name in path.read_text(errors="replace")]
     assert found == []
+
+
+def test_bench_never_dispatches_on_an_objective_name():
+    """What an objective needs of the bench (its trials, floors, probes, head) it declares on its class; a comparison
+    with a registered name in bench/ would treat one objective apart. bench/export/hf_model is the exported model's
+    own code, run without the suite, whose config names its head."""
+    import re
+
+    from objectives import REGISTRY
+    names = "|".join(REGISTRY)
+    name = rf"""["']({names})["']"""
+    compared = re.compile(rf"[=!]=\s*{name}|{name}\s*[=!]=|\bin\s*[(\[{{]\s*{name}")  # ==, != and `in (...)`
+    found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in sorted((ROOT / "bench").rglob("*.py"))
+             if "hf_model" not in path.parts
+             for number, line in enumerate(path.read_text().splitlines(), 1) if compared.search(line)]
+    assert found == []

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.config import Config
-from bench.tune import (ELECTRA_TRIALS, LADDER_SEEDS, TRIAL_RATES, TUNING_SEED, defaults, main, trials,
+from bench.tune import (LADDER_SEEDS, TRIAL_RATES, TUNING_SEED, defaults, main, trials,
                         validation_view)
 from bench.tuned import TUNED, finetune_rates, setting_of
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
@@ -23,7 +23,11 @@ TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "
 def test_every_objective_gets_as_many_trials_and_electra_tunes_its_rate_with_lambda():
     assert len(trials("mlm")) == len(trials("ar")) == len(trials("electra")) == len(trials("mlm:rate=0.4"))
     assert trials("ar") == [("ar", rate) for rate in TRIAL_RATES]
-    assert {spec for spec, _ in ELECTRA_TRIALS} == {"electra", "electra:disc_weight=10"}
+    assert {spec for spec, _ in trials("electra")} == {"electra", "electra:disc_weight=10"}
+    assert trials("electra") == [(spec, rate) for spec in ("electra:disc_weight=10", "electra")
+                                 for rate in TRIAL_RATES[:3]]  # λ with the lower half of the rates
+    assert trials("electra:disc_weight=10") == [("electra:disc_weight=10", rate) for rate in TRIAL_RATES]  # λ given
+    assert trials("ar>mlm@0.25") == [("ar>mlm@0.25", rate) for rate in TRIAL_RATES]
 
 
 def test_the_validation_view_reads_the_dev_split_where_the_test_split_was(corpus):
