@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -386,8 +387,11 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("seq_len", "batch_size", "repeats", "new_tokens", "comparison_steps"):
         if getattr(args, name) < {"seq_len": 2, "comparison_steps": 0}.get(name, 1):
             raise ConfigError(f"--{name.replace('_', '-')} is too small: {getattr(args, name)}")
-    rows, note = measure(args.model, args.seq_len, args.batch_size, args.precision, args.vocab_size, args.repeats,
-                         args.new_tokens, args.accelerator, args.comparison_steps)
+    # what the measuring prints goes to stderr, so that --json's stdout is the rows alone (torch 2.4's module tracker,
+    # which FlopCounterMode runs, prints a warning of its own to stdout)
+    with contextlib.redirect_stdout(sys.stderr):
+        rows, note = measure(args.model, args.seq_len, args.batch_size, args.precision, args.vocab_size, args.repeats,
+                             args.new_tokens, args.accelerator, args.comparison_steps)
     if args.json:
         print(dumps(rows, indent=2))
         return
