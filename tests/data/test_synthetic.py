@@ -392,3 +392,17 @@ def test_replaced_token_posterior_matches_enumeration(tiny):
         assert got[n].tolist() == pytest.approx([r / total for r in replaced], abs=1e-9)
     assert got[3, 1].item() == pytest.approx(1.0)  # no original is a special token
     assert replaced_token_posterior(language, shown.clamp_min(0), q, 0.0).abs().max().item() == 0.0
+
+
+def test_the_masked_floor_is_float64_at_a_kept_word():
+    # one state, so the floor at a selected, visible position is p(x | w shown) = e[x] (keep [x = w] + r / V) /
+    # sum_y e[y] (keep [y = w] + r / V), in closed form; a float32 step once put it 2^-24 off (keep times a bool)
+    emission = torch.tensor([[[0.3, 0.25, 0.2, 0.15, 0.1]]], dtype=torch.float64)
+    one = torch.ones(1, 1, dtype=torch.float64)
+    language = Language(prior=torch.ones(1, dtype=torch.float64), initial=one, transition=one[None], emission=emission)
+    keep, rand, mask, V = 0.1, 0.1, 0.8, 5
+    words = torch.tensor([[1]])
+    got = masked_token_nll(language, words, words, torch.tensor([[True]]), keep, rand, mask)[0, 0].item()
+    e = emission[0, 0].tolist()
+    evidence = [e[y] * (keep * (y == 1) + rand / V) for y in range(V)]
+    assert got == pytest.approx(-math.log(evidence[1] / sum(evidence)), abs=1e-15)
