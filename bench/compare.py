@@ -117,7 +117,7 @@ def add_yardstick_flags(add) -> None:
     add("--downstream", default=None,
         help="labelled tasks, frozen and fine-tuned, the neutral ones giving the answer: specs PATH[,text=F,"
              "text_pair=F,label=F,metric=M,copies=SIGNAL,...], hf:NAME[:CONFIG], conll:PATH, "
-             "synthetic:states|component|order|same-source, or none (default: synthetic:states,synthetic:component "
+             "synthetic:states|component|order|same-source, or none (default: synthetic:states,synthetic:topic "
              "on the embedded language, none on text; docs/yardsticks.md)")
     add_finetune_flags(add)
 

@@ -20,7 +20,7 @@ def pytest_report_header() -> str:
 @pytest.fixture(scope="module")
 def corpus():
     """The embedded language's tiny corpus the training tests run on (a module may define its own)."""
-    return load_corpus("synthetic:train=64,heldout=16,words=64,states=4", 32)
+    return load_corpus("synthetic:train=64,heldout=16,words=64,lexicon=8", 32)
 
 
 @pytest.fixture(scope="module")

@@ -111,7 +111,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
         "masking-units", "What to mask: sub-word tokens, whole words or SpanBERT's spans of words, on text whose words "
                          "are split into pieces",
         {"objectives": "mlm,mlm:whole_word=true,mlm:span=geometric", "data": "synthetic:text",
-         "downstream": "synthetic:states,synthetic:component", "seeds": 5},
+         "downstream": "synthetic:states,synthetic:topic", "seeds": 5},
         PaperTable("Joshi et al. 2020 (SpanBERT), Table 6 (masking schemes; none of its numbers quoted) "
                    "and Section 3.1 (span lengths)",
                    "Masking random contiguous spans of whole words (lengths ~ Geometric(0.2) words, clipped at 10: "
@@ -124,7 +124,7 @@ PRESETS: dict[str, Preset] = {preset.name: preset for preset in (
     Preset(
         "nsp-sop", "Sentence-level auxiliaries: MLM alone, MLM + next-sentence prediction, MLM + sentence order",
         {"objectives": "mlm,mlm:pair=nsp,mlm:pair=sop",
-         "downstream": "synthetic:states,synthetic:component,synthetic:same-source,synthetic:order", "seeds": 5},
+         "downstream": "synthetic:states,synthetic:topic,synthetic:same-source,synthetic:order", "seeds": 5},
         PaperTable("Lan et al. 2020 (ALBERT), Table 5 (intrinsic accuracy)",
                    "A model trained with NSP solves NSP but not SOP (chance): NSP is mostly topic prediction; one "
                    "trained with SOP solves SOP and most of NSP.",

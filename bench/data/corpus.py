@@ -40,13 +40,18 @@ HELDOUT_SHARE, HELDOUT_MAX_DOCUMENTS, DOCUMENT_SPLIT_SEED = 0.05, 5000, 0
 
 @dataclass(frozen=True)
 class SyntheticOptions:
-    components: int = 4  # mixture components ("genres")
-    states: int = 16  # hidden states, shared by the components
-    words: int = 128  # word types (ordinary tokens)
-    successors: int = 2  # non-zero transitions per state in each sparse transition table
-    zipf: float = 3.0  # emission Zipf exponent
-    support: int = 6  # words each state can emit
-    genre: float = 0.05  # share of each transition row that is the component's own
+    # the language (bench.data.synthetic.LanguageConfig, docs/language.md)
+    topics: int = 8  # topics (the mixture's components), one per window
+    categories: int = 12  # word categories (the syntax's states)
+    function: int = 5  # of which closed-class
+    closed: int = 8  # words of a closed-class category
+    features: int = 3  # values of the agreement feature
+    setters: int = 2  # open categories whose words set the feature
+    words: int = 1500  # word types (ordinary tokens)
+    lexicon: int = 300  # words of an open-class category
+    zipf: float = 1.0  # Zipf exponent of each category's words
+    topic: float = 0.5  # share of an open category's word choice that is the topic's own
+    successors: int = 3  # successors of each category in the syntax
     leak: float = 0.01  # share of each transition and emission row spread uniformly
     seed: int = 0  # seed of the language and of its samples (not of the runs)
     train: int = 8192  # training windows
@@ -167,16 +172,17 @@ def synthetic_corpus(option_text: str, seq_len: int) -> Corpus:
 
     # held-out samples use another seed, so they are never training windows
     train, heldout = split(options.train, 2 * options.seed), split(options.heldout, 2 * options.seed + 1)
-    description = (f"embedded HMM mixture: {options.components} components x {options.states} states, "
-                   f"{options.words} words, {options.support} per state (Zipf {options.zipf}), {options.successors} "
-                   f"successors per state, genre {options.genre}, leak {options.leak}")
+    description = (f"embedded language: {options.topics} topics, {options.categories} word categories "
+                   f"({options.function} closed) x {options.features} agreement values, {options.words} words "
+                   f"(Zipf {options.zipf}, {options.lexicon} per open category, topic share {options.topic}), "
+                   f"{options.successors} successors per category, leak {options.leak}")
     return Corpus("synthetic" + (":" + option_text if option_text else ""), description, vocab, seq_len, train,
                   heldout, language)
 
 
 def data_source(spec: str) -> tuple[str, str]:
     """The --data grammar, in one place: (source, what follows it), the source one of synthetic, synthetic:text,
-    text and hf ("synthetic:text,words=64" -> ("synthetic:text", "words=64")); any other scheme comes back as given,
+    text and hf ("synthetic:text,words=64,lexicon=8" -> ("synthetic:text", "words=64")); any other scheme comes back as given,
     for load_corpus to refuse."""
     scheme, _, rest = spec.partition(":")
     if scheme == "synthetic" and (rest == "text" or rest.startswith("text,")):

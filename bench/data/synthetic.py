@@ -27,90 +27,155 @@ F64 = torch.float64
 
 @dataclass(frozen=True)
 class LanguageConfig:
-    components: int = 4  # K ("genres")
-    states: int = 16  # S, shared by every component
-    words: int = 128  # V
-    successors: int = 2  # nonzero out-transitions per state in each sparse transition table
-    zipf: float = 3.0  # emission Zipf exponent, over a state's `support` words
-    support: int = 6  # words a state can emit (a sparse subset of the V words; `words` gives dense emissions)
-    genre: float = 0.05  # share of each transition row that is the component's own; the rest is shared by all
+    """A language with structure at three distances (docs/language.md): the syntax of word categories (local), the
+    agreement of a lexical feature between distant words (phrase level), and a topic that shapes the choice of
+    content words (the whole window)."""
+
+    topics: int = 8  # K, the mixture's components: one topic per window, uniform prior
+    categories: int = 12  # word categories, the syntax's states
+    function: int = 5  # of which closed-class (function-word) categories, each with `closed` words
+    closed: int = 8  # words of a closed-class category (per form, for the agreeing one)
+    features: int = 3  # values of the agreement feature ("gender"); the hidden state is (category, feature)
+    setters: int = 2  # open categories whose words carry a lexical feature: entering one draws the feature anew
+    words: int = 1500  # V
+    lexicon: int = 300  # words of an open-class category, drawn from the shared open pool (so words are ambiguous)
+    zipf: float = 1.0  # Zipf exponent of every category's word distribution
+    topic: float = 0.5  # share of an open category's word distribution that ranks its words the topic's own way
+    successors: int = 3  # nonzero successors of each category in the syntax
     leak: float = 0.01  # share of each transition and emission row spread uniformly over all states / words
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("components", "states", "words", "successors", "support"):
+        for name in ("topics", "categories", "function", "closed", "features", "words", "lexicon", "successors"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"LanguageConfig.{name} must be an integer >= 1, got {value!r}")
-        if self.successors > self.states:
-            raise ValueError(f"LanguageConfig.successors ({self.successors}) must be <= states ({self.states})")
-        if self.support > self.words:
-            raise ValueError(f"LanguageConfig.support ({self.support}) must be <= words ({self.words})")
+        if isinstance(self.setters, bool) or not isinstance(self.setters, int) or self.setters < 0:
+            raise ValueError(f"LanguageConfig.setters must be an integer >= 0, got {self.setters!r}")
+        if self.successors > self.categories:
+            raise ValueError(f"LanguageConfig.successors ({self.successors}) must be <= categories "
+                             f"({self.categories})")
+        if self.function + 1 + self.setters > self.categories:
+            raise ValueError(f"LanguageConfig: categories ({self.categories}) must hold the {self.function} closed "
+                             f"ones, the agreeing open one and the {self.setters} setters")
+        if self.lexicon < self.features:
+            raise ValueError(f"LanguageConfig.lexicon ({self.lexicon}) must be >= features ({self.features})")
+        if self.lexicon > self.words - closed_words(self):
+            raise ValueError(f"LanguageConfig.lexicon ({self.lexicon}) must be <= the open pool, words minus the "
+                             f"closed-class words ({self.words - closed_words(self)})")
         if not self.zipf > 0:  # written this way so NaN is rejected too
             raise ValueError(f"LanguageConfig.zipf must be > 0, got {self.zipf!r}")
-        if not 0 <= self.genre <= 1:
-            raise ValueError(f"LanguageConfig.genre must be in [0, 1], got {self.genre!r}")
-        # leak > 0 keeps every state path and every word possible in every component: exact inference divides by
+        if not 0 <= self.topic <= 1:
+            raise ValueError(f"LanguageConfig.topic must be in [0, 1], got {self.topic!r}")
+        # leak > 0 keeps every state path and every word possible in every topic: exact inference divides by
         # likelihoods (the scaled recursions by p(x_t | ...), the masked-token floor by the emission evidence), and
         # an impossible sequence or kept word would make that 0 / 0.
         if not 0 < self.leak <= 1:
             raise ValueError(f"LanguageConfig.leak must be in (0, 1], got {self.leak!r}")
 
 
+def closed_words(config: LanguageConfig) -> int:
+    """The closed-class words: `closed` per function category, `features` forms of each for the agreeing one."""
+    return config.closed * (config.function - 1 + config.features)
+
+
 # eq=False: dataclass equality would compare tensors elementwise and fail on `bool(...)`.
 @dataclass(frozen=True, eq=False)
 class Language:
-    """The true distribution, float64 tensors."""
+    """The true distribution, float64 tensors: a mixture of K hidden Markov models over S states and V words. Each
+    state is a (category, feature) pair; `category` and `feature` (S,) say which (a language made by hand, as the
+    tests make, may leave them out: every state its own category, one feature value)."""
 
     prior: Tensor  # (K,)      component probabilities
     initial: Tensor  # (K, S)    initial state distribution per component
     transition: Tensor  # (K, S, S) rows sum to 1
-    emission: Tensor  # (K, S, V) rows sum to 1, Zipf-like over a per-state subset of the words
+    emission: Tensor  # (K, S, V) rows sum to 1
+    category: Tensor | None = None  # (S,) int64
+    feature: Tensor | None = None  # (S,) int64
+
+    def __post_init__(self) -> None:
+        S = self.emission.shape[1]
+        if self.category is None:
+            object.__setattr__(self, "category", torch.arange(S))
+        if self.feature is None:
+            object.__setattr__(self, "feature", torch.zeros(S, dtype=torch.int64))
 
 
 def make_language(config: LanguageConfig) -> Language:
-    """Draw a language; deterministic in `config.seed`.
+    """Draw a language; deterministic in `config.seed`. The generative story of a window:
 
-    The components ("genres") share one set of S states and one emission table; they differ only in how the states
-    follow each other. So a word never names its genre: the genre must be inferred from the order of the states, over
-    the window, and a hidden state's tag (component, state) needs that inference too. Each state emits a Zipf
-    distribution over a sparse subset of `support` words (a word is shared by about S·support/V states), so many
-    words are impossible in a given context: replaced tokens can be detected, and context pins words down.
-    Each transition row is (1 − leak) · [(1 − genre) · shared + genre · own] + leak · uniform, where `shared` and
-    each component's `own` table have `successors` nonzeros per row: `genre` sets how distinguishable the genres
-    are. Emission rows get the same leak (uniform over the V words), so every word sequence is possible under every
-    component, if improbable (exact inference needs that)."""
-    K, S, V, m = config.components, config.states, config.words, config.support
+    1. a topic k, uniformly;
+    2. a path of hidden states (category c_t, feature f_t): the categories follow a sparse syntax (`successors`
+       nonzero successors each, Dirichlet(1) weights, shared by every topic); the feature is drawn uniformly when the
+       path enters a *setter* category and carried unchanged otherwise, so it links a setter's word to every later
+       word until the next setter;
+    3. a word per position from the state's distribution, Zipf(`zipf`) over its category's words:
+       - a closed category (function words) emits its `closed` words the same way in every topic; the first of them
+         is *agreeing*: it has one form per feature value and emits the form of the current feature;
+       - an open category emits `lexicon` words drawn from one shared open pool (a word belongs to several
+         categories: context must tell which), ranked by a mixture of one ranking shared by all topics and the
+         topic's own (`topic` sets the mixture): the topic shapes word choice, not syntax;
+       - the first open category is agreeing too (its lemmas have one form per feature value); each setter's word
+         carries a lexical feature (a noun's gender: a setter's words split evenly into the values), so a setter at
+         feature f emits only its words of feature f.
+    Every row gets `leak` spread uniformly, so every word sequence is possible under every topic, if improbable
+    (exact inference needs that)."""
+    K, C, Fv, V = config.topics, config.categories, config.features, config.words
+    S = C * Fv
     g = torch.Generator().manual_seed(config.seed)
+    agreeing, setters = {0, config.function}, range(config.function + 1, config.function + 1 + config.setters)
 
-    def gamma1(*shape: int) -> Tensor:
-        # Gamma(1) = Exponential(1) draws; normalised they are Dirichlet(1) weights. The floor keeps a drawn weight
-        # strictly positive (u == 0 has probability 2^-53).
-        u = torch.rand(*shape, generator=g, dtype=F64)
-        return (-torch.log1p(-u)).clamp_min(1e-12)
+    def zipf(n: int) -> Tensor:
+        weights = torch.arange(1, n + 1, dtype=F64) ** -config.zipf
+        return weights / weights.sum()
 
-    def sparse_rows(tables: int) -> Tensor:
-        # Each state picks `successors` distinct successors (first columns of a random permutation).
-        successors = torch.rand(tables, S, S, generator=g).argsort(-1)[..., : config.successors]
-        weights = gamma1(tables, S, config.successors)
-        return torch.zeros(tables, S, S, dtype=F64).scatter_(-1, successors, weights / weights.sum(-1, keepdim=True))
+    # the syntax: each category picks `successors` distinct successors (first columns of a random permutation),
+    # with Dirichlet(1) weights (normalised Exponential(1) draws, floored so that none is 0)
+    successors = torch.rand(C, C, generator=g).argsort(-1)[:, :config.successors]
+    weights = (-torch.log1p(-torch.rand(C, config.successors, generator=g, dtype=F64))).clamp_min(1e-12)
+    syntax = torch.zeros(C, C, dtype=F64).scatter_(-1, successors, weights / weights.sum(-1, keepdim=True))
+    carried = torch.eye(Fv, dtype=F64).expand(C, Fv, Fv).clone()  # (next category, f, f'): f' = f ...
+    carried[list(setters)] = 1.0 / Fv  # ... except into a setter, which draws f' afresh
+    transition = torch.einsum("ab,bfg->afbg", syntax, carried).reshape(S, S)
+    transition = (1 - config.leak) * transition + config.leak / S
+    initial = torch.full((S,), 1.0 / S, dtype=F64)
 
-    # A uniform prior: every genre is equally common, so the component-accuracy ceiling measures how
-    # distinguishable the genres are, not how unbalanced they happen to be.
-    prior = torch.full((K,), 1.0 / K, dtype=F64)
-    initial = gamma1(K, S)
-    initial = initial / initial.sum(-1, keepdim=True)
-    shared, own = sparse_rows(1), sparse_rows(K)
-    transition = (1 - config.leak) * ((1 - config.genre) * shared + config.genre * own) + config.leak / S
-    transition = transition / transition.sum(-1, keepdim=True)
-    # Sparse Zipf emissions: rank r < support gets probability ∝ (r + 1)^-zipf, over a random subset of the words per
-    # state; one table for every component.
-    zipf = torch.arange(1, m + 1, dtype=F64) ** -config.zipf
-    ranked = torch.rand(S, V, generator=g).argsort(-1)[:, :m]  # ranked[s, r] = the word of rank r
-    emission = torch.zeros(S, V, dtype=F64).scatter_(-1, ranked, (zipf / zipf.sum()).expand(S, m))
+    emission = torch.zeros(K, C, Fv, V, dtype=F64)
+    first = 0
+    for c in range(config.function):  # closed classes: ids 0 .. closed_words - 1
+        forms = Fv if c in agreeing else 1
+        ids = torch.arange(first, first + config.closed * forms).reshape(config.closed, forms)
+        first += config.closed * forms
+        for f in range(Fv):
+            emission[:, c, f, ids[:, f % forms]] = zipf(config.closed)
+    pool = torch.arange(first, V)  # the open pool, shared by every open category
+    uses = torch.zeros(len(pool))  # how many open categories hold each pool word so far
+    for c in range(config.function, C):
+        forms = Fv if c in agreeing else 1
+        lemmas = config.lexicon // forms
+        # the least used words first, ties in random order: every pool word belongs to some category, and the
+        # categories share words evenly (a word of two categories is ambiguous)
+        least_used = torch.argsort(uses + torch.rand(len(pool), generator=g) * 0.5)[:lemmas * forms]
+        uses[least_used] += 1
+        ids = pool[least_used[torch.randperm(len(least_used), generator=g)]].reshape(lemmas, forms)
+        # a setter's words split evenly into the feature values (their order is random): every value has words, and
+        # a word two setters share may carry a different value in each (a homograph)
+        gender = torch.arange(lemmas) % Fv
+        shared = torch.zeros(lemmas, dtype=F64).index_put_((torch.randperm(lemmas, generator=g),), zipf(lemmas))
+        for k in range(K):
+            own = torch.zeros(lemmas, dtype=F64).index_put_((torch.randperm(lemmas, generator=g),), zipf(lemmas))
+            lemma = (1 - config.topic) * shared + config.topic * own
+            for f in range(Fv):
+                if c in setters:  # the words of gender f, their shares renormalised
+                    of_f = torch.where(gender == f, lemma, 0.0)
+                    emission[k, c, f].index_put_((ids[:, 0],), of_f / of_f.sum(), accumulate=True)
+                else:
+                    emission[k, c, f].index_put_((ids[:, f % forms],), lemma, accumulate=True)
+    emission = emission.reshape(K, S, V)
     emission = (1 - config.leak) * emission + config.leak / V
-    return Language(prior=prior, initial=initial, transition=transition,
-                    emission=emission.expand(K, S, V).contiguous())
+    return Language(prior=torch.full((K,), 1.0 / K, dtype=F64), initial=initial.expand(K, S).contiguous(),
+                    transition=transition.expand(K, S, S).contiguous(), emission=emission.contiguous(),
+                    category=torch.arange(S) // Fv, feature=torch.arange(S) % Fv)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,8 +1,11 @@
 """The embedded language's own labelled tasks, sampled afresh from the true distribution, each with the Bayes ceiling of
 each kind of reader and what the input alone gives:
 
-- states: the hidden state of each position whose word alone does not settle it, every word shown (no [MASK]);
-- component: the window's genre;
+- states: the word category of each position whose word alone does not settle it, every word shown (no [MASK]): the
+  local syntax;
+- agreement: the agreement feature of each position whose word alone does not show it: which value the last setter
+  word carried, and the agreeing words around it show (phrase-level structure);
+- topic: the window's topic (the whole window);
 - order: whether two halves of a window are in their order (made as mlm:pair=sop makes its pairs);
 - same-source: whether the second half continues the first (made as mlm:pair=nsp makes its pairs).
 """
@@ -21,7 +24,8 @@ from bench.yardsticks.examples import Split, Task, TaskContext, TaskOptions, enc
 from objectives import IGNORE, Vocab
 from objectives.pairs import EMBEDDED_TASK_OF, make_pairs, pair_layout
 
-SYNTHETIC_TASKS = ("states", "component", "order", "same-source")
+SYNTHETIC_TASKS = ("states", "agreement", "topic", "order", "same-source")
+TAGGING = ("states", "agreement")  # token-level tasks, each a label of the hidden state
 PAIR_TASK_OF = {task: pair for pair, task in EMBEDDED_TASK_OF.items()}  # the pair mode each pair task asks about
 PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
 # the training signal each pair task copies (objectives.base.SIGNALS): the pair objective that trains on it
@@ -39,11 +43,11 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
         raise ConfigError(f"{spec}: the embedded language's tasks need --data synthetic or synthetic:text")
     if context.spell is not None and name in PAIR_TASK_OF:
         raise ConfigError(f"{spec}: the pair tasks need --data synthetic (their Bayes ceiling reads the words as "
-                          "tokens); on synthetic:text use synthetic:states or synthetic:component")
+                          "tokens); on synthetic:text use synthetic:states, synthetic:agreement or synthetic:topic")
     if options.size < 8:
         raise ConfigError(f"{spec}: size={options.size} is too small; use 8 or more")
     sizes = {"train": options.size, "dev": max(2, options.size // 4), "test": max(2, options.size // 2)}
-    build = {"states": _states, "component": _component}.get(name, _pairs)
+    build = {"states": _tagging, "agreement": _tagging, "topic": _topic}.get(name, _pairs)
     splits, ceilings, input_only = {}, {}, None
     for number, (split, count) in enumerate(sizes.items()):
         # seeds of their own: never the corpus's samples (seeds 2·seed and 2·seed + 1 of the small integers)
@@ -55,9 +59,10 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
     bounded = context.spell is None and (options.metric or "accuracy") == "accuracy"
     if bounded:
         input_only = INPUT_ONLY[name](name, splits["train"], splits["test"], context)
-    S, K = context.language.emission.shape[1], context.language.emission.shape[0]
-    level, labels = (("token", [str(s) for s in range(S)]) if name == "states" else
-                     ("sequence", [str(k) for k in range(K)] if name == "component" else ["no", "yes"]))
+    K = context.language.emission.shape[0]
+    level, labels = (("token", [str(c) for c in range(int(label_of(context.language, name).max()) + 1)])
+                     if name in TAGGING else
+                     ("sequence", [str(k) for k in range(K)] if name == "topic" else ["no", "yes"]))
     sizes_text = ", ".join(f"{split} {count}" for split, count in sizes.items())
     spelled = " and spelled as synthetic:text" if context.spell else ""
     return Task(spec, level, (options.metric or "accuracy",), labels, splits["train"], splits["dev"], splits["test"],
@@ -68,45 +73,58 @@ def synthetic_task(spec: str, name: str, options: TaskOptions, context: TaskCont
 
 # --- the tasks -------------------------------------------------------------------------------------------------------
 
+def label_of(language: synthetic.Language, name: str) -> Tensor:
+    """(S,): what a tagging task asks of each hidden state, its category or its agreement feature."""
+    return language.category if name == "states" else language.feature
+
+
+def by_label(probabilities: Tensor, labels: Tensor, dim: int) -> Tensor:
+    """Probabilities over the hidden states along `dim` summed into their labels (S -> number of labels)."""
+    shape = list(probabilities.shape)
+    shape[dim] = int(labels.max()) + 1
+    return probabilities.new_zeros(shape).index_add_(dim, labels, probabilities)
+
+
 def word_evidence(language: synthetic.Language, window: int) -> Tensor:
-    """(S, V): p(state | the word alone), states weighted by how often they occur over a window."""
+    """(S, V): p(state | the word alone), states weighted by how often they occur over a window, topics summed out."""
     marginals = synthetic.state_marginals(language, window - 1)  # (window, K, S)
-    frequency = (language.prior[None, :, None] * marginals).sum((0, 1))
-    joint = frequency[:, None] * language.emission[0]  # every component shares one emission table
+    frequency = language.prior[:, None] * marginals.sum(0)  # (K, S)
+    joint = (frequency[..., None] * language.emission).sum(0)  # (S, V)
     return joint / joint.sum(0, keepdim=True)
 
 
-def asked_positions(language: synthetic.Language, words: Tensor, window: int) -> Tensor:
-    """(N, T) bool: the positions whose word alone leaves its state open (SETTLED)."""
-    return word_evidence(language, window).amax(0)[words] < SETTLED
+def asked_positions(language: synthetic.Language, words: Tensor, window: int, name: str = "states") -> Tensor:
+    """(N, T) bool: the positions whose word alone leaves the task's label open (SETTLED)."""
+    return by_label(word_evidence(language, window), label_of(language, name), 0).amax(0)[words] < SETTLED
 
 
-def _states(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
-    """Every word shown; each asked position labelled with its state. A reader of the whole window is held to the
-    smoothing posterior, a causal one (its own word and the words before) to the filtering posterior."""
+def _tagging(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
+    """Every word shown; each asked position labelled with its state's category (states) or feature (agreement). A
+    reader of the whole window is held to the smoothing posterior, a causal one (its own word and the words before)
+    to the filtering posterior."""
     language, window = context.language, context.seq_len
     drawn = synthetic.sample(language, count, window, seed)
-    S = language.emission.shape[1]
-    asked = asked_positions(language, drawn.words, window)
+    S, labels_of_states = language.emission.shape[1], label_of(language, name)
+    asked = asked_positions(language, drawn.words, window, name)
     if not asked.any():
-        raise ConfigError(f"synthetic:states: no word of its {count} sampled windows leaves its state open in this "
-                          "language (each names its state); raise the task's size= or use a language whose states "
-                          "share words (more states or support, fewer words)")
+        raise ConfigError(f"synthetic:{name}: no word of its {count} sampled windows leaves its label open in this "
+                          "language (each word names it); raise the task's size= or use a language whose words are "
+                          "more ambiguous")
+    labels = torch.where(asked, labels_of_states[drawn.states % S], IGNORE)
     if context.spell is not None:
-        labels = torch.where(asked, drawn.states % S, IGNORE).tolist()
-        return encode_tagged(context, [[context.spell(w) for w in row] for row in drawn.words.tolist()], labels), {}
-    split = Split(drawn.words + context.vocab.first_ordinary, torch.full((count,), window),
-                  torch.where(asked, drawn.states % S, IGNORE))
+        return encode_tagged(context, [[context.spell(w) for w in row] for row in drawn.words.tolist()],
+                             labels.tolist()), {}
+    split = Split(drawn.words + context.vocab.first_ordinary, torch.full((count,), window), labels)
     if not test:
         return split, {}
     smoothing, filtering = synthetic.state_posteriors(language, drawn.words)
-    per_state = lambda p: p.unflatten(-1, (-1, S)).sum(-2)  # noqa: E731  (the component summed out)
-    return split, {"smoothing": per_state(smoothing).amax(-1)[asked].mean().item(),
-                   "filtering": per_state(filtering).amax(-1)[asked].mean().item()}
+    per_label = lambda p: by_label(p.unflatten(-1, (-1, S)).sum(-2), labels_of_states, -1)  # noqa: E731
+    return split, {"smoothing": per_label(smoothing).amax(-1)[asked].mean().item(),
+                   "filtering": per_label(filtering).amax(-1)[asked].mean().item()}
 
 
-def _component(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
-    """The window's genre; every reader has read the whole window (a causal one at its last token)."""
+def _topic(name: str, count: int, seed: int, context: TaskContext, test: bool) -> tuple[Split, dict]:
+    """The window's topic; every reader has read the whole window (a causal one at its last token)."""
     drawn = synthetic.sample(context.language, count, context.seq_len, seed)
     if context.spell is not None:
         return encode(context, [" ".join(context.spell(w) for w in row) for row in drawn.words.tolist()], None,
@@ -139,10 +157,10 @@ def _pairs(name: str, count: int, seed: int, context: TaskContext, test: bool) -
 
 # --- what the input alone gives (Hewitt & Liang's control) ------------------------------------------------------------
 
-def _states_input_only(name: str, train: Split, test: Split, context: TaskContext) -> float:
+def _tagging_input_only(name: str, train: Split, test: Split, context: TaskContext) -> float:
     """The Bayes answer from the word alone (and nothing else), exact: its expected accuracy on the asked positions."""
     words = test.tokens - context.vocab.first_ordinary
-    evidence = word_evidence(context.language, context.seq_len)
+    evidence = by_label(word_evidence(context.language, context.seq_len), label_of(context.language, name), 0)
     return evidence.amax(0)[words][test.labels != IGNORE].mean().item()
 
 
@@ -177,5 +195,5 @@ def _linear_input_only(features):
     return control
 
 
-INPUT_ONLY = {"states": _states_input_only, "component": _linear_input_only(_bag),
+INPUT_ONLY = {"states": _tagging_input_only, "agreement": _tagging_input_only, "topic": _linear_input_only(_bag),
               "order": _linear_input_only(_junction), "same-source": _linear_input_only(_junction)}

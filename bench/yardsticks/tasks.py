@@ -1,7 +1,7 @@
 """Labelled downstream tasks as padded token windows: one code path for local files, the hub, CoNLL tagging and the
 embedded language's own tasks.
 
-    --downstream "reviews.csv,label=sentiment, hf:glue:mrpc, conll:ner/, synthetic:component"
+    --downstream "reviews.csv,label=sentiment, hf:glue:mrpc, conll:ner/, synthetic:topic"
 
 A SPEC is a source and then KEY=VALUE options; in a list, a piece with "=" and no ":" continues the previous spec
 (as in --objectives):

@@ -21,8 +21,8 @@ from bench.report.frontier import write_frontier_report
 pytestmark = pytest.mark.slow  # budget sweeps end to end
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--eval-points", "1", "--quiet",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--objectives", "mlm,ar",
-        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
+        "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--objectives", "mlm,ar",
+        "--downstream", "synthetic:states,size=64,synthetic:topic,size=16", "--finetune-steps", "2",
         "--finetune-lrs", "1e-3"]
 BUDGETS = (1e8, 4e8, 1.6e9)
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds", "revision")

@@ -17,8 +17,8 @@ from tests.helpers import signalling
 pytestmark = pytest.mark.slow  # the whole command end to end
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--seeds", "1",
-        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
+        "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--seeds", "1",
+        "--downstream", "synthetic:states,size=64,synthetic:topic,size=16", "--finetune-steps", "2",
         "--finetune-lrs", "1e-3"]
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds",
            "revision")  # the revision moves with any edit of the tree while the tests run
@@ -265,7 +265,7 @@ def test_verdict_and_multipliers_are_in_results_and_report(comparison):
     verdict = results["verdict"]
     assert verdict["baseline"] == "mlm" and verdict["main"] == "neutral_average_frozen"
     names = [y["yardstick"] for y in verdict["yardsticks"]]
-    tasks = ["synthetic:states,size=64", "synthetic:component,size=16"]
+    tasks = ["synthetic:states,size=64", "synthetic:topic,size=16"]
     assert names == ["neutral_average_frozen", *(f"{t} (frozen)" for t in tasks), "neutral_average_finetuned",
                      *(f"{t} (finetuned)" for t in tasks), "hidden_state_share", "replaced_word_share",
                      "replaced_word_finetuned_share"]

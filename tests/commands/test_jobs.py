@@ -23,8 +23,8 @@ from bench.training.config import TrainConfig
 from bench.training.distributed import EXIT_STOPPED, make_fabric
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--accelerator", "cpu",
-        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2",
+        "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--accelerator", "cpu",
+        "--downstream", "synthetic:states,size=64,synthetic:topic,size=16", "--finetune-steps", "2",
         "--finetune-lrs", "1e-3", "--objectives", "mlm,ar", "--seeds", "2", "--threads-per-run", "1"]
 # what may differ between two sessions of the same comparison: the clock, and the words of the command
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds", "downstream_seconds",

@@ -106,7 +106,7 @@ def test_perf_times_the_default_comparisons_step_alone_and_at_once():
     # tiny shapes: this checks that the rows are made and hold sane keys; their speeds are bench.perf's to print
     from bench.perf import comparison_rows
     rows = comparison_rows(steps=3, model="tiny", seq_len=16, batch_size=4,
-                           data="synthetic:train=64,heldout=16,words=64,states=4", rounds=3)
+                           data="synthetic:train=64,heldout=16,words=64,lexicon=8", rounds=3)
     names = [row["name"] for row in rows]
     assert [name.split(": ")[1] for name in names][1:] == ["one run, 1 thread",
                                                            "two runs at once, 2 processes of 1 thread"]

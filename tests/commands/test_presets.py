@@ -62,7 +62,7 @@ def test_explicit_flags_override_a_preset_and_its_variants_are_its_own():
     config = parse_config(["--preset", "nsp-sop", "--seeds", "2", "--budget", "1e10"])
     assert config.training.seeds == 2 and config.training.budget == 1e10
     assert config.training.objectives == "mlm,mlm:pair=nsp,mlm:pair=sop" and config.output.preset == "nsp-sop"
-    assert config.yardsticks.downstream == "synthetic:states,synthetic:component,synthetic:same-source,synthetic:order"
+    assert config.yardsticks.downstream == "synthetic:states,synthetic:topic,synthetic:same-source,synthetic:order"
     with pytest.raises(ConfigError, match="runs one comparison per --budget"):
         parse_config(["--preset", "electra-efficiency", "--budget", "1e10"])
     with pytest.raises(ConfigError, match="unknown --preset 'bert'"):
@@ -137,7 +137,7 @@ def test_a_multiplier_claim_is_tested_on_the_log_scale_against_its_factor(golden
 
 
 SMALL = ["--model", "tiny", "--seq-len", "32", "--eval-points", "2", "--quiet", "--no-probes", "--downstream",
-         "synthetic:states,size=32,synthetic:component,size=32", "--finetune-steps", "3", "--finetune-lrs", "1e-3"]
+         "synthetic:states,size=32,synthetic:topic,size=32", "--finetune-steps", "3", "--finetune-lrs", "1e-3"]
 
 
 @pytest.mark.slow

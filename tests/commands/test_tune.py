@@ -16,8 +16,8 @@ from bench.yardsticks.tasks import load_task
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "2",
-        "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--jobs", "1",
-        "--downstream", "synthetic:states,size=64,synthetic:component,size=16", "--finetune-steps", "2"]
+        "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--jobs", "1",
+        "--downstream", "synthetic:states,size=64,synthetic:topic,size=16", "--finetune-steps", "2"]
 
 
 def test_every_objective_gets_as_many_trials_and_electra_tunes_its_rate_with_lambda():

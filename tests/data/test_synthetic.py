@@ -6,6 +6,7 @@ word, in plain Python over lists; they share no code with the forward-backward i
 import itertools
 import math
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -17,8 +18,12 @@ from bench.data.synthetic import (Language, LanguageConfig, component_posterior,
 from tests.helpers import (enumerated_posterior, enumerated_probability, joint_probability, language_lists,
                            path_probabilities)
 
-TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
-L = 5
+# two topics; three categories (one closed, the agreeing open one, one setter) x two feature values: 6 states and 4
+# words, small enough to enumerate every (topic, state path) of 4 positions and every unknown word at up to 4 of them
+TINY = LanguageConfig(topics=2, categories=3, function=1, closed=1, features=2, setters=1, words=4, lexicon=2,
+                      zipf=0.7, topic=0.5, successors=2, leak=0.1, seed=3)
+TINY_STATES = TINY.categories * TINY.features
+L = 4
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +31,7 @@ def tiny():
     language = make_language(TINY)
     words = sample(language, 6, L, seed=11).words
     # Also a few fixed sequences, including unlikely ones, so the checks do not ride on typical samples only.
-    words = torch.cat([words, torch.tensor([[0, 0, 0, 0, 0], [3, 2, 1, 0, 3], [1, 3, 1, 3, 2]])])
+    words = torch.cat([words, torch.tensor([[0, 0, 0, 0], [3, 2, 1, 0], [1, 3, 1, 3]])])
     return language, words
 
 
@@ -53,7 +58,7 @@ def test_next_token_nll_matches_enumeration(tiny):
 def test_posteriors_match_enumeration(tiny):
     language, words = tiny
     P = language_lists(language)
-    K, S = TINY.components, TINY.states
+    K, S = TINY.topics, TINY_STATES
     smoothing, filtering = state_posteriors(language, words)
     components = component_posterior(language, words)
     assert smoothing.shape == filtering.shape == (len(words), L, K * S) and components.shape == (len(words), K)
@@ -141,34 +146,63 @@ def test_long_sequences_stay_finite_and_consistent():
 
 
 # ----------------------------------------------------------------------------------------------- language & sampler
-@pytest.mark.parametrize("config", [LanguageConfig(), TINY, LanguageConfig(states=5, successors=5, seed=4),
-                                    LanguageConfig(words=16, support=16, genre=1.0, seed=5)])
+SMALL = LanguageConfig(topics=3, categories=6, function=2, closed=3, features=2, setters=1, words=40, lexicon=10,
+                       seed=4)
+
+
+@pytest.mark.parametrize("config", [LanguageConfig(), TINY, SMALL, LanguageConfig(topic=0.0, features=1, seed=5)])
 def test_language_structure(config):
+    """The generative story of make_language's docstring, checked on its tables."""
     language = make_language(config)
-    K, S, V, m = config.components, config.states, config.words, config.support
+    K, C, Fv, V = config.topics, config.categories, config.features, config.words
+    S = C * Fv
     assert language.prior.shape == (K,) and language.initial.shape == (K, S)
     assert language.transition.shape == (K, S, S) and language.emission.shape == (K, S, V)
     assert all(x.dtype == torch.float64 for x in (language.prior, language.initial, language.transition,
                                                    language.emission))
     for rows in (language.prior, language.initial, language.transition, language.emission):
         assert torch.allclose(rows.sum(-1), torch.ones((), dtype=torch.float64), atol=1e-12)
-    # Every transition and word keeps the leak's share, so no sequence is impossible under any component.
+    assert language.category.tolist() == [s // Fv for s in range(S)]
+    assert language.feature.tolist() == [s % Fv for s in range(S)]
+    # Every transition and word keeps the leak's share, so no sequence is impossible under any topic.
     assert (language.transition >= config.leak / S * (1 - 1e-12)).all()
     assert (language.emission >= config.leak / V * (1 - 1e-12)).all()
-    # Above the leak: at most `successors` entries from the shared table and `successors` from the component's own.
-    above = (language.transition > config.leak / S * (1 + 1e-9)).sum(-1)
-    assert (above >= config.successors).all() and (above <= 2 * config.successors).all()
-    # One emission table for every component: Zipf over `support` words per state, the leak elsewhere.
-    assert torch.equal(language.emission, language.emission[:1].expand(K, S, V))
-    zipf = torch.arange(1, m + 1, dtype=torch.float64) ** -config.zipf
-    expected = torch.full((V,), config.leak / V, dtype=torch.float64)
-    expected[:m] += (1 - config.leak) * zipf / zipf.sum()
-    sorted_rows = language.emission.sort(-1, descending=True).values
-    assert torch.allclose(sorted_rows, expected.expand(K, S, V), atol=1e-15)
-    # Each state emits differently (shared supports would make the states indistinguishable).
-    assert len({tuple(row) for row in language.emission[0].tolist()}) > 1
-    # The components differ in their transitions only (unless genre = 0).
-    assert not torch.equal(language.transition[0], language.transition[1])
+    # The syntax is every topic's: topics shape word choice only.
+    assert torch.equal(language.transition, language.transition[:1].expand(K, S, S))
+    above = (language.transition[0] > config.leak / S * (1 + 1e-9)).view(C, Fv, C, Fv)
+    setters = range(config.function + 1, config.function + 1 + config.setters)
+    for target in range(C):
+        entered = above[:, :, target, :]  # (from category, f, f')
+        if target in setters:  # the feature is drawn afresh, uniformly
+            rows = language.transition[0].view(C, Fv, C, Fv)[:, :, target, :]
+            assert torch.allclose(rows, rows[..., :1].expand_as(rows))
+        else:  # carried: f' = f wherever the syntax allows the step
+            assert not (entered & ~torch.eye(Fv, dtype=torch.bool)).any()
+    # The syntax has `successors` successors per category.
+    syntax = above.any(1).any(-1)  # (from, to)
+    assert (syntax.sum(-1) == config.successors).all()
+    emitted = (language.emission > config.leak / V * (1 + 1e-9)).view(K, C, Fv, V)
+    # Every word is some state's, and the closed classes hold the first words, `closed` per form.
+    assert emitted.any(0).any(0).any(0).all()
+    for c in range(config.function):
+        words = emitted[:, c].any(0).any(0)
+        forms = Fv if c == 0 else 1
+        assert int(words.sum()) == config.closed * forms
+        # the same in every topic; the agreeing one emits its feature's forms only
+        assert torch.equal(emitted[:, c], emitted[:1, c].expand(K, Fv, V))
+        assert (emitted[0, c].sum(-1) == config.closed).all()
+        zipf = torch.arange(1, config.closed + 1, dtype=torch.float64) ** -config.zipf
+        top = language.emission.view(K, C, Fv, V)[0, c, 0].sort(descending=True).values[:config.closed]
+        assert torch.allclose(top, (1 - config.leak) * zipf / zipf.sum() + config.leak / V, atol=1e-12)
+    # Open categories: `lexicon` words each (the agreeing one in Fv forms), the topic's own choice among them.
+    for c in range(config.function, C):
+        words = emitted[:, c].any(0).any(0)
+        lemmas = config.lexicon // (Fv if c == config.function else 1)
+        assert int(words.sum()) == lemmas * (Fv if c == config.function else 1)
+        if config.topic > 0 and (emitted[0, c].sum(-1) > 1).all():  # a choice among words for the topic to shape
+            assert not torch.equal(language.emission.view(K, C, Fv, V)[0, c], language.emission.view(K, C, Fv, V)[1, c])
+        if c in setters:  # each word carries one feature: the feature's rows share no word
+            assert (emitted[0, c].sum(0) <= 1).all()
 
 
 def test_make_language_is_deterministic_in_seed():
@@ -190,7 +224,7 @@ def test_sample_is_deterministic_in_seed():
 
 def test_sample_matches_the_model():
     language = make_language(TINY)
-    K, S, V = TINY.components, TINY.states, TINY.words
+    K, S, V = TINY.topics, TINY_STATES, TINY.words
     N = 40_000
     s = sample(language, N, 3, seed=7)
     assert (s.states // S == s.components[:, None]).all()  # global ids live inside the sequence's component
@@ -223,35 +257,36 @@ def test_sample_never_draws_impossible_entries_even_if_rows_do_not_sum_to_one():
     halved = Language(prior=language.prior / 2, initial=language.initial / 2, transition=language.transition / 2,
                       emission=language.emission / 2)
     s = sample(halved, 5000, 4, seed=0)
-    S = TINY.states
-    assert s.components.max() < TINY.components and s.words.max() < TINY.words
+    S = TINY_STATES
+    assert s.components.max() < TINY.topics and s.words.max() < TINY.words
     local = s.states % S
     steps = language.transition[s.components[:, None], local[:, :-1], local[:, 1:]]
     assert (steps > 0).all() and (s.states // S == s.components[:, None]).all()
 
 
 def test_properties_on_sampled_data():
-    config = LanguageConfig(components=3, states=8, words=64, seed=2)
+    config = replace(SMALL, seed=2)
     language = make_language(config)
     words = sample(language, 128, 48, seed=3).words
     nll = next_token_nll(language, words).mean().item()
     assert nll < math.log(config.words)
     # Cross-entropy >= entropy: any other model predicts the true language's samples worse.
-    other = make_language(LanguageConfig(components=3, states=8, words=64, seed=9))
+    other = make_language(replace(SMALL, seed=9))
     assert nll < next_token_nll(other, words).mean().item()
     # ... including a context-free predictor (the average emission row).
-    marginal = (language.emission * language.prior[:, None, None] / config.states).sum((0, 1))
+    marginal = (language.emission * language.prior[:, None, None] / language.emission.shape[1]).sum((0, 1))
     assert nll < -marginal.log()[words[:, 1:]].mean().item()
     # the Bayes tagger's expected accuracy: the mean largest posterior, from the whole sequence or its left part
     smoothing, filtering = (posterior.amax(-1).mean().item() for posterior in state_posteriors(language, words))
-    assert smoothing >= filtering > 1 / (config.components * config.states)
-    assert 1 / config.components < component_posterior(language, words).amax(-1).mean().item() <= 1
+    assert smoothing >= filtering > 1 / language.emission.shape[1] / config.topics
+    assert 1 / config.topics < component_posterior(language, words).amax(-1).mean().item() <= 1
 
 
-@pytest.mark.parametrize("field, value", [("components", 0), ("states", 0), ("words", -1), ("successors", 0),
-                                          ("successors", 17), ("zipf", 0.0), ("zipf", float("nan")),
-                                          ("states", 2.5), ("support", 0), ("support", 129), ("genre", 1.5),
-                                          ("genre", float("nan")), ("leak", 0.0), ("leak", 1.5)])
+@pytest.mark.parametrize("field, value", [("topics", 0), ("categories", 0), ("words", -1), ("successors", 0),
+                                          ("successors", 13), ("zipf", 0.0), ("zipf", float("nan")),
+                                          ("features", 2.5), ("setters", -1), ("categories", 7), ("lexicon", 2),
+                                          ("lexicon", 1445), ("topic", 1.5), ("topic", float("nan")), ("leak", 0.0),
+                                          ("leak", 1.5)])
 def test_bad_config_raises(field, value):
     with pytest.raises(ValueError, match=field):
         LanguageConfig(**{field: value})
@@ -260,13 +295,13 @@ def test_bad_config_raises(field, value):
 def test_unigram_is_the_marginal_over_window_positions_by_enumeration():
     import itertools
 
-    from bench.data.synthetic import LanguageConfig, log_likelihood_from, make_language, unigram
-    language = make_language(LanguageConfig(components=2, states=3, words=4, successors=2, support=2, seed=5))
+    from bench.data.synthetic import log_likelihood_from, make_language, unigram
+    language = make_language(replace(TINY, seed=5))
     length = 3
-    sequences = torch.tensor(list(itertools.product(range(4), repeat=length)))
+    sequences = torch.tensor(list(itertools.product(range(TINY.words), repeat=length)))
     probability = log_likelihood_from(language, sequences).exp()
     assert probability.sum().item() == pytest.approx(1.0)
-    marginal = torch.zeros(4, dtype=torch.float64)
+    marginal = torch.zeros(TINY.words, dtype=torch.float64)
     for t in range(length):
         marginal.index_add_(0, sequences[:, t], probability)
     torch.testing.assert_close(unigram(language, length), marginal / length)
@@ -282,7 +317,7 @@ def _chosen(words, seed):
 
 def test_hidden_state_posterior_matches_enumeration(tiny):
     language, words = tiny
-    P, (K, S) = language_lists(language), (TINY.components, TINY.states)
+    P, (K, S) = language_lists(language), (TINY.topics, TINY_STATES)
     hidden = _chosen(words, 0)
     got = hidden_state_posterior(language, words, hidden)
     assert got.shape == (len(words), L, S)
@@ -306,7 +341,7 @@ def test_hidden_state_posterior_matches_enumeration(tiny):
 
 def test_next_state_posterior_matches_enumeration(tiny):
     language, words = tiny
-    P, (K, S) = language_lists(language), (TINY.components, TINY.states)
+    P, (K, S) = language_lists(language), (TINY.topics, TINY_STATES)
     got = next_state_posterior(language, words)
     assert got.shape == (len(words), L, S)
     prior, initial, _, _ = P
@@ -326,7 +361,7 @@ def test_next_state_posterior_matches_enumeration(tiny):
 @pytest.mark.parametrize("left_only", [False, True])
 def test_kept_word_posterior_matches_enumeration(tiny, left_only):
     language, words = tiny
-    P, (K, S, V) = language_lists(language), (TINY.components, TINY.states, TINY.words)
+    P, (K, S, V) = language_lists(language), (TINY.topics, TINY_STATES, TINY.words)
     chosen = _chosen(words, 1)
     replacement = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
     got = kept_word_posterior(language, words, chosen, replacement, left_only)
@@ -363,7 +398,7 @@ def test_replaced_token_posterior_matches_enumeration(tiny):
     positions of a 3-word window, each position's draw from its own distribution; a draw equal to the original is
     not replaced."""
     language, _ = tiny
-    P, (K, S, V) = language_lists(language), (TINY.components, TINY.states, TINY.words)
+    P, (K, S, V) = language_lists(language), (TINY.topics, TINY_STATES, TINY.words)
     prior, initial, transition, emission = P
     short, rho = 3, 0.3
     shown = torch.tensor([[0, 1, 2], [3, 3, 3], [2, 0, 1], [1, -1, 0]])  # -1: a special token the generator drew

@@ -32,7 +32,7 @@ from objectives import Vocab, build_objective  # noqa: E402
 from objectives.pairs import segments_from_separators  # noqa: E402
 from tests.helpers import recorded_settings  # noqa: E402
 
-SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
+SETTINGS = recorded_settings("synthetic:words=64,lexicon=8,topics=2", 16)
 CONTEXT = context_for_run(Path("."), SETTINGS)  # the embedded language reads no file
 NEOX = dict(atol=1e-5, rtol=0)  # GPT-NeoX's and GPT-2's kernels against the suite's
 

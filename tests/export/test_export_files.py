@@ -29,7 +29,7 @@ from objectives import CausalLM, Vocab  # noqa: E402
 from objectives.pairs import make_pairs, pair_layout, segments_from_separators  # noqa: E402
 from tests.helpers import recorded_settings, written_record  # noqa: E402
 
-SETTINGS = recorded_settings("synthetic:words=32,states=4,components=2", 16)
+SETTINGS = recorded_settings("synthetic:words=64,lexicon=8,topics=2", 16)
 WORDS = "wave ship salt harbour tide sail cow field barn wheat tractor street tram tower office".split()
 
 

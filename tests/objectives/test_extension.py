@@ -66,9 +66,9 @@ def test_positions_table_shows_the_new_objective(registered, capsys):
 def test_compare_reports_probes_and_tasks_the_new_objective(registered, tmp_path):
     out = tmp_path / "cmp"
     compare_main(["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "2e8", "--eval-points", "2",
-                  "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet", "--objectives", "mlm,half",
+                  "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--objectives", "mlm,half",
                   "--seeds", "2",
-                  "--downstream", "synthetic:states,size=64,synthetic:component,size=16",
+                  "--downstream", "synthetic:states,size=64,synthetic:topic,size=16",
                   "--finetune-steps", "2", "--finetune-lrs", "1e-3", "--out", str(out)])
     results = json.loads((out / "results.json").read_text())
     half = next(o for o in results["objectives"] if o["objective"] == "half")
@@ -82,12 +82,12 @@ def test_compare_reports_probes_and_tasks_the_new_objective(registered, tmp_path
     assert "`half`: predicts the second half at accuracy" in report  # its own note, below the loss table
 
     # a task added later, without retraining: the new objective's backbone read back from its checkpoint
-    downstream_main(["--run", str(out), "--tasks", "synthetic:component,size=16", "--finetune-steps", "2",
+    downstream_main(["--run", str(out), "--tasks", "synthetic:topic,size=16", "--finetune-steps", "2",
                      "--finetune-lrs", "1e-3", "--quiet"])
     rebuilt = json.loads((out / "results.json").read_text())
     tasks = {task["task"]: task for task in rebuilt["downstream"]["tasks"]}
-    assert set(tasks) == {"synthetic:states,size=64", "synthetic:component,size=16"}
-    assert "half" in {row["objective"] for row in tasks["synthetic:component,size=16"]["rows"]}
+    assert set(tasks) == {"synthetic:states,size=64", "synthetic:topic,size=16"}
+    assert "half" in {row["objective"] for row in tasks["synthetic:topic,size=16"]["rows"]}
 
 
 def test_perf_times_the_new_objective_beside_the_others(registered):

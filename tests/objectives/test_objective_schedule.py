@@ -179,7 +179,7 @@ def test_a_comparison_runs_reports_and_resumes_a_schedule_beside_plain_objective
     from bench.compare import main
     out = tmp_path / "report"
     argv = ["--model", "tiny", "--seq-len", "16:0.6,32:0.4", "--batch-size", "4", "--budget", "3e8",
-            "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet",
+            "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet",
             "--seeds", "1", "--no-probes", "--downstream", "none", "--objectives", "mlm,ar>mlm@0.25", "--out",
             str(out)]
     main(argv)

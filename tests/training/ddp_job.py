@@ -29,7 +29,7 @@ from bench.yardsticks.probes import ProbeConfig, Probes
 from objectives import CausalLM, MaskedLM
 
 SEQ_LEN, BATCH = 16, 4
-DATA = "synthetic:train=64,heldout=16,words=64,states=4"
+DATA = "synthetic:train=64,heldout=16,words=64,lexicon=8"
 # name: (spec, micro-batch); the first five are compared with one process, the pairs with each other. NSP's
 # negatives borrow windows from the other process's rows of the global batch.
 RUNS = {"mlm": ("mlm", None), "ar": ("ar", None), "span": ("span", None), "bernoulli": ("mlm:rule=bernoulli", None),

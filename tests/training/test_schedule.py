@@ -70,7 +70,7 @@ def test_commands_with_one_length_refuse_a_schedule_with_one_line():
 
 
 def test_short_phases_read_the_long_windows_cut_in_order():
-    corpus = load_corpus("synthetic:train=8,heldout=4,words=64,states=4", 32)
+    corpus = load_corpus("synthetic:train=8,heldout=4,words=64,lexicon=8", 32)
     long, short = corpus.windows("train"), corpus.windows("train", 10)  # 3 windows of 10 per window of 32
     assert len(short) == 3 * len(long) and corpus.windows("train", 32).__class__ is long.__class__
     for index in (0, 4, 23):

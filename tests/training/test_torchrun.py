@@ -24,7 +24,7 @@ TIMEOUT = 240
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second", "probe_seconds")
 # one objective, one seed, long enough (130 steps) that a signal after the first evaluation lands mid-run
 COMPARE = ["-m", "bench.compare", "--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e9",
-           "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,states=4", "--quiet",
+           "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet",
            "--seeds", "1", "--objectives", "mlm", "--no-probes", "--downstream", "none", "--accelerator", "cpu",
            "--devices", "2",
            "--strategy", "ddp"]

@@ -483,7 +483,7 @@ def test_a_stop_signal_saves_at_the_end_of_the_step_and_the_rerun_is_exact(corpu
 
 def compare_command(out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "bench.compare", "--model", "tiny", "--seq-len", "32", "--batch-size", "4",
-            "--budget", "2e9", "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,states=4",
+            "--budget", "2e9", "--eval-points", "3", "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8",
             "--objectives", "mlm,electra", "--seeds", "1", "--no-probes", "--downstream", "none", "--quiet", "--out",
             str(out), *extra]
 

@@ -13,7 +13,7 @@ from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE
 from tests.helpers import enumerated_posterior, enumerated_probability, language_lists
 
-TINY_DATA = "synthetic:components=2,states=3,words=4,successors=2,zipf=0.7,support=2,genre=0.5,leak=0.1,seed=3,train=8,heldout=40"
+TINY_DATA = "synthetic:topics=2,states=3,words=4,successors=2,zipf=0.7,support=2,genre=0.5,leak=0.1,seed=3,train=8,heldout=40"
 SEQ_LEN = 5
 
 

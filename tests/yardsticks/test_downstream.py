@@ -58,7 +58,7 @@ def text_context(text_files):
 
 @pytest.fixture(scope="module")
 def synthetic_context():
-    options, _, language = synthetic_language("words=32,states=4,components=2")
+    options, _, language = synthetic_language("words=64,lexicon=8,topics=2")
     return TaskContext(16, Vocab.for_words(options.words), language=language)
 
 
@@ -220,14 +220,14 @@ def test_same_source_negatives_take_the_second_half_of_another_window(synthetic_
 
 
 def test_embedded_tasks_on_synthetic_text_are_the_samples_spelled_and_tokenized(recorded_samples):
-    options, _, language = synthetic_language("words=32,states=4,components=2")
+    options, _, language = synthetic_language("words=64,lexicon=8,topics=2")
     spell = speller(options.words)
     sentences = [" ".join(spell(w) for w in range(i, i + 8)) for i in range(0, 24)]
     tokenizer = train_tokenizer(sentences * 4, 40)  # fewer pieces than words: most words split
     context = TaskContext(24, vocab_for_tokenizer(tokenizer), tokenizer, language, spell)
     tagging = load_task("synthetic:states,size=8", context)
     drawn = recorded_samples[8]
-    component = load_task("synthetic:component,size=8", context)
+    component = load_task("synthetic:topic,size=8", context)
     asked = asked_positions(language, drawn.words, 24)
     for row, labels, words, states, ask in zip(tagging.train.tokens, tagging.train.labels, drawn.words, drawn.states,
                                                asked):
@@ -247,8 +247,8 @@ def test_embedded_tasks_on_synthetic_text_are_the_samples_spelled_and_tokenized(
 def test_an_embedded_task_scored_by_another_metric_carries_no_accuracy_bounds(synthetic_context):
     """Its Bayes ceilings and input-only value are accuracies: beside an MCC (chance 0, not 1/K) they would bound
     nothing, and the verdict's share of the gain would divide an MCC gain by an accuracy's headroom."""
-    accuracy = load_task("synthetic:component,size=16", synthetic_context)
-    mcc = load_task("synthetic:component,size=16,metric=mcc", synthetic_context)
+    accuracy = load_task("synthetic:topic,size=16", synthetic_context)
+    mcc = load_task("synthetic:topic,size=16,metric=mcc", synthetic_context)
     assert accuracy.ceilings and accuracy.input_only is not None
     assert mcc.metrics == ("mcc",) and mcc.ceilings == {} and mcc.input_only is None
 
@@ -275,7 +275,7 @@ def test_a_finished_synthetic_text_comparison_spells_its_tasks_again(tmp_path):
     context = context_for_run(tmp_path, recorded_settings("synthetic:text", "32"))
     assert context.language is not None and context.tokenizer is not None
     assert [context.spell(w) for w in (0, 7, 127)] == [spell(w) for w in (0, 7, 127)]
-    assert "spelled as synthetic:text" in load_task("synthetic:component,size=8", context).source
+    assert "spelled as synthetic:text" in load_task("synthetic:topic,size=8", context).source
 
 
 def test_conll_first_piece_carries_the_tag_and_bio_means_span_f1(tmp_path, text_context):
@@ -476,7 +476,7 @@ def test_probes_and_tasks_read_and_finetune_a_backbone_through_one_module(synthe
         real = getattr(bench.yardsticks.readout, name)
         monkeypatch.setattr(bench.yardsticks.readout, name, lambda *a, _name=name, _real=real, **k: calls.append(_name)
                             or _real(*a, **k))
-    corpus = load_corpus("synthetic:words=32,states=4,components=2,train=8,heldout=32", 16)
+    corpus = load_corpus("synthetic:words=64,lexicon=8,topics=2,train=8,heldout=32", 16)
     objective = tiny_objective("mlm", synthetic_context)
     run_probes(objective, corpus, ProbeConfig(train_windows=24, test_windows=8, iterations=2, finetune_steps=2,
                                               finetune_batch=4))
@@ -562,8 +562,8 @@ def test_tasks_of_a_comparison_with_a_length_schedule_use_its_longest_windows(tm
     from bench.downstream import context_for_run
 
     # the model's max_seq_len, as bench.compare built it; config.json records a schedule as its text
-    assert context_for_run(tmp_path, recorded_settings("synthetic:words=64", "16:0.5,64:0.3,32:0.2")).seq_len == 64
-    assert context_for_run(tmp_path, recorded_settings("synthetic:words=64", "32")).seq_len == 32
+    assert context_for_run(tmp_path, recorded_settings("synthetic:words=64,lexicon=8", "16:0.5,64:0.3,32:0.2")).seq_len == 64
+    assert context_for_run(tmp_path, recorded_settings("synthetic:words=64,lexicon=8", "32")).seq_len == 32
 
 
 def test_every_objective_is_read_through_one_scalar_mix_and_one_pooling(synthetic_context, monkeypatch):
@@ -577,7 +577,7 @@ def test_every_objective_is_read_through_one_scalar_mix_and_one_pooling(syntheti
     monkeypatch.setattr(readout, "fit_linear_probe", lambda *a, **k: seen.append(("fit", a[-1])) or fit(*a, **k))
     monkeypatch.setattr(downstream, "pool", lambda h, lengths, read: seen.append(("pool", read)) or pooled(h, lengths,
                                                                                                             read))
-    component = load_task("synthetic:component,size=16", synthetic_context)
+    component = load_task("synthetic:topic,size=16", synthetic_context)
     config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
     reads = {}
     for spec in ("mlm", "ar", "electra"):
@@ -602,7 +602,7 @@ def test_the_native_read_is_each_familys_last_layer_at_its_own_position(syntheti
     fitted = []
     fit = readout.fit_linear_probe
     monkeypatch.setattr(readout, "fit_linear_probe", lambda *a, **k: fitted.append((a[0], a[-1])) or fit(*a, **k))
-    component = load_task("synthetic:component,size=16", synthetic_context)
+    component = load_task("synthetic:topic,size=16", synthetic_context)
     config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
     for spec, position in (("mlm", "first"), ("ar", "last"), ("electra", "first")):
         fitted.clear()
@@ -625,7 +625,7 @@ def test_the_feature_based_read_concatenates_the_last_four_layers_pooled_as_the_
 
     from bench.yardsticks.downstream import Downstream, pool
 
-    component = load_task("synthetic:component,size=16", synthetic_context)
+    component = load_task("synthetic:topic,size=16", synthetic_context)
     config = FinetuneConfig(steps=1, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
     objective = tiny_objective("mlm", synthetic_context)
     fitted = []
@@ -649,7 +649,7 @@ def test_the_final_read_reuses_the_last_checkpoints_probes_only_for_the_same_wei
     from bench.yardsticks import downstream as module
     from bench.yardsticks.downstream import Downstream
 
-    component = load_task("synthetic:component,size=16", synthetic_context)
+    component = load_task("synthetic:topic,size=16", synthetic_context)
     config = FinetuneConfig(steps=2, batch=4, lrs=(1e-3,), probe=ProbeConfig(iterations=3))
     objective = tiny_objective("ar", synthetic_context)
     fresh = Downstream([component], config).at_end(objective)

@@ -23,7 +23,10 @@ from bench.yardsticks.tasks import load_task
 from objectives import Vocab
 from objectives.pairs import SPECIAL_POSITIONS, cut_range
 
-TINY = LanguageConfig(components=2, states=3, words=4, successors=2, zipf=0.7, support=2, genre=0.5, leak=0.1, seed=3)
+# 3 states (one feature value: the pair tasks ask about order, not agreement), so that every path of a window of 7
+# words can be enumerated
+TINY = LanguageConfig(topics=2, categories=3, function=1, closed=1, features=1, setters=1, words=4, lexicon=2,
+                      zipf=0.7, topic=0.5, successors=2, leak=0.1, seed=3)
 WINDOW = 7  # T: C = 4 content words, cut at 1..3
 
 
@@ -181,7 +184,7 @@ def test_task_ceiling_is_the_mean_best_posterior_of_its_test_pairs_from_time_T(t
 
 def test_component_task_has_its_ceiling_and_states_has_one_per_reader(tiny):
     context = _context(tiny, WINDOW)
-    component = load_task("synthetic:component,size=8", context)
+    component = load_task("synthetic:topic,size=8", context)
     words = component.test.tokens - context.vocab.first_ordinary
     assert one_ceiling(component) == pytest.approx(component_posterior(tiny, words).amax(-1).mean().item(), abs=1e-12)
     # the states task's ceiling depends on how a backbone reads (filtering for a causal one, smoothing otherwise)
@@ -190,8 +193,8 @@ def test_component_task_has_its_ceiling_and_states_has_one_per_reader(tiny):
 
 
 # A language where order tells a lot: sparse, distinct transitions and few words per state.
-STRUCTURED = LanguageConfig(components=2, states=4, words=8, successors=1, zipf=2.0, support=2, genre=0.5, leak=0.05,
-                            seed=1)
+STRUCTURED = LanguageConfig(topics=2, categories=4, function=2, closed=1, features=2, setters=1, words=8, lexicon=2,
+                            successors=1, zipf=2.0, topic=0.5, leak=0.05, seed=1)
 
 
 def _iid_mixture(emissions):
@@ -204,7 +207,8 @@ def _iid_mixture(emissions):
 
 
 ORDER_BLIND = _iid_mixture([[0.7, 0.1, 0.1, 0.1], [0.1, 0.1, 0.1, 0.7]])  # same-source can still tell the topic
-BLIND = make_language(LanguageConfig(components=1, states=1, successors=1, words=4, support=2))  # neither task
+# one topic, one state: i.i.d. words, neither task
+BLIND = _iid_mixture([[0.4, 0.3, 0.2, 0.1]])
 
 
 @pytest.mark.parametrize("language, name, expected", [

@@ -22,7 +22,7 @@ CONFIG = ProbeConfig(train_windows=24, test_windows=8, iterations=20, finetune_s
 
 @pytest.fixture(scope="module")
 def corpus():
-    return load_corpus("synthetic:words=32,states=4,components=2,train=8,heldout=32", 16)
+    return load_corpus("synthetic:words=64,lexicon=8,topics=2,train=8,heldout=32", 16)
 
 
 def objective_for(spec, corpus):
