@@ -312,7 +312,7 @@ def test_a_changed_language_never_reads_the_windows_cached_for_its_options(monke
     # changed, so a corpus sampled from the old language was served for the new one, beside the new one's Bayes floors
     from bench.data import synthetic
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path)
-    spec = "synthetic:words=64,states=4,train=8,heldout=4"
+    spec = "synthetic:words=64,lexicon=8,train=8,heldout=4"
     before = load_corpus(spec, 16).windows("train")[:]
     made = synthetic.make_language
 
