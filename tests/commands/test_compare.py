@@ -114,7 +114,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     (["--model", "tiny:d_model=0"], "d_model must be >= 1"),
     (["--model", "tiny:width=3"], "is not KEY=VALUE"),
     (["--model", "tiny:n_layer=two"], "not a valid int"),
-    (["--data", "synthetic:text,train=64,heldout=16,words=64,states=4", "--vocab-size", "3"],
+    (["--data", "synthetic:text,train=64,heldout=16,words=64,lexicon=8", "--vocab-size", "3"],
      "--vocab-size must be >= 7"),
     (["--seq-len", "0"], "--seq-len must be >= 2, got 0"),
     (["--seq-len", "16:0.9,32:0.2"], "the shares sum to 1.1, not 1"),

@@ -19,7 +19,7 @@ from tests.commands.test_readme import DOCS, README, command_lines_of
 ROOT = Path(__file__).resolve().parents[2]
 # the commands this module runs; the one script the pages show (examples/docs_corpus.py) is no `python -m` entry point
 TESTED = {"bench.compare", "bench.positions", "bench.tune", "bench.downstream", "bench.export", "bench.perf"}
-DATA = "synthetic:train=64,heldout=16,words=64,states=4"
+DATA = "synthetic:train=64,heldout=16,words=64,lexicon=8"
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "1e8", "--eval-points", "2",
         "--data", DATA, "--quiet", "--seeds", "1", "--downstream", "synthetic:states,size=64", "--finetune-steps", "2",
         "--finetune-lrs", "1e-3", "--no-probes", "--jobs", "1"]
@@ -67,13 +67,13 @@ def test_compare_writes_its_report_results_and_runs(comparison):
 def test_downstream_adds_a_task_to_a_finished_comparison(comparison, tmp_path):
     folder = tmp_path / "cmp"
     shutil.copytree(comparison, folder)  # the command rewrites the comparison it is given
-    bench("downstream", "--run", str(folder), "--tasks", "synthetic:component,size=16", "--finetune-steps", "2",
+    bench("downstream", "--run", str(folder), "--tasks", "synthetic:topic,size=16", "--finetune-steps", "2",
           "--finetune-lrs", "1e-3", "--quiet")
     results = json.loads((folder / "results.json").read_text())
     assert {task["task"] for task in results["downstream"]["tasks"]} == {"synthetic:states,size=64",
-                                                                        "synthetic:component,size=16"}
+                                                                        "synthetic:topic,size=16"}
     assert (folder / "runs" / "mlm-seed0" / "downstream.json").is_file()
-    assert "synthetic:component,size=16" in (folder / "report.md").read_text()
+    assert "synthetic:topic,size=16" in (folder / "report.md").read_text()
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE
 from tests.helpers import enumerated_posterior, enumerated_probability, language_lists
 
-TINY_DATA = "synthetic:topics=2,states=3,words=4,successors=2,zipf=0.7,support=2,genre=0.5,leak=0.1,seed=3,train=8,heldout=40"
+TINY_DATA = ("synthetic:topics=2,categories=3,function=1,closed=1,features=2,setters=1,words=4,lexicon=2,zipf=0.7,"
+             "topic=0.5,successors=2,leak=0.1,seed=3,train=8,heldout=40")
 SEQ_LEN = 5
 
 

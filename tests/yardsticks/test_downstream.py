@@ -256,7 +256,7 @@ def test_an_embedded_task_scored_by_another_metric_carries_no_accuracy_bounds(sy
 def test_every_backbone_reads_a_sequence_as_the_mean_of_its_tokens(synthetic_context):
     """One read for all: a causal backbone is mean-pooled as a bidirectional one is, pairs included; the padding
     after an example's end is left out."""
-    order, component = (load_task(f"synthetic:{name},size=8", synthetic_context) for name in ("order", "component"))
+    order, component = (load_task(f"synthetic:{name},size=8", synthetic_context) for name in ("order", "topic"))
     mlm, ar = tiny_objective("mlm:pair=sop", synthetic_context), tiny_objective("ar", synthetic_context)
     assert {reading(o, t) for o in (mlm, ar) for t in (order, component)} == {"mean"}
     hidden = hidden_states(ar.backbone, True, order.train)
