@@ -236,7 +236,8 @@ def test_embedded_tasks_on_synthetic_text_are_the_samples_spelled_and_tokenized(
         starts = [i for i, w in enumerate(encoding.word_ids[:23]) if i == 0 or w != encoding.word_ids[i - 1]]
         # the first piece of each visible word whose word alone leaves its state open, and nothing else
         assert tagged == [start for word, start in enumerate(starts) if ask[word]]
-        assert labels[tagged].tolist() == (states[:len(starts)][ask[:len(starts)]] % 4).tolist()
+        asked_states = states[:len(starts)][ask[:len(starts)]] % language.emission.shape[1]
+        assert labels[tagged].tolist() == language.category[asked_states].tolist()  # each asked word's category
         assert row[:23].tolist() == encoding.ids[:23]
     assert torch.equal(component.train.labels, recorded_samples[8].components)
     assert tagging.ceilings == {} and "spelled as synthetic:text" in tagging.source
