@@ -37,11 +37,11 @@ class LanguageConfig:
     closed: int = 8  # words of a closed-class category (per form, for the agreeing one)
     features: int = 3  # values of the agreement feature ("gender"); the hidden state is (category, feature)
     setters: int = 2  # open categories whose words carry a lexical feature: entering one draws the feature anew
-    words: int = 1500  # V
-    lexicon: int = 300  # words of an open-class category, drawn from the shared open pool (so words are ambiguous)
-    zipf: float = 1.0  # Zipf exponent of every category's word distribution
+    words: int = 1000  # V
+    lexicon: int = 200  # words of an open-class category, drawn from the shared open pool (so words are ambiguous)
+    zipf: float = 1.1  # Zipf exponent of every category's word distribution
     topic: float = 0.5  # share of an open category's word distribution that ranks its words the topic's own way
-    successors: int = 3  # nonzero successors of each category in the syntax
+    successors: int = 2  # nonzero successors of each category in the syntax
     leak: float = 0.01  # share of each transition and emission row spread uniformly over all states / words
     seed: int = 0
 
