@@ -164,7 +164,7 @@ def _tagging_input_only(name: str, train: Split, test: Split, context: TaskConte
     return evidence.amax(0)[words][test.labels != IGNORE].mean().item()
 
 
-def _bag(split: Split, context: TaskContext) -> Tensor:
+def _bag(split: Split, context: TaskContext, train: Split) -> Tensor:
     """The bag of words of each example (special tokens left out)."""
     ordinary = split.tokens - context.vocab.first_ordinary
     inside = (ordinary >= 0) & (ordinary < context.language.emission.shape[-1])
@@ -172,25 +172,36 @@ def _bag(split: Split, context: TaskContext) -> Tensor:
     return counts.sum(1) / inside.sum(1, keepdim=True).clamp_min(1)
 
 
-def _junction(split: Split, context: TaskContext) -> Tensor:
-    """A pair's bags of words on either side of the separator and the pair of words that meet there (a lookup table
-    of the one transition shown across the separator): what a reader that knows no other order of words has."""
+def _meeting_words(split: Split, context: TaskContext) -> Tensor:
+    """(N,): the pair of words that meet across the separator, as one index word_before · V + word_after."""
     V, first = context.language.emission.shape[-1], context.vocab.first_ordinary
     separator = (split.tokens == Vocab.EOS).long().argmax(1)  # the first [EOS]: the one between the segments
     rows = torch.arange(len(split))
-    before, after = split.tokens[rows, separator - 1] - first, split.tokens[rows, separator + 1] - first
+    return (split.tokens[rows, separator - 1] - first) * V + split.tokens[rows, separator + 1] - first
+
+
+def _junction(split: Split, context: TaskContext, train: Split) -> Tensor:
+    """A pair's bags of words on either side of the separator and the pair of words that meet there (a lookup table
+    of the one transition shown across the separator): what a reader that knows no other order of words has. The
+    lookup table has one column per pair the training split shows: a pair it never shows has no weight to learn (the
+    reader of all V² columns, a million at 1,000 words, leaves its weight where it started), so it reads as nothing."""
+    separator = (split.tokens == Vocab.EOS).long().argmax(1)
     side = torch.arange(split.tokens.shape[1])[None, :] > separator[:, None]
     first_half = Split(torch.where(side, Vocab.PAD, split.tokens), split.lengths, split.labels)
     second_half = Split(torch.where(side, split.tokens, Vocab.PAD), split.lengths, split.labels)
-    return torch.cat([_bag(first_half, context), _bag(second_half, context),
-                      F.one_hot(before * V + after, V * V).float()], dim=1)
+    seen = torch.unique(_meeting_words(train, context))
+    meeting = _meeting_words(split, context)
+    column = torch.searchsorted(seen, meeting).clamp_max(len(seen) - 1)
+    lookup = F.one_hot(column, len(seen)).float() * (seen[column] == meeting)[:, None]
+    return torch.cat([_bag(first_half, context, train), _bag(second_half, context, train), lookup], dim=1)
 
 
 def _linear_input_only(features):
     def control(name: str, train: Split, test: Split, context: TaskContext) -> float:
         classes = int(max(train.labels.max(), test.labels.max())) + 1
-        accuracy, _, _ = readout.fit_linear_probe(features(train, context), train.labels, features(test, context),
-                                                  test.labels, classes, readout.DEFAULT_FIT)
+        accuracy, _, _ = readout.fit_linear_probe(features(train, context, train), train.labels,
+                                                  features(test, context, train), test.labels, classes,
+                                                  readout.DEFAULT_FIT)
         return accuracy
     return control
 

@@ -80,7 +80,10 @@ def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: T
     """Multinomial logistic regression by L-BFGS on standardised features, on the learned scalar mix of `layers`
     layers side by side (fitted with the weights). Returns (test accuracy, FLOPs, probe)."""
     device = train_x.device
-    model = StandardizedLinear(train_x.mean(0), train_x.std(0).clamp_min(1e-6), classes, layers).to(device)
+    # A feature constant over the training rows says nothing the probe can learn; scaled by 1 / 1e-6 it would turn
+    # its untrained weight into a large logit wherever a test row differs (a word the training rows never hold)
+    std = train_x.std(0)
+    model = StandardizedLinear(train_x.mean(0), torch.where(std > 1e-6, std, torch.inf), classes, layers).to(device)
     train_x, test_x = (train_x - model.mean) / model.std, (test_x - model.mean) / model.std
     train_y, test_y = train_y.to(device), test_y.to(device)
     generator = torch.Generator().manual_seed(fit.seed)  # on the host: the same start on every device

@@ -192,6 +192,21 @@ def test_component_task_has_its_ceiling_and_states_has_one_per_reader(tiny):
     assert one_ceiling(states) is None and states.ceilings["filtering"] <= states.ceilings["smoothing"]
 
 
+def test_pair_tasks_input_only_lookup_is_the_one_hot_of_every_word_pair_read_on_the_pairs_training_shows(tiny):
+    from bench.yardsticks.embedded_tasks import _junction
+    context = _context(tiny, WINDOW)
+    task = load_task("synthetic:order,size=16", context)
+    V, first = tiny.emission.shape[-1], context.vocab.first_ordinary
+    def every_pair(split):  # the reader of all V² pairs, by hand: the words either side of the first [EOS]
+        at = [row.tolist().index(Vocab.EOS) for row in split.tokens]
+        return torch.stack([torch.nn.functional.one_hot((row[s - 1] - first) * V + row[s + 1] - first, V * V)
+                            for row, s in zip(split.tokens, at)]).float()
+    shown = every_pair(task.train).sum(0) > 0
+    for split in (task.train, task.test):
+        lookup = _junction(split, context, task.train)[:, 2 * V:]
+        torch.testing.assert_close(lookup, every_pair(split)[:, shown])
+
+
 # A language where order tells a lot: sparse, distinct transitions and few words per state.
 STRUCTURED = LanguageConfig(topics=2, categories=4, function=2, closed=1, features=2, setters=1, words=8, lexicon=2,
                             successors=1, zipf=2.0, topic=0.5, leak=0.05, seed=1)

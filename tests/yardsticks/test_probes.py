@@ -43,6 +43,19 @@ def test_linear_probe_recovers_a_linear_code_and_not_noise():
     assert chance < 0.35  # 5 balanced classes: 0.2 expected
 
 
+def test_a_feature_constant_in_training_reads_as_nothing_at_test():
+    # a one-hot word the training rows never hold (std 0): standardised by 1e-6, its untrained weight became a logit
+    # of hundreds wherever a test row held it, and the probe's answer there was noise
+    generator = torch.Generator().manual_seed(0)
+    labels = torch.randint(3, (300,), generator=generator)
+    code = torch.nn.functional.one_hot(labels, 3).float() + torch.randn(300, 3, generator=generator) * 0.3
+    x = torch.cat([code, torch.zeros(300, 8)], dim=1)
+    x[200:, 3:] = 1.0  # every test row holds every feature the training rows never held
+    accuracy, _, _ = fit_linear_probe(x[:200], labels[:200], x[200:], labels[200:], 3, ProbeConfig())
+    without, _, _ = fit_linear_probe(code[:200], labels[:200], code[200:], labels[200:], 3, ProbeConfig())
+    assert accuracy == without > 0.9
+
+
 def test_majority_chance():
     assert majority_accuracy(torch.tensor([1, 1, 2]), torch.tensor([1, 2, 2, 1])) == 0.5
 
