@@ -343,7 +343,7 @@ class Answer:
     runner_up: str | None
     multiplier: Multiplier | None
     family: Family | None
-    # objectives whose runs did not learn their own task (bench.analysis.results.own_task_closed): ranked nowhere
+    # objectives whose runs did not learn their own task (bench.analysis.results.own_task: on some seed): ranked nowhere
     did_not_learn_task: list[str] = field(default_factory=list)
     other_read: OtherRead | None = None  # the same neutral tasks read the other way (fine-tuned for frozen)
     # with two or more ranked: False where the main yardstick has no curve to read a multiplier off (its tasks were

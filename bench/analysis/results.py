@@ -16,8 +16,8 @@ from backbone import ConfigError
 from bench.analysis import findings
 from bench.analysis.findings import Stat
 from bench.analysis.stats import summarize
-from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, ProbeSummary, Results,
-                                      TaskFlops, TaskRow, TaskSummary, Untrained)
+from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, OwnTask, ProbeSummary,
+                                      Results, TaskFlops, TaskRow, TaskSummary, Untrained)
 from bench.analysis.verdict import verdict
 from bench.training.config import parse_seq_len
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
@@ -83,19 +83,33 @@ def loss_summary(runs: list[RunRecord], floors: dict[str, float], unigram: dict[
                        for metric, floor in floors.items()}}
 
 
-# An objective has learned its own task when its runs closed at least this share, on average, of the range from the
-# task's trivial answer (the unigram loss; "all original" for ELECTRA's discriminator) to its Bayes floor or reference.
+# An objective has learned its own task when each of its runs closed at least this share of the range from the task's
+# trivial answer (the unigram loss; "all original" for ELECTRA's discriminator) to its Bayes floor or reference: on
+# every seed, the rule the comparisons, the presets and the tuning's ladder all read (a mean would let one seed that
+# learned carry one that did not).
 LEARNED_TASK = 0.5
 
 
-def own_task_closed(summary: ObjectiveSummary) -> float | None:
-    """The mean share of its own task's learnable range an objective's runs closed at the budget: its discriminator's
-    for ELECTRA (the backbone's task; its generator's loss is a helper's), its loss's for the others; None where the
-    task has no Bayes reference (text, span corruption): whether it learned is then not known."""
-    if "discriminator_closed" in summary.metrics:
-        return summary.metrics["discriminator_closed"].mean
-    floor = summary.floors.get("loss")
-    return floor.closed.mean if floor is not None and floor.closed is not None else None
+def own_task(runs: list[RunRecord], floors: dict[str, float], unigram: dict[str, float],
+             positions: dict | None) -> OwnTask | None:
+    """An objective's own task: its discriminator's for ELECTRA (the backbone's task; its generator's loss is a
+    helper's), its loss's for the others; None where the task has no Bayes reference (text, span corruption)."""
+    finals = [final_metrics(r) for r in runs]
+    positions = positions or {}
+    if finals and all("discriminator_closed" in f for f in finals):
+        metric, where = "discriminator_loss", positions.get("discriminator_positions")
+        trivial = sum(f["label_entropy"] for f in finals) / len(finals)  # each run's own labels, own generator
+        bayes = sum(f["discriminator_bayes_loss"] for f in finals) / len(finals)
+        closed = [f["discriminator_closed"] for f in finals]
+    elif finals and "loss" in floors and (unigram.get("loss") or -math.inf) > floors["loss"]:
+        metric, where = "loss", positions.get("supervised_positions")
+        trivial, bayes = unigram["loss"], floors["loss"]
+        closed = [(trivial - f["loss"]) / (trivial - bayes) for f in finals]
+    else:
+        return None
+    return OwnTask(metric=metric, trivial=trivial, bayes=bayes, positions=where,
+                   learnable_per_sequence=None if where is None else (trivial - bayes) * where, closed=stat(closed),
+                   closed_each=closed, learned=min(closed) >= LEARNED_TASK)
 
 
 def closed_share(values: list[float], start: float | None, floor: float) -> Stat | None:
@@ -233,18 +247,20 @@ def build_results(measured: Measured) -> Results:
     baseline = measured.baseline or next(iter(grouped), None)
     floors, ceilings = (bayes or {}).get("floors", {}), (bayes or {}).get("ceilings") or {}
     unigram, input_only = (bayes or {}).get("unigram", {}), (bayes or {}).get("input_only")
+    position_rows = {row["objective"]: row for row in positions or []}
     objectives = [ObjectiveSummary(objective=spec, seeds=len(spec_runs), compute=compute_summary(spec_runs),
                                    control=spec_runs[0].control,
                                    **loss_summary(spec_runs, floors.get(spec, {}), unigram.get(spec, {})),
-                                   probes=probe_summary(spec_runs, ceilings, input_only))
+                                   probes=probe_summary(spec_runs, ceilings, input_only),
+                                   own_task=own_task(spec_runs, floors.get(spec, {}), unigram.get(spec, {}),
+                                                     position_rows.get(spec)))
                   for spec, spec_runs in grouped.items()]
     untrained = [Untrained(control=name, seeds=len(group), read_as=group[0].read_as,
                            probes=probe_summary(group, ceilings, input_only)) for name, group in control_groups.items()]
     has_probes = any(r.probes or r.downstream for r in runs)
     # supervised positions per FLOP, measured over the runs: the density ratio beside the multipliers
     per_flop = {o.objective: o.compute.supervised_positions / o.compute.flops for o in objectives}
-    did_not_learn = tuple(o.objective for o in objectives if (closed := own_task_closed(o)) is not None
-                          and closed < LEARNED_TASK)
+    did_not_learn = tuple(o.objective for o in objectives if o.own_task is not None and not o.own_task.learned)
     found, answer = verdict(grouped, baseline, ceilings, positions, per_flop, budget_flops, control_groups,
                             input_only, tasks, did_not_learn) if has_probes and baseline in grouped else (None, None)
     return Results(schema=SCHEMA, budget_flops=budget_flops, seq_len=measured.seq_len, baseline=baseline,

@@ -48,6 +48,23 @@ class Floor:
 
 
 @dataclass(frozen=True)
+class OwnTask:
+    """What an objective's own task leaves to learn on this language, and how much of it each run learned: the loss
+    of its trivial answer (the unigram loss; "all original" for ELECTRA's discriminator, its labels' entropy), its
+    Bayes loss, the learnable nats per sequence between them (the gap times the positions the loss is taken at), and
+    the share of that gap each seed's run closed. `learned`: every seed closed at least LEARNED_TASK of it."""
+
+    metric: str
+    trivial: float
+    bayes: float
+    positions: float | None  # where the loss is taken, per sequence
+    learnable_per_sequence: float | None
+    closed: Stat | None
+    closed_each: list[float]
+    learned: bool
+
+
+@dataclass(frozen=True)
 class ProbeSummary:
     """The probes' accuracies over seeds (a probe that did not run is left out), beside the Bayes ceilings for what
     the backbone sees and what the input alone gives; the probes' mean FLOPs."""
@@ -74,6 +91,7 @@ class ObjectiveSummary:
     metrics: dict[str, Stat | None]
     floors: dict[str, Floor]
     probes: ProbeSummary | None
+    own_task: OwnTask | None = None  # None: no Bayes reference (text, span corruption), so whether it learned is unknown
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from bench.report.plots import write_plots
 from bench.report.wording import answer_sentence
 from bench.report.paper import paper_text
 from bench.report.sections import (answer_section, compute_section, density_section, diverged_section,
-                                   downstream_table, floor_table, loss_table, objective_schedule_section, probe_table,
-                                   schedule_section, setup_section, verdict_section)
+                                   downstream_table, floor_table, loss_table, objective_schedule_section,
+                                   own_task_table, probe_table, schedule_section, setup_section, verdict_section)
 
 
 def render(results: Results, plots: list[str]) -> str:
@@ -31,7 +31,7 @@ def render(results: Results, plots: list[str]) -> str:
         setup_section(results) + schedule_section(results) + objective_schedule_section(results),
         density_section(results),
         compute_section(results) + diverged_section(results),
-        loss_table(results) + floor_table(results) + probe_table(results) + downstream_table(results),
+        loss_table(results) + floor_table(results) + own_task_table(results) + probe_table(results) + downstream_table(results),
         "## 5. Plots\n\n" + ("\n\n".join(plots) or "No finished run to plot."),
     ]
     return "\n\n".join(sections) + "\n"

@@ -6,7 +6,7 @@ from tabulate import tabulate
 
 from backbone.flops import TILE
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
-from bench.analysis.results import PROBE_SCORES, by_objective
+from bench.analysis.results import LEARNED_TASK, PROBE_SCORES, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
 from bench.report.setup import setup_table
 from bench.report.wording import (VERDICT_GUIDE, answer_sentence, estimate_text, family_text, measurement_text,
@@ -275,6 +275,28 @@ def floor_table(results: Results) -> str:
             "that the model has covered.\n\n"
             + table(rows, ["objective", "metric", "unigram", "held-out", "Bayes floor", "excess", "closed"])
             + objective_notes(results))
+
+
+def own_task_table(results: Results) -> str:
+    """What each objective's own task leaves to learn, in nats per sequence, and the share each seed closed: the one
+    rule ("learned its task") the answer applies, beside what there was to learn."""
+    rows = [[o.objective, t.metric, f"{t.trivial:.4f}", f"{t.bayes:.4f}", "" if t.positions is None else
+             f"{t.positions:g}", "" if t.learnable_per_sequence is None else f"{t.learnable_per_sequence:.2f}",
+             fmt(t.closed, 2), " ".join(f"{share:.2f}" for share in t.closed_each), "yes" if t.learned else "no"]
+            for o in results.objectives if (t := o.own_task) is not None]
+    if not rows:
+        return ""
+    unknown = [o.objective for o in results.objectives if o.own_task is None]
+    return ("\n\n### What each objective's own task leaves to learn\n\nThe loss of the task's trivial answer (the "
+            "unigram loss; for ELECTRA's discriminator, its labels' entropy: the loss of answering \"all original\" at "
+            "the replaced fraction), its Bayes loss (exact inference in the language; for the discriminator, the Bayes "
+            "reference for the same generator), and the learnable nats per sequence between them: the gap times the "
+            "positions the loss is taken at per sequence. An objective has learned its task when every seed's run "
+            f"closed at least {LEARNED_TASK:g} of the gap; one that has not is ranked nowhere in the answer."
+            + (f" {', '.join(f'`{name}`' for name in unknown)}: no Bayes reference for its task, so whether it "
+               "learned is not known." if unknown else "") + "\n\n"
+            + table(rows, ["objective", "loss", "trivial", "Bayes", "positions per sequence",
+                           "learnable nats per sequence", "share closed", "per seed", "learned on every seed"]))
 
 
 def objective_notes(results: Results) -> str:

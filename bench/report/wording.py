@@ -145,7 +145,7 @@ def answer_sentence(answer: Answer | None) -> str:
         unlearned = answer.did_not_learn_task
         text += (f"; {listing(unlearned)} did not learn {'its' if len(unlearned) == 1 else 'their'} own task "
                  f"({'it' if len(unlearned) == 1 else 'each'} closed less than half of the range from its task's "
-                 f"trivial answer to its Bayes reference, §4), so "
+                 f"trivial answer to its Bayes reference on at least one seed, §4), so "
                  f"{'it is' if len(unlearned) == 1 else 'they are'} ranked nowhere")
     other = answer.other_read
     if other is not None and not other.agrees:

@@ -165,12 +165,25 @@ def without_seconds(value):
     return [without_seconds(v) for v in value] if isinstance(value, list) else value
 
 
-def test_an_objective_learned_its_task_by_the_share_of_its_own_range_it_closed():
-    from bench.analysis.results import LEARNED_TASK, own_task_closed
+def test_an_objective_learned_its_task_when_every_seed_closed_half_of_its_own_range():
+    from bench.analysis.results import own_task
 
-    floor = lambda closed: Floor(floor=1.0, unigram=2.0, value=None, excess=None, closed=stat(closed))  # noqa: E731
-    # ELECTRA's task is its discriminator's: the generator's loss, a helper's, is not read
-    electra = summary("electra", {"discriminator_closed": [0.2, 0.3]}, {"generator_loss": floor([0.9, 0.9])})
-    assert own_task_closed(electra) == pytest.approx(0.25) and own_task_closed(electra) < LEARNED_TASK
-    assert own_task_closed(summary("mlm", {}, {"loss": floor([0.8, 0.9])})) == pytest.approx(0.85)
-    assert own_task_closed(summary("span", {"accuracy": [0.5, 0.6]}, {})) is None  # no Bayes reference: not known
+    def with_metrics(record, metrics):
+        return replace(record, curve=[*record.curve[:-1], replace(record.curve[-1], metrics=metrics)])
+
+    mlm = [run_record("mlm", seed, loss, 0.5, 4.0) for seed, loss in enumerate([1.2, 1.1, 1.45])]
+    # unigram 2.0, floor 1.0: shares 0.8, 0.9 and 0.55; 12 positions per sequence hold (2 − 1) · 12 nats to learn
+    task = own_task(mlm, {"loss": 1.0}, {"loss": 2.0}, {"supervised_positions": 12.0})
+    assert task.metric == "loss" and task.closed_each == pytest.approx([0.8, 0.9, 0.55])
+    assert task.learnable_per_sequence == pytest.approx(12.0) and task.learned
+    # the mean (0.63) clears the line, one seed (0.4) does not: not learned, by the one rule
+    assert not own_task([*mlm[:2], run_record("mlm", 3, 1.6, 0.5, 4.0)], {"loss": 1.0}, {"loss": 2.0}, None).learned
+    # ELECTRA's task is its discriminator's: its labels' entropy to the Bayes reference, at every position
+    electra = [with_metrics(run_record("electra", seed, 0.3, 0.9, 4.0),
+                            {"loss": 9.0, "generator_loss": 1.5, "label_entropy": entropy,
+                             "discriminator_bayes_loss": bayes, "discriminator_closed": closed})
+               for seed, (entropy, bayes, closed) in enumerate([(0.4, 0.2, 0.6), (0.42, 0.22, 0.7)])]
+    task = own_task(electra, {"generator_loss": 1.0}, {"generator_loss": 2.0}, {"discriminator_positions": 64})
+    assert (task.metric, task.trivial, task.bayes) == ("discriminator_loss", pytest.approx(0.41), pytest.approx(0.21))
+    assert task.learnable_per_sequence == pytest.approx(0.2 * 64) and task.learned
+    assert own_task(mlm, {}, {}, None) is None  # no Bayes reference (span corruption, text): not known
