@@ -117,8 +117,8 @@ def add_yardstick_flags(add) -> None:
     add("--downstream", default=None,
         help="labelled tasks, frozen and fine-tuned, the neutral ones giving the answer: specs PATH[,text=F,"
              "text_pair=F,label=F,metric=M,copies=SIGNAL,...], hf:NAME[:CONFIG], conll:PATH, "
-             "synthetic:states|component|order|same-source, or none (default: synthetic:states,synthetic:topic "
-             "on the embedded language, none on text; docs/yardsticks.md)")
+             "synthetic:states|agreement|topic|order|same-source, or none (default: synthetic:states,"
+             "synthetic:agreement,synthetic:topic on the embedded language, none on text; docs/yardsticks.md)")
     add_finetune_flags(add)
 
 
