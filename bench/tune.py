@@ -3,20 +3,25 @@
 Rates picked by each objective's own loss are not picked alike (the losses are not comparable), and a rate picked on
 a seed that is also evaluated, or on the split that is reported, flatters whoever it picked. Here:
 - every objective gets the same number of pretraining trials: the peak rate for each (TRIAL_RATES), and for ELECTRA
-  its rate together with λ, the knob its known failure turns on, as many trials as the others (each objective declares
-  its trials: Objective.tuning_trials);
-- every trial trains seed TUNING_SEED, which no comparison evaluates (they run seeds 0..N-1), to the full budget;
+  its rate together with λ and its generator's width, as many trials as the others (each objective declares its
+  trials: Objective.tuning_trials);
+- every trial trains each of TUNING_SEEDS, which no comparison evaluates (they run seeds 0..N-1), to the full
+  budget: one seed picks within its own noise, and a pick's margin over its runner-up is only read against the
+  seeds' spread (in standard errors of the paired difference);
 - the trial is chosen by the neutral tasks read frozen, the comparison's main yardstick, on their *dev* split (their
-  test split is never read), averaged over the tasks;
-- the chosen trial's backbone and every untrained control (seed TUNING_SEED) are then fine-tuned on each task at
-  every rate of FINETUNE_RATES, and the dev split picks each reader's rate per task.
-Then, for ELECTRA, whose discriminator must close half the gap from its labels' entropy to the Bayes reference before
-it is ranked (bench.analysis.results.LEARNED_TASK), the budget ladder: its picked setting trained on LADDER_SEEDS at the
-setting's budget and at twice, four times ... it, up to --ladder-max FLOPs (default MAX_LADDER), until every seed
-closes that half: the smallest budget at which it learns its task here, or none up to the top.
-A pick at an edge of its grid is reported as such: the grid should then be widened. With --write-defaults (the
-default setting only) the picks become the default comparison's (bench/tuned.json): its objectives and peak rates,
-and the one fine-tuning rate per reader and task each backbone is then fine-tuned at.
+  test split is never read), averaged over the tasks and the seeds;
+- whether the pick holds at TRANSFER times the budget: the picked setting and its neighbours in rate, trained again
+  on the same seeds at that budget and read the same way (--transfer 0 skips it);
+- the chosen trial's backbones and every untrained control (each tuning seed's) are then fine-tuned on each task at
+  every rate of FINETUNE_RATES, and the dev split, averaged over the seeds, picks each reader's rate per task (each
+  seed's own pick is kept beside it, so the report shows whether one seed would have picked the same).
+Then, for ELECTRA, whose discriminator must close half the gap from its labels' entropy to the Bayes reference on
+every seed before it is ranked (bench.analysis.results.LEARNED_TASK), the budget ladder: its picked setting trained on
+the tuning seeds at the setting's budget and at twice, four times ... it, up to --ladder-max FLOPs (default
+MAX_LADDER), until every seed closes that half: the smallest budget at which it learns its task here, or none up to
+the top. A pick at an edge of its grid is reported as such: the grid should then be widened. With --write-defaults
+(the default setting only) the picks become the default comparison's (bench/tuned.json): its objectives and peak
+rates, and the one fine-tuning rate per reader and task each backbone is then fine-tuned at.
 """
 
 from __future__ import annotations
@@ -50,14 +55,14 @@ from bench.tuned import DEFAULTS_FILE, setting_of
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 
-TUNING_SEED = 1000  # never one of a comparison's seeds
+TUNING_SEEDS = (1000, 1001, 1002)  # never a comparison's seeds
+TRANSFER = 4.0  # the pick checked again at this multiple of the budget
 TRIAL_RATES = (1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2)  # 2× apart around the rates small models take
 TUNED_OBJECTIVES = "mlm,ar,electra"  # what the default tunes: ELECTRA's λ is one of its trials
 # down to 1e-5, at which the fine-tuning steps barely move the backbone: a pick there is the limit of fine-tuning
 # less and less, the frozen probe's head, beyond which no other model lies; it is no edge to widen
 FINETUNE_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 BARELY_MOVES = 1e-5
-LADDER_SEEDS = (TUNING_SEED, TUNING_SEED + 1, TUNING_SEED + 2)  # never a comparison's
 MAX_LADDER = 1e13  # the issue's bound: beyond it a CPU run is hours
 
 
@@ -92,15 +97,27 @@ def validation_view(downstream: Downstream, rates: tuple[float, ...]) -> Downstr
 
 
 def validation_score(record, neutral: list[str]) -> float:
-    """The neutral tasks' frozen average on their dev split (validation_view): what picks a trial."""
+    """The neutral tasks' frozen average on their dev split (validation_view), one seed's: what picks a trial."""
     return statistics.fmean(record.downstream[name]["frozen"]["score"] for name in neutral)
+
+
+def margin(best: dict, other: dict) -> dict | None:
+    """The pick's lead over another trial, seed by seed (the same seeds, so the difference is paired): its mean, its
+    standard error over the seeds and the lead in standard errors; None where either diverged on a seed."""
+    if None in best["per_seed"] or None in other["per_seed"]:
+        return None
+    differences = [a - b for a, b in zip(best["per_seed"], other["per_seed"])]
+    mean = statistics.fmean(differences)
+    se = statistics.stdev(differences) / len(differences) ** 0.5 if len(differences) > 1 else float("nan")
+    return {"over": {"objective": other["trial"], "lr": other["lr"]}, "difference": mean, "se": se,
+            "in_se": mean / se if se > 0 else float("inf") if mean > 0 else float("nan")}
 
 
 def edge(grid: list[float], chosen: float) -> str | None:
     return "lowest" if chosen == min(grid) else "highest" if chosen == max(grid) else None
 
 
-def tune(config: Config, ladder_max: float = MAX_LADDER) -> dict:
+def tune(config: Config, ladder_max: float = MAX_LADDER, transfer: float = TRANSFER) -> dict:
     fabric = make_fabric(config.hardware.accelerator, config.hardware.devices, config.hardware.num_nodes,
                          config.hardware.strategy, config.hardware.precision, launch=False)
     out = config.output.out
@@ -115,35 +132,85 @@ def tune(config: Config, ladder_max: float = MAX_LADDER) -> dict:
     if not neutral:
         raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
                           "training signal")
-    # trials finished before are kept with --resume only (a trial of other code would pass for this code's)
-    works = [Work("run", trained, (TUNING_SEED,), replace(plan_.train, lr=rate), (trial_dir(plan_.out, trained, rate),),
-                  config.output.resume)
-             for spec in plan_.specs for trained, rate in tried[spec]]
-    records = iter(executed(fabric, works, job_context(plan_), not config.output.quiet, plan_))
-    found: dict = {"setting": setting_of(config), "revision": code_revision(), "seed": TUNING_SEED,
+    budget = plan_.train.budget_flops
+    scored = trained_rows(fabric, plan_, [trial for spec in plan_.specs for trial in tried[spec]], budget, neutral,
+                          config.output.resume)
+    found: dict = {"setting": setting_of(config), "revision": code_revision(), "seeds": list(TUNING_SEEDS),
                    "finetune_rates": list(FINETUNE_RATES), "objectives": {}, "controls": {}}
     for spec in plan_.specs:
-        rows = [trial_row(trained, rate, record, diverged, neutral)
-                for (trained, rate), ((record, diverged),) in zip(tried[spec], records)]
+        rows = [scored[trial] for trial in tried[spec]]
         best = picked(spec, rows)
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
-        trial = replace(plan_.train, lr=best["lr"])
-        run = setup_run(fabric, RunContext(best["trial"], TUNING_SEED, plan_.corpus, trial,
-                                           trial_dir(plan_.out, best["trial"], best["lr"])))
-        restore(fabric, run)  # the picked trial's final weights
+        others = sorted((row for row in rows if row is not best and row["validation"] is not None),
+                        key=lambda row: -row["validation"])
+        backbones = [picked_backbone(fabric, plan_, best["trial"], best["lr"], budget, seed) for seed in TUNING_SEEDS]
         found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
                                      "at_edge": edge(rates, best["lr"]),
-                                     **finetune_picks(fine_tuned_on_dev(validation, run.objective))}
+                                     "margin": margin(best, others[0]) if others else None,
+                                     **finetune_picks(fine_tuned_on_dev(validation, backbones))}
     for name, spec in plan_.control_specs().items():
-        with torch.random.fork_rng(devices=[]):  # the backbone a run of seed TUNING_SEED starts from, as control_run
-            fabric.seed_everything(TUNING_SEED, verbose=False)
-            untrained = build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device)
+        untrained = []
+        for seed in TUNING_SEEDS:
+            with torch.random.fork_rng(devices=[]):  # the backbone a run of this seed starts from, as control_run
+                fabric.seed_everything(seed, verbose=False)
+                untrained.append(build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device))
         found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
+    if transfer:
+        found["transfer"] = transfer_check(fabric, plan_, found, tried, budget * transfer, neutral,
+                                           config.output.resume)
     if "electra" in found["objectives"]:
         chosen = found["objectives"]["electra"]["picked"]
         found["electra_ladder"] = ladder(fabric, plan_, chosen["objective"], chosen["lr"], config.output.resume,
                                          ladder_max)
     return found
+
+
+def trained_rows(fabric, plan_, tried: list[tuple[str, float]], budget: float, neutral: list[str],
+                 resume: bool) -> dict[tuple[str, float], dict]:
+    """Each trial trained on every tuning seed at `budget` (all at once, as the pool allows), read frozen on dev."""
+    train = replace(plan_.train, budget_flops=budget, eval_points=1, probe_every_eval=False)
+    works = [Work("run", trained, (seed,), replace(train, lr=rate),
+                  (trial_dir(plan_.out, trained, rate, seed, budget, plan_.train.budget_flops),), resume)
+             for trained, rate in tried for seed in TUNING_SEEDS]
+    outcomes = iter(executed(fabric, works, job_context(plan_), not plan_.config.output.quiet, plan_))
+    rows = {}
+    for trained, rate in tried:
+        runs = [next(outcomes)[0] for _ in TUNING_SEEDS]
+        rows[(trained, rate)] = trial_row(trained, rate, runs, neutral)
+    return rows
+
+
+def transfer_check(fabric, plan_, found: dict, tried: dict, budget: float, neutral: list[str],
+                   resume: bool) -> dict:
+    """Whether each pick still wins at `budget`: the picked setting and its neighbours in rate (the same setting's
+    trials either side on the grid), trained on the tuning seeds at that budget and read on dev as the trials were."""
+    compared = {}
+    for spec, tuned in found["objectives"].items():
+        chosen = tuned["picked"]
+        same = [rate for trained, rate in tried[spec] if trained == chosen["objective"]]
+        at = same.index(chosen["lr"])
+        compared[spec] = [(chosen["objective"], rate) for rate in same[max(0, at - 1):at + 2]]
+    scored = trained_rows(fabric, plan_, [trial for trials_ in compared.values() for trial in trials_], budget,
+                          neutral, resume)
+    checks = {}
+    for spec, trials_ in compared.items():
+        rows = [scored[trial] for trial in trials_]
+        chosen = found["objectives"][spec]["picked"]
+        best = picked(spec, rows)
+        mine = next(row for row in rows if (row["trial"], row["lr"]) == (chosen["objective"], chosen["lr"]))
+        others = [row for row in rows if row is not mine and row["validation"] is not None]
+        checks[spec] = {"picked": chosen, "rows": rows, "holds": best is mine,
+                        "margins": [m for row in others if (m := margin(mine, row)) is not None]}
+    return {"budget": budget, "checks": checks}
+
+
+def picked_backbone(fabric, plan_, trained: str, lr: float, budget: float, seed: int) -> Objective:
+    """A trial's final weights, read back from its run folder."""
+    train = replace(plan_.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
+    run = setup_run(fabric, RunContext(trained, seed, plan_.corpus, train,
+                                       trial_dir(plan_.out, trained, lr, seed, budget, plan_.train.budget_flops)))
+    restore(fabric, run)
+    return run.objective
 
 
 def ladder_budgets(budget: float, top: float = MAX_LADDER) -> list[float]:
@@ -157,51 +224,67 @@ def ladder_budgets(budget: float, top: float = MAX_LADDER) -> list[float]:
 
 
 def ladder(fabric, plan_, spec: str, lr: float, resume: bool, top: float = MAX_LADDER) -> list[dict]:
-    """ELECTRA's picked setting on LADDER_SEEDS at each budget of ladder_budgets, until every seed's discriminator
+    """ELECTRA's picked setting on TUNING_SEEDS at each budget of ladder_budgets, until every seed's discriminator
     closed at least LEARNED_TASK of its gap (held-out, at the budget; no yardstick is read): each rung's shares."""
     plain = replace(plan_, probe=None, downstream=None)  # its own task only: the held-out evaluation at the end
     rows = []
     for budget in ladder_budgets(plan_.train.budget_flops, top):
         train = replace(plan_.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
         works = [Work("run", spec, (seed,), train, (plan_.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}",),
-                      resume) for seed in LADDER_SEEDS]
+                      resume) for seed in TUNING_SEEDS]
         outcomes = executed(fabric, works, job_context(plain), not plain.config.output.quiet, plain)
         closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")
                   for ((record, diverged),) in outcomes]
         learned = all(share is not None and share >= LEARNED_TASK for share in closed)
-        rows.append({"budget": budget, "top": top, "seeds": list(LADDER_SEEDS), "closed": closed,
+        rows.append({"budget": budget, "top": top, "seeds": list(TUNING_SEEDS), "closed": closed,
                      "learned": learned})
         if learned:
             break
     return rows
 
 
-def trial_dir(out: Path, trained: str, rate: float) -> Path:
-    return out / f"{run_name(trained, TUNING_SEED)}-lr{rate:g}"
+def trial_dir(out: Path, trained: str, rate: float, seed: int, budget: float, setting_budget: float) -> Path:
+    """A trial's run folder, the budget named where it is not the setting's (the transfer check, the ladder)."""
+    at = "" if budget == setting_budget else f"-at{budget:g}"
+    return out / f"{run_name(trained, seed)}-lr{rate:g}{at}"
 
 
-def trial_row(trained: str, rate: float, record, diverged: dict | None, neutral: list[str]) -> dict:
-    return {"trial": trained, "lr": rate, "validation": None if diverged else validation_score(record, neutral),
-            "tasks": {} if diverged else {name: task["frozen"]["score"] for name, task in record.downstream.items()}}
+def trial_row(trained: str, rate: float, runs: list, neutral: list[str]) -> dict:
+    """A trial over the tuning seeds: each seed's dev average (None where it diverged), their mean (None if any
+    diverged: a setting that diverges on a seed is not picked) and each task's mean."""
+    per_seed = [None if diverged else validation_score(record, neutral) for record, diverged in runs]
+    finished = [record for record, diverged in runs if not diverged]
+    tasks = {name: statistics.fmean(record.downstream[name]["frozen"]["score"] for record in finished)
+             for name in (finished[0].downstream if finished else {})}
+    return {"trial": trained, "lr": rate, "per_seed": per_seed,
+            "validation": None if None in per_seed else statistics.fmean(per_seed),
+            "se": None if None in per_seed or len(per_seed) < 2 else
+            statistics.stdev(per_seed) / len(per_seed) ** 0.5, "tasks": tasks}
 
 
 def picked(spec: str, rows: list[dict]) -> dict:
     """The trial with the best validation score (the first of equals); every trial diverging is a mistake."""
     scored = [row for row in rows if row["validation"] is not None]
     if not scored:
-        raise ConfigError(f"bench.tune: every trial of {spec} diverged; try lower rates")
+        raise ConfigError(f"bench.tune: every trial of {spec} diverged on some seed; try lower rates")
     return max(scored, key=lambda row: row["validation"])
 
 
-def fine_tuned_on_dev(validation: Downstream, objective: Objective) -> dict[str, dict[str, float]]:
-    """{task: {rate: dev score}}: the backbone fine-tuned on each task at every rate of the grid."""
-    return {task: value["finetuned"]["dev"] for task, value in validation.at_end(objective).items()}
+def fine_tuned_on_dev(validation: Downstream, backbones: list[Objective]) -> list[dict[str, dict[str, float]]]:
+    """Per backbone (one per tuning seed), {task: {rate: dev score}}: fine-tuned on each task at every rate."""
+    return [{task: value["finetuned"]["dev"] for task, value in validation.at_end(objective).items()}
+            for objective in backbones]
 
 
-def finetune_picks(dev: dict[str, dict[str, float]]) -> dict:
-    """Per task the fine-tuning rate with the best dev score (the first of equals), and where it lies on the grid."""
+def finetune_picks(per_seed: list[dict[str, dict[str, float]]]) -> dict:
+    """Per task the fine-tuning rate with the best dev score averaged over the seeds (the first of equals), where it
+    lies on the grid, and the rate each seed's own dev split would have picked."""
+    dev = {task: {rate: statistics.fmean(seed[task][rate] for seed in per_seed) for rate in per_seed[0][task]}
+           for task in per_seed[0]}
     picks = {task: float(max(scores, key=scores.get)) for task, scores in dev.items()}
     return {"finetune": picks, "finetune_dev": dev,
+            "finetune_each_seed": {task: [float(max(seed[task], key=seed[task].get)) for seed in per_seed]
+                                   for task in dev},
             "finetune_at_edge": {task: side for task, rate in picks.items()
                                  if (side := edge([float(r) for r in dev[task]], rate))
                                  and not (side == "lowest" and rate <= BARELY_MOVES)}}
@@ -237,6 +320,9 @@ def add_own_flags(add) -> None:
     add("--ladder-max", type=float, default=MAX_LADDER, metavar="FLOPS",
         help="the top of ELECTRA's budget ladder, the smallest budget at which its discriminator learns its task "
              f"(default {MAX_LADDER:g}; below the setting's budget: no ladder)")
+    add("--transfer", type=float, default=TRANSFER, metavar="FACTOR",
+        help=f"check each pick again at FACTOR times the budget, against its neighbours in rate, on the same seeds "
+             f"(default {TRANSFER:g}; 0 skips the check)")
     add("--write-defaults", action="store_true",
         help="make the picks the default comparison's (bench/tuned.json): only for a tuning at the default setting")
 
@@ -255,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     if write_defaults and setting_of(config) != setting_of(Config()):
         raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")
     found = {"command": shlex.join(["python", "-m", "bench.tune", *given]),
-             **tune(config, args.ladder_max)}
+             **tune(config, args.ladder_max, args.transfer)}
     out = config.output.out
     write_json(out / "results.json", found)
     write_atomic(out / "report.md", tuning_report(found, BARELY_MOVES))

@@ -197,13 +197,16 @@ class Electra(Objective):
 
     @classmethod
     def tuning_trials(cls, spec: str, rates: tuple[float, ...]) -> list[tuple[str, float]]:
-        """Where the spec leaves λ to tuning (plain `electra`), the paper's λ = 50 and 10, each at the lower half of
-        the rates (the discriminator's loss, weighed by λ, takes the larger steps): as many trials as the others."""
+        """Where the spec leaves its knobs to tuning (plain `electra`): the paper's setting (λ = 50, a generator ¼ of
+        the discriminator's width), λ = 10, and a generator ½ as wide (the paper's Figure 3 range, ¼–½), each at the
+        two rates below the grid's middle (the discriminator's loss, weighed by λ, takes the larger steps): as many
+        trials as the others."""
         if spec != cls.name:
             return super().tuning_trials(spec, rates)
-        lower = rates[:len(rates) // 2]
-        return [(cls.name if weight == 50 else f"{cls.name}:disc_weight={weight:g}", rate)
-                for weight in (10, 50) for rate in lower]
+        settings = (cls.name, f"{cls.name}:disc_weight=10", f"{cls.name}:gen_width=0.5")
+        middle = len(rates) // 2
+        chosen = rates[max(0, middle - len(rates) // len(settings)):middle]
+        return [(setting, rate) for setting in settings for rate in chosen]
 
     def bayes_floors(self) -> list[FloorSpec]:
         # the generator's masked-token loss; the discriminator's best loss depends on the generator, so it has none

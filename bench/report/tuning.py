@@ -7,33 +7,69 @@ from bench.analysis.results import LEARNED_TASK
 
 
 def tuning_report(found: dict, barely_moves: float) -> str:
-    """The tuning's report (bench.tune's results.json): every trial's validation score, the picks, and any pick at an
-    edge; `barely_moves`: the fine-tuning rate below which a pick is no edge to widen."""
+    """The tuning's report (bench.tune's results.json): every trial's validation score over the seeds, the picks with
+    their margins, whether they hold at a larger budget, and any pick at an edge; `barely_moves`: the fine-tuning rate
+    below which a pick is no edge to widen."""
     trials = max((len(tuned["trials"]) for tuned in found["objectives"].values()), default=0)  # equal for all
+    seeds = ", ".join(map(str, found["seeds"]))
     lines = ["# Tuning on validation data", "", "|              |    |", "|--------------|----|",
              f"| command      | `{found['command']}` |", f"| git revision | {found['revision']} |", "",
-             f"Every objective: {trials} pretraining trials at the comparison's setting, seed "
-             f"{found['seed']} (never evaluated), each read frozen on the neutral tasks' dev split (their test split "
-             "is never read); the highest average picks the trial. ELECTRA's trials vary its peak rate and λ "
-             "together. The picked backbone and every untrained control are then fine-tuned on each task's train "
-             f"split at every rate of {', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split "
+             f"Every objective: {trials} pretraining trials at the comparison's setting, each trained on seeds "
+             f"{seeds} (never evaluated) and read frozen on the neutral tasks' dev split (their test split is never "
+             "read); the highest average over the tasks and the seeds picks the trial, and its margin over the "
+             "runner-up is given in standard errors of the seed-by-seed difference (the same seeds, so the "
+             "difference is paired): below 2, the pick is within its noise. ELECTRA's trials vary its peak rate "
+             "with λ and its generator's width. The picked backbones and every untrained control (one per seed) "
+             "are then fine-tuned on each task's train split at every rate of "
+             f"{', '.join(f'{r:g}' for r in found['finetune_rates'])}, the dev split averaged over the seeds "
              f"picking each one's rate (at {barely_moves:g} the steps barely move a backbone: a pick there means "
              "fine-tuning less and less did better, down to the frozen probe's head, and is no edge to widen). "
              "Setting: " + ", ".join(f"{k} {v}" for k, v in found["setting"].items()) + ".", ""]
     for spec, tuned in found["objectives"].items():
-        tasks = list(tuned["trials"][0]["tasks"])
-        lines += [f"## `{spec}`", "", "| trial | peak rate | dev average | " + " | ".join(tasks) + " |",
-                  "|---|---|---|" + "---|" * len(tasks)]
-        chosen = (tuned["picked"]["objective"], tuned["picked"]["lr"])
-        for row in tuned["trials"]:
-            mark = " **(picked)**" if (row["trial"], row["lr"]) == chosen else ""
-            score = "diverged" if row["validation"] is None else f"{row['validation']:.4f}"
-            lines.append(f"| `{row['trial']}`{mark} | {row['lr']:g} | {score} | "
-                         + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |")
-        lines += ["", edge_text(tuned["at_edge"], "the picked peak rate") + " " + finetune_text(tuned), ""]
+        lines += [f"## `{spec}`", ""] + trial_table(tuned["trials"], tuned["picked"])
+        lines += ["", margin_text(tuned.get("margin")), edge_text(tuned["at_edge"], "the picked peak rate") + " "
+                  + finetune_text(tuned), ""]
     lines += ["## Untrained controls", ""]
     lines += [f"- {name}: {finetune_text(tuned)}" for name, tuned in found["controls"].items()]
-    return "\n".join(lines + ladder_text(found.get("electra_ladder"))) + "\n"
+    return "\n".join(lines + transfer_text(found.get("transfer")) + ladder_text(found.get("electra_ladder"))) + "\n"
+
+
+def trial_table(rows: list[dict], chosen: dict) -> list[str]:
+    tasks = list(next((row["tasks"] for row in rows if row["tasks"]), {}))
+    lines = ["| trial | peak rate | dev average (± se) | per seed | " + " | ".join(tasks) + " |",
+             "|---|---|---|---|" + "---|" * len(tasks)]
+    for row in rows:
+        mark = " **(picked)**" if (row["trial"], row["lr"]) == (chosen["objective"], chosen["lr"]) else ""
+        score = "diverged" if row["validation"] is None else f"{row['validation']:.4f} ± {row['se']:.4f}"
+        seeds = ", ".join("diverged" if value is None else f"{value:.4f}" for value in row["per_seed"])
+        lines.append(f"| `{row['trial']}`{mark} | {row['lr']:g} | {score} | {seeds} | "
+                     + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |")
+    return lines
+
+
+def margin_text(found: dict | None) -> str:
+    if found is None:
+        return "No runner-up finished on every seed: no margin."
+    over = found["over"]
+    return (f"Margin over the runner-up (`{over['objective']}` at {over['lr']:g}): {found['difference']:+.4f} "
+            f"({found['in_se']:.1f} standard errors of the paired difference" +
+            ("; within its noise)." if found["in_se"] < 2 else ")."))
+
+
+def transfer_text(found: dict | None) -> list[str]:
+    """The transfer section: each pick against its neighbours in rate at the larger budget."""
+    if not found:
+        return []
+    lines = ["", f"## Do the picks hold at {found['budget']:.3g} FLOPs?", "",
+             "Each picked setting and its neighbours in rate, trained again on the same seeds at this budget and "
+             "read on dev as the trials were.", ""]
+    for spec, check in found["checks"].items():
+        lines += [f"### `{spec}`", ""] + trial_table(check["rows"], check["picked"])
+        leads = "; ".join(f"over {m['over']['lr']:g}: {m['difference']:+.4f} ({m['in_se']:.1f} se)"
+                          for m in check["margins"])
+        lines += ["", ("The pick still wins" if check["holds"] else "The pick does **not** hold: another rate wins")
+                  + (f" ({leads})." if leads else "."), ""]
+    return lines
 
 
 def ladder_text(rungs: list[dict] | None) -> list[str]:
@@ -62,7 +98,9 @@ def edge_text(side: str | None, what: str) -> str:
 
 
 def finetune_text(tuned: dict) -> str:
-    picks = "; ".join(f"{task} {rate:g} (dev {tuned['finetune_dev'][task][f'{rate:g}']:.4f})"
+    picks = "; ".join(f"{task} {rate:g} (dev {tuned['finetune_dev'][task][f'{rate:g}']:.4f}"
+                      + (f"; each seed's own pick {', '.join(f'{r:g}' for r in each[task])}"
+                         if (each := tuned.get("finetune_each_seed")) else "") + ")"
                       for task, rate in tuned["finetune"].items())
     edges = ", ".join(f"{task} ({side})" for task, side in tuned["finetune_at_edge"].items())
     return f"Fine-tuning rates picked on dev: {picks}." + (f" At an edge of the grid: {edges}." if edges else "")

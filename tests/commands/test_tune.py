@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.config import Config
-from bench.tune import (LADDER_SEEDS, TRIAL_RATES, TUNING_SEED, defaults, main, trials,
-                        validation_view)
+from bench.tune import TRIAL_RATES, TUNING_SEEDS, defaults, main, margin, trials, validation_view
 from bench.tuned import TUNED, finetune_rates, setting_of
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
@@ -20,14 +19,24 @@ TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "
         "--downstream", "synthetic:states,size=64,synthetic:topic,size=16", "--finetune-steps", "2"]
 
 
-def test_every_objective_gets_as_many_trials_and_electra_tunes_its_rate_with_lambda():
+def test_every_objective_gets_as_many_trials_and_electra_tunes_its_rate_with_lambda_and_generator_width():
     assert len(trials("mlm")) == len(trials("ar")) == len(trials("electra")) == len(trials("mlm:rate=0.4"))
     assert trials("ar") == [("ar", rate) for rate in TRIAL_RATES]
-    assert {spec for spec, _ in trials("electra")} == {"electra", "electra:disc_weight=10"}
-    assert trials("electra") == [(spec, rate) for spec in ("electra:disc_weight=10", "electra")
-                                 for rate in TRIAL_RATES[:3]]  # λ with the lower half of the rates
+    # the paper's setting, λ = 10 and a generator half as wide, each at the two rates below the grid's middle
+    assert trials("electra") == [(spec, rate) for spec in ("electra", "electra:disc_weight=10", "electra:gen_width=0.5")
+                                 for rate in TRIAL_RATES[1:3]]
     assert trials("electra:disc_weight=10") == [("electra:disc_weight=10", rate) for rate in TRIAL_RATES]  # λ given
     assert trials("ar>mlm@0.25") == [("ar>mlm@0.25", rate) for rate in TRIAL_RATES]
+
+
+def test_a_pick_s_margin_is_the_paired_difference_over_the_seeds_in_standard_errors():
+    best = {"trial": "mlm", "lr": 2e-3, "per_seed": [0.60, 0.62, 0.64]}
+    other = {"trial": "mlm", "lr": 4e-3, "per_seed": [0.58, 0.61, 0.60]}
+    found = margin(best, other)  # differences 0.02, 0.01, 0.04: mean 0.07/3, variance 7e-4/3 (by hand)
+    assert found["difference"] == pytest.approx(0.07 / 3) and found["se"] == pytest.approx((7e-4 / 3 / 3) ** 0.5)
+    assert found["in_se"] == pytest.approx((0.07 / 3) / (0.0152753 / 3 ** 0.5), rel=1e-5)
+    assert found["over"] == {"objective": "mlm", "lr": 4e-3}
+    assert margin(best, {**other, "per_seed": [0.5, None, 0.5]}) is None  # a seed diverged: no paired difference
 
 
 def test_the_validation_view_reads_the_dev_split_where_the_test_split_was(corpus):
@@ -41,19 +50,18 @@ def test_the_validation_view_reads_the_dev_split_where_the_test_split_was(corpus
 
 
 @pytest.mark.slow
-def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score(tmp_path):
-    main([*TINY, "--out", str(tmp_path), "--ladder-max", "1.2e9"])
+def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score_over_the_seeds(tmp_path):
+    main([*TINY, "--out", str(tmp_path), "--ladder-max", "1.2e9", "--transfer", "2"])
     found = json.loads((tmp_path / "results.json").read_text())
     # ELECTRA's budget ladder: doubled budgets until every seed's discriminator closes half its gap, or the top
     rungs = found["electra_ladder"]
     assert [rung["budget"] for rung in rungs] == [3e8, 6e8, 1.2e9][:len(rungs)] and rungs
     for rung in rungs:
-        assert rung["seeds"] == list(LADDER_SEEDS) and len(rung["closed"]) == 3
+        assert rung["seeds"] == list(TUNING_SEEDS) and len(rung["closed"]) == 3
         assert rung["learned"] == all(share is not None and share >= 0.5 for share in rung["closed"])
     assert not any(rung["learned"] for rung in rungs[:-1]) and (rungs[-1]["learned"] or len(rungs) == 3)
-    assert all(min(LADDER_SEEDS) >= TUNING_SEED for _ in rungs)  # seeds no comparison evaluates
     assert "When ELECTRA learns its own task" in (tmp_path / "report.md").read_text()
-    assert found["seed"] == TUNING_SEED and found["setting"]["model"] == "tiny"
+    assert found["seeds"] == list(TUNING_SEEDS) and found["setting"]["model"] == "tiny"
     counts = {spec: len(tuned["trials"]) for spec, tuned in found["objectives"].items()}
     assert set(counts) == {"mlm", "ar", "electra"} and len(set(counts.values())) == 1
     for tuned in found["objectives"].values():
@@ -61,14 +69,26 @@ def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score(tmp_path):
         best = max(row["validation"] for row in scored)
         first = next(row for row in scored if row["validation"] == best)
         assert tuned["picked"] == {"objective": first["trial"], "lr": first["lr"]}
-        for row in scored:  # the validation score is the tasks' average on dev
+        for row in scored:  # the validation score: each seed's average over the tasks on dev, averaged
+            assert len(row["per_seed"]) == len(TUNING_SEEDS)
+            assert row["validation"] == pytest.approx(sum(row["per_seed"]) / len(row["per_seed"]))
             assert row["validation"] == pytest.approx(sum(row["tasks"].values()) / len(row["tasks"]))
+        runner_up = max((row for row in scored if row is not first), key=lambda row: row["validation"])
+        assert tuned["margin"]["over"] == {"objective": runner_up["trial"], "lr": runner_up["lr"]}
         for task, rate in tuned["finetune"].items():
             dev = tuned["finetune_dev"][task]
-            assert dev[f"{rate:g}"] == max(dev.values())
+            assert dev[f"{rate:g}"] == max(dev.values()) and len(tuned["finetune_each_seed"][task]) == 3
+    # the transfer check: each pick and its neighbours in rate, again at twice the budget
+    transfer = found["transfer"]
+    assert transfer["budget"] == 6e8 and set(transfer["checks"]) == set(found["objectives"])
+    for spec, check in transfer["checks"].items():
+        assert check["picked"] == found["objectives"][spec]["picked"]
+        assert {row["trial"] for row in check["rows"]} == {check["picked"]["objective"]} and 2 <= len(check["rows"]) <= 3
     trial_dirs = sorted(path.name for path in (tmp_path / "trials").iterdir() if path.name != "ladder")
-    assert trial_dirs and all(f"seed{TUNING_SEED}" in name for name in trial_dirs)  # never an evaluated seed
+    assert trial_dirs and all(any(f"seed{seed}" in name for seed in TUNING_SEEDS) for name in trial_dirs)
+    assert min(TUNING_SEEDS) >= 1000  # seeds no comparison evaluates
     assert "(picked)" in (tmp_path / "report.md").read_text()
+    assert "Do the picks hold at 6e+08 FLOPs?" in (tmp_path / "report.md").read_text()
     assert set(defaults(found)["finetune"]) >= {"untrained, bidirectional", "untrained, causal"}
     with pytest.raises(SystemExit):  # not the default setting: its picks cannot become the default's
         from bench.cli import run
@@ -103,12 +123,18 @@ def test_a_fine_tuning_pick_is_at_an_edge_unless_it_is_the_rate_that_barely_move
     from bench.tune import BARELY_MOVES, FINETUNE_RATES, finetune_picks
 
     grid = [f"{rate:g}" for rate in FINETUNE_RATES]
-    falling = {"task": {rate: 1.0 - i / 10 for i, rate in enumerate(grid)}}  # fine-tuning only hurts
-    rising = {"task": {rate: i / 10 for i, rate in enumerate(grid)}}
-    inside = {"task": {rate: -abs(i - 3) for i, rate in enumerate(grid)}}
+    falling = [{"task": {rate: 1.0 - i / 10 for i, rate in enumerate(grid)}}]  # fine-tuning only hurts
+    rising = [{"task": {rate: i / 10 for i, rate in enumerate(grid)}}]
+    inside = [{"task": {rate: -abs(i - 3) for i, rate in enumerate(grid)}}]
     assert finetune_picks(falling)["finetune"] == {"task": BARELY_MOVES} == {"task": min(FINETUNE_RATES)}
     assert finetune_picks(falling)["finetune_at_edge"] == {} and finetune_picks(inside)["finetune_at_edge"] == {}
     assert finetune_picks(rising)["finetune_at_edge"] == {"task": "highest"}
+    # over seeds: the rate whose dev score averaged over the seeds is best, each seed's own pick beside it
+    seeds = [{"task": {"0.001": 0.70, "0.003": 0.60}}, {"task": {"0.001": 0.50, "0.003": 0.62}},
+             {"task": {"0.001": 0.72, "0.003": 0.61}}]
+    found = finetune_picks(seeds)
+    assert found["finetune"] == {"task": 1e-3} and found["finetune_dev"]["task"]["0.001"] == pytest.approx(0.64)
+    assert found["finetune_each_seed"] == {"task": [1e-3, 3e-3, 1e-3]}
 
 
 def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch):
@@ -120,8 +146,8 @@ def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch)
         run(main, ["--write-defaults", "--budgett", "1"])
     assert stopped.value.code == 2 and "unrecognized arguments: --budgett" in capsys.readouterr().err
     tops = []
-    monkeypatch.setattr("bench.tune.tune", lambda config, top: tops.append(top) or {
-        "setting": {}, "revision": "r", "seed": 0, "finetune_rates": [1e-3], "objectives": {}, "controls": {}})
+    monkeypatch.setattr("bench.tune.tune", lambda config, top, transfer: tops.append(top) or {
+        "setting": {}, "revision": "r", "seeds": [0], "finetune_rates": [1e-3], "objectives": {}, "controls": {}})
     monkeypatch.setattr("sys.argv", ["tune", "--out", str(tmp_path), "--quiet", "--ladder-max", "2e12"])
     main(None)
     recorded = json.loads((tmp_path / "results.json").read_text())["command"]
