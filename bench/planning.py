@@ -27,7 +27,7 @@ from bench.training.config import (SeqLenSchedule, TrainConfig, check_batch_spli
                                    predict_phases, tf32_matmuls)
 from bench.training.state import Yardstick
 from bench.training.runs import control_name
-from bench.tuned import finetune_rates
+from bench.tuned_setting import finetune_rates
 from bench.yardsticks.downstream import Downstream, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes

@@ -51,7 +51,8 @@ from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
 from bench.training.state import RunContext, restore, setup_run
-from bench.tuned import DEFAULTS_FILE, setting_of
+from bench.tuned import DEFAULTS_FILE
+from bench.tuned_setting import setting_of
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 

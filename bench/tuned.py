@@ -7,44 +7,13 @@ choosing). Where a comparison's peak rates come from, said in its report, is wor
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 
-from bench.data import synthetic
-from bench.data.corpus import data_source, synthetic_language
 from objectives import parse_objective_list
 
 DEFAULTS_FILE = Path(__file__).with_name("tuned.json")
 TUNED = json.loads(DEFAULTS_FILE.read_text())
-
-
-def setting_of(config) -> dict:
-    """What a tuning's picks depend on (a bench.config.Config's fields): the data, the model, the lengths, the batch,
-    the budget, the tasks and their fine-tuning steps, the precision; on the embedded language, the language itself
-    (synthetic.digest): the spec "synthetic" names whatever language this code draws, and rates tuned on another
-    language are not this one's."""
-    found = {"data": config.data.data, "model": config.model.model, "seq_len": config.model.seq_len,
-             "flops": config.model.flops, "batch_size": config.training.batch_size, "budget": config.training.budget,
-             "downstream": config.yardsticks.downstream, "finetune_steps": config.yardsticks.finetune_steps,
-             "precision": config.hardware.precision}
-    language = language_digest(config.data.data)
-    return found if language is None else {**found, "language": language}
-
-
-@functools.lru_cache(maxsize=8)
-def language_digest(data: str) -> str | None:
-    """The embedded language a --data spec draws, as synthetic.digest fingerprints it; None for text."""
-    source, options = data_source(data)
-    return synthetic.digest(synthetic_language(options)[2]) if source in ("synthetic", "synthetic:text") else None
-
-
-def finetune_rates(config) -> tuple[tuple[str, str, float], ...]:
-    """(reader, task, rate) tuned for this comparison's setting; none where the setting is not the one tuned."""
-    if setting_of(config) != TUNED["setting"]:
-        return ()
-    return tuple((reader, task, float(rate)) for reader, rates in TUNED["finetune"].items()
-                 for task, rate in rates.items())
 
 
 def swept_specs(record: Path = DEFAULTS_FILE.parents[1] / TUNED["report"]) -> tuple[str, ...]:

@@ -8,7 +8,8 @@ import pytest
 
 from bench.config import Config
 from bench.tune import TRIAL_RATES, TUNING_SEEDS, defaults, main, margin, trials, validation_view
-from bench.tuned import TUNED, finetune_rates, setting_of
+from bench.tuned import TUNED
+from bench.tuned_setting import finetune_rates, setting_of
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.tasks import load_task
