@@ -20,8 +20,9 @@ from bench.analysis.presets import PRESETS, Preset, get_preset
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.config import PRECISIONS, Config, validate
 from bench.planning import read_settings
+from bench.stopping import EXIT_STOPPED, stop_on_signals
 from bench.training.config import TrainConfig
-from bench.training.distributed import EXIT_STOPPED, TORCHRUN_FORWARDS, stop_on_signals, unforwarded_stop_signals
+from bench.training.distributed import TORCHRUN_FORWARDS, unforwarded_stop_signals
 from bench.yardsticks.downstream import add_finetune_flags
 
 DEFAULTS = Config()  # the flags' defaults are the configuration's (bench.config says why each is what it is)

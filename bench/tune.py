@@ -47,6 +47,7 @@ from bench.jobs import Work, executed
 from bench.pipeline import job_context
 from bench.report.tuning import tuning_report
 from bench.planning import plan
+from bench.stopping import stop_on_signals
 from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
@@ -341,8 +342,9 @@ def main(argv: list[str] | None = None) -> None:
     write_defaults = args.write_defaults
     if write_defaults and setting_of(config) != setting_of(Config()):
         raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")
-    found = {"command": shlex.join(["python", "-m", "bench.tune", *given]),
-             **tune(config, args.ladder_max, args.transfer)}
+    with stop_on_signals():  # for the whole command, as bench.compare: the trials and the fine-tuning after them
+        found = {"command": shlex.join(["python", "-m", "bench.tune", *given]),
+                 **tune(config, args.ladder_max, args.transfer)}
     out = config.output.out
     write_json(out / "results.json", found)
     write_atomic(out / "report.md", tuning_report(found, BARELY_MOVES))

@@ -27,6 +27,8 @@ Everything that makes runs comparable lives here:
 
 Long runs: the state is also saved every `checkpoint_every` minutes, and SIGTERM or SIGUSR1 (a scheduler's warning
 before it ends a job) saves it at the end of the current step and exits with EXIT_STOPPED; rerunning resumes exactly.
+An evaluation or the final yardsticks under way when the signal comes stop at their next batch or fit
+(bench.stopping.check_stop) and are dropped: the state is saved without them, and the resumed run does them again.
 A training step reads one number from the device, the global loss (with the stop and save requests of every process
 beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal. The next
 step's rows are corrupted in a background thread while this one runs (`Prefetcher`), into pinned memory on CUDA, and

@@ -34,8 +34,8 @@ from bench.seeds import derive_seed
 from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
 from bench.training.config import (EVAL_SEED, cooldown_start, eval_grid, learning_rate, match_optimizer_to_device,
                                    run_name)
-from bench.training.distributed import (Agreement, RunStopped, StopRequest, agree, step_counts, stop_agreed,
-                                        stop_message, stop_on_signals)
+from bench.stopping import PhaseStopped, RunStopped, StopRequest, check_stop, stop_on_signals
+from bench.training.distributed import Agreement, agree, any_process, step_counts, stop_agreed, stop_message
 from bench.training.records import curve_row
 from bench.training.state import Run, save_checkpoint
 from objectives import Corrupted, Objective, Output
@@ -47,7 +47,7 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], 
     """The objective's own loss and metrics, averaged over supervised positions, its pooled metrics, and, on the
     embedded language, the Bayes reference answer to its question where that depends on the model (ELECTRA's
     discriminator); every rank computes the same. Unlike a training step, this reads every batch's numbers from the
-    device."""
+    device. A stop signal ends it between two batches (PhaseStopped)."""
     was_training = module.training
     module.eval()
     totals: dict[str, float] = {}
@@ -56,18 +56,21 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], 
     devices = [fabric.device] if fabric.device.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
         torch.manual_seed(EVAL_SEED)
-        for batch in batches:
-            batch = batch.to(fabric.device)
-            with fabric.autocast():
-                output = module(batch)
-            if output.supervised_positions == 0:
-                continue
-            outputs.append(output)
-            stories.append(objective.replacement_story(batch) if language is not None else None)
-            for key, value in {"loss": output.loss, **output.metrics}.items():
-                totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
-            weight += output.supervised_positions
-    module.train(was_training)
+        try:
+            for batch in batches:
+                check_stop()
+                batch = batch.to(fabric.device)
+                with fabric.autocast():
+                    output = module(batch)
+                if output.supervised_positions == 0:
+                    continue
+                outputs.append(output)
+                stories.append(objective.replacement_story(batch) if language is not None else None)
+                for key, value in {"loss": output.loss, **output.metrics}.items():
+                    totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
+                weight += output.supervised_positions
+        finally:
+            module.train(was_training)
     if weight == 0:
         return {"loss": float("nan")}
     metrics = {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
@@ -177,8 +180,23 @@ def share_of_loss(objective: Objective, output: Output, micro: Corrupted, totals
                for name, term in terms.items())
 
 
-def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], checkpoint: float) -> None:
-    """Evaluate the model as it stands, the run trained to the FLOP `checkpoint`, and append the row to curve.jsonl."""
+def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], checkpoint: float) -> bool:
+    """Evaluate the model as it stands, the run trained to the FLOP `checkpoint`, and append the row to curve.jsonl.
+    Returns False where a stop signal came first, on any process: then no row is written, and the caller saves the
+    state from before the evaluation, which a resumed run evaluates again."""
+    try:
+        row = checkpoint_row(fabric, run, heldout, checkpoint)
+    except PhaseStopped:  # between two batches or fits: what this process evaluated so far is dropped
+        row = None
+    if any_process(fabric, row is None):  # one answer on every process, so that all of them save the same state
+        return False
+    if fabric.is_global_zero:
+        append_jsonl(run.curve_path, row)
+    return True
+
+
+def checkpoint_row(fabric: Fabric, run: Run, heldout: list[Corrupted], checkpoint: float) -> dict:
+    """The row of curve.jsonl at `checkpoint`: the held-out metrics and, on rank 0, the yardsticks' curve points."""
     counters = run.counters
     row = curve_row(counters, checkpoint, evaluate(fabric, run.module, heldout, run.objective, run.context.language))
     loss = row["metrics"]["loss"]
@@ -190,8 +208,7 @@ def checkpoint_evaluation(fabric: Fabric, run: Run, heldout: list[Corrupted], ch
                 point = yardstick.at_checkpoint(run.objective)
                 if point is not None:  # a diagnostic has no curve
                     row[yardstick.result_key] = point
-    if fabric.is_global_zero:
-        append_jsonl(run.curve_path, row)
+    return row
 
 
 @dataclass
@@ -279,16 +296,26 @@ class TrainingLoop:
                        run.grad_norm, getattr(self.fabric.strategy.precision, "scaler", None))
 
     def evaluate_or_save(self, agreed: Agreement) -> None:
-        """At the budget: the checkpoints' branches still due, then the run's own evaluation, and save; else save
-        when a process asked (a signal, --checkpoint-every)."""
-        counters = self.run.counters
-        if counters.flops >= self.run.config.budget_flops:
-            self.cool_down_branches()
-            checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid[-1])
-            counters.next_eval = len(self.grid)
-            self.save()
+        """At the budget: the evaluations still due (finish); else save when a process asked (a signal,
+        --checkpoint-every)."""
+        if self.run.counters.flops >= self.run.config.budget_flops:
+            self.finish()
         elif agreed.stop or agreed.save:
             self.save()
+
+    def finish(self) -> None:
+        """At the budget: the checkpoints' branches still due, then the run's own evaluation, and save. A stop signal
+        during that evaluation saves the state at the budget without it and stops; the resumed run (already at its
+        budget, so it takes no step) comes here from fit and evaluates it."""
+        counters = self.run.counters
+        self.cool_down_branches()
+        if counters.next_eval >= len(self.grid):  # evaluated before: a run resumed at the end of its training
+            return
+        if not checkpoint_evaluation(self.fabric, self.run, self.heldout, self.grid[-1]):
+            self.save()
+            self.stop_if_asked(True)
+        counters.next_eval = len(self.grid)
+        self.save()
 
     def save(self) -> None:
         self.run.counters.wall_seconds = time.perf_counter() - self.started
@@ -302,7 +329,8 @@ class TrainingLoop:
         it as the run finished at that budget, drop it and restore the state it branched from, then save that state
         with the evaluation counted. The branch reads the steps' own rows and draws (a pure function of the step),
         so it is the separate run to the last bit where the warm-up has the same length in FLOPs. A stop signal in
-        a branch drops it and saves the state it branched from: a resumed run does the branch again."""
+        a branch or its evaluation drops it and saves the state it branched from: a resumed run does the branch
+        again."""
         run, counters = self.run, self.run.counters
         while counters.next_eval < len(self.grid) - 1 and \
                 counters.flops > cooldown_start(self.grid[counters.next_eval], run.config):
@@ -316,7 +344,7 @@ class TrainingLoop:
                 self.count(step, agreed.loss, live=False)
                 stop = agreed.stop
             if not stop:
-                checkpoint_evaluation(self.fabric, run, self.heldout, checkpoint)
+                stop = not checkpoint_evaluation(self.fabric, run, self.heldout, checkpoint)
             before = branched_from["counters"]
             steps, flops = counters.step - before.step, counters.flops - before.flops
             self.restore(branched_from)
@@ -377,8 +405,9 @@ def fit(fabric: Fabric, run: Run, stop_after_steps: int | None = None) -> bool:
             loop.stop_if_asked(agreed.stop)
             early = stop_after_steps is not None and counters.step >= stop_after_steps
         if not early:
+            loop.finish()  # a run resumed at its budget whose last evaluation a stop signal had dropped
             counters.wall_seconds = time.perf_counter() - loop.started
-            # a signal that arrived during the last evaluation: its checkpoint (at the budget) is saved, so stop now,
+            # a signal that arrived after the last evaluation: its checkpoint (at the budget) is saved, so stop now,
             # before the final probes; --resume runs them from there
             loop.stop_if_asked(stop_agreed(fabric, request))
     return not early

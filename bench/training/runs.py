@@ -18,7 +18,8 @@ from bench.environment import code_revision
 from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
 from bench.training.config import configure_matmuls, run_name
-from bench.training.distributed import stop_agreed, stop_message, stop_on_signals
+from bench.stopping import PhaseStopped, stop_on_signals
+from bench.training.distributed import stop_agreed, stop_message
 from bench.training.loop import TrainingDiverged, fit
 from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_curve, read_record
 from bench.training.state import Run, RunContext, Yardstick, mark_session, restore, setup_run
@@ -72,8 +73,9 @@ def train_run(fabric: Fabric, context: RunContext, stop_after_steps: int | None 
     yardstick reads the final backbone (and, with config.probe_every_eval, the frozen backbone at every checkpoint).
     Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
     being finite, after recording it in run_dir/diverged.json (a resumed comparison raises it again from there
-    rather than train the run again); RunStopped after a stop signal (at the end of its step, after the evaluation
-    it arrived in, or once result.json is written when it arrived during the final probes and tasks)."""
+    rather than train the run again); RunStopped after a stop signal: at the end of its step, or between two batches
+    of an evaluation, or between two fits or steps of the final probes and tasks, whose unfinished work is dropped
+    (the state is saved, so --resume evaluates and reads it again)."""
     run_dir, name = context.run_dir, run_name(context.spec, context.seed)
     diverged_path = run_dir / "diverged.json"
     diverged = finished = None
@@ -99,15 +101,19 @@ def train_run(fabric: Fabric, context: RunContext, stop_after_steps: int | None 
         result = run_result(fabric, run, context.corpus)
         # The yardsticks read one copy of the final weights, so rank 0 alone runs them (every rank holds the same
         # weights; the others would only repeat its work) and the others wait at the barrier below.
-        with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
-            result = read_at_end(result, context.yardsticks if fabric.is_global_zero else (), run.objective,
-                                 context.progress, name)
-        if fabric.is_global_zero:
+        try:
+            with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
+                result = read_at_end(result, context.yardsticks if fabric.is_global_zero else (), run.objective,
+                                     context.progress, name)
+        except PhaseStopped:  # their unfinished scores are dropped; the other processes learn of the stop below
+            result = None
+        if fabric.is_global_zero and result is not None:
             write_json(run_dir / "result.json", result.to_json())
         fabric.barrier()
-        if stop_agreed(fabric, request):  # arrived during the final probes or tasks: their results are kept
-            raise stop_message(fabric, f"after {name} finished (its result.json is written)",
-                               request.signal_name)
+        if stop_agreed(fabric, request):
+            where = f"after {name} finished (its result.json is written)" if result is not None else (
+                f"during the final probes and tasks of {name} (its training is saved; --resume reads them again)")
+            raise stop_message(fabric, where, request.signal_name)
         return result
 
 
@@ -123,27 +129,43 @@ def control_run(fabric: Fabric, context: RunContext, reuse: bool = False) -> Con
     """The untrained control of the context's seed: the very backbone a run of its spec starts from (the same
     seeding and construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
     run_dir/result.json on rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on
-    every rank. Its evaluation FLOPs are reported, never charged: it spends no training compute."""
+    every rank. Its evaluation FLOPs are reported, never charged: it spends no training compute. Raises RunStopped
+    after a stop signal, between two fits or steps of its yardsticks (nothing of it is written: --resume reads it
+    again) or once its result.json is written."""
     run_dir = context.run_dir
     finished = fabric.broadcast(finished_result(run_dir), src=0) if reuse else None
     if finished is not None:
         return finished
-    if fabric.is_global_zero:
-        tick = time.perf_counter()
-        configure_matmuls(fabric.device, context.config.tf32)
-        with torch.random.fork_rng(devices=[]):
-            fabric.seed_everything(context.seed, verbose=False)
-            objective = build_run_objective(context.spec, context.config, context.corpus).to(fabric.device)
-        result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=context.spec,
-                               seed=context.seed, attention=objective.attention, flops=0,
-                               sees=objective.tagging_ceiling, revision=code_revision(),
-                               threads=torch.get_num_threads())
+    with stop_on_signals() as request:  # the command's, when it installed one
+        result = read_control(fabric, context) if fabric.is_global_zero else None
+        fabric.barrier()
+        if stop_agreed(fabric, request):
+            where = f"after {run_dir.name} (its result.json is written)" if result is not None else (
+                f"while {run_dir.name} was read (nothing of it is written; --resume reads it again)")
+            raise stop_message(fabric, where, request.signal_name)
+    return result
+
+
+def read_control(fabric: Fabric, context: RunContext) -> ControlRecord | None:
+    """The untrained backbone through the yardsticks, its result.json written; None where a stop signal came
+    first."""
+    tick = time.perf_counter()
+    configure_matmuls(fabric.device, context.config.tf32)
+    with torch.random.fork_rng(devices=[]):
+        fabric.seed_everything(context.seed, verbose=False)
+        objective = build_run_objective(context.spec, context.config, context.corpus).to(fabric.device)
+    result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=context.spec,
+                           seed=context.seed, attention=objective.attention, flops=0,
+                           sees=objective.tagging_ceiling, revision=code_revision(), threads=torch.get_num_threads())
+    try:
         with fabric.autocast():  # read as the runs are read
-            result = read_at_end(result, context.yardsticks, objective, context.progress, run_dir.name, timed=False)
-        result = replace(result, wall_seconds=time.perf_counter() - tick)
-        write_json(run_dir / "result.json", result.to_json())
-    fabric.barrier()
-    return result if fabric.is_global_zero else None
+            result = read_at_end(result, context.yardsticks, objective, context.progress, context.run_dir.name,
+                                 timed=False)
+    except PhaseStopped:
+        return None
+    result = replace(result, wall_seconds=time.perf_counter() - tick)
+    write_json(context.run_dir / "result.json", result.to_json())
+    return result
 
 
 def finished_result(run_dir: Path) -> Record | None:

@@ -17,6 +17,7 @@ import torch
 
 from bench.data import synthetic
 from bench.data.corpus import Corpus
+from bench.stopping import check_stop
 from objectives import IGNORE, Corrupted, FloorSpec, Objective, Vocab
 
 
@@ -24,6 +25,7 @@ def _masked_token_floor(language: synthetic.Language, batches: list[Corrupted], 
                         floor: FloorSpec) -> float:
     total, count = 0.0, 0
     for batch in batches:
+        check_stop()  # between two batches of exact posteriors
         words = batch.original - vocab.first_ordinary
         observed = torch.where(batch.inputs == vocab.MASK, -1, batch.inputs - vocab.first_ordinary)
         selected = batch.targets != IGNORE

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError
+from bench.stopping import check_stop
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task
 from bench.yardsticks.metrics import direction, item_counts, scores
@@ -221,6 +222,7 @@ class Classifier(nn.Module):
         self.eval()
         predicted = []
         for i in range(0, len(split), batch_size):
+            check_stop()
             rows = split.rows(slice(i, i + batch_size))
             logits = self(rows).argmax(-1).cpu()
             predicted.append(logits[rows.labels != IGNORE] if self.level == "token" else logits)

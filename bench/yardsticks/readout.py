@@ -7,6 +7,8 @@ control (the untrained backbone) goes through, so a difference in scores is a di
 - `finetune`: AdamW steps on the backbone and a head that starts from the fitted probe (linear probe, then
   fine-tune), on batches drawn from a fixed generator, under a learning-rate schedule the yardstick names;
 - `head_flops` / `finetune_flops`: what those cost, reported by the yardsticks and never charged to the budget.
+Each checks for a stop signal between its batches, L-BFGS evaluations and steps (bench.stopping.check_stop), so that
+every yardstick stops within one of them.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from backbone import Backbone
+from bench.stopping import check_stop
 
 
 @torch.no_grad()
@@ -28,9 +31,14 @@ def features(backbone: Backbone, count: int, read: Callable[[slice], Tensor], ba
     other rank at the barrier). The backbone's training mode is restored."""
     was_training = backbone.training
     backbone.eval()
-    out = torch.cat([read(slice(i, i + batch_size)).float() for i in range(0, count, batch_size)])
-    backbone.train(was_training)
-    return out
+    parts = []
+    try:
+        for start in range(0, count, batch_size):
+            check_stop()
+            parts.append(read(slice(start, start + batch_size)).float())
+    finally:
+        backbone.train(was_training)
+    return torch.cat(parts)
 
 
 class StandardizedLinear(nn.Module):
@@ -101,6 +109,7 @@ def fit_linear_probe(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: T
 
     def closure() -> Tensor:
         nonlocal evaluations
+        check_stop()  # a fit takes up to `fit.iterations` evaluations, each over the whole training split
         evaluations += 1
         optimizer.zero_grad()
         loss = F.cross_entropy(probe(train_x), train_y) + fit.l2 * linear.weight.square().sum()
@@ -133,6 +142,7 @@ def finetune(parameters: Iterable[Tensor], loss_of: Callable[[Tensor], Tensor], 
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(parameters, lr=lr, weight_decay=0.01)
     for step in range(steps):
+        check_stop()
         for group in optimizer.param_groups:
             group["lr"] = lr * scale(step)
         rows = torch.randint(train_rows, (batch,), generator=generator)

@@ -11,7 +11,7 @@ from PIL import Image
 from backbone import ConfigError
 from bench.cli import run
 from bench.compare import build_parser, main
-from bench.training.distributed import EXIT_STOPPED
+from bench.stopping import EXIT_STOPPED
 from tests.helpers import signalling
 
 pytestmark = pytest.mark.slow  # the whole command end to end
@@ -464,7 +464,7 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
 def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_resume_finishes_it(tmp_path,
                                                                                                   monkeypatch):
     # the handler lives for the whole command: a SIGTERM during a run's final probes, the Bayes references or a
-    # control is honoured at the next safe point
+    # control is honoured at the next batch, fit or step, and the phase's unfinished work is dropped
     import bench.jobs
     import bench.pipeline
     import bench.yardsticks.probes
@@ -478,8 +478,10 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
         patch.setattr(bench.yardsticks.probes, "run_probes", final_probes)
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped)])
-    assert exit_info.value.code == EXIT_STOPPED
-    assert (stopped / "runs" / "mlm-seed0" / "result.json").exists() and not (stopped / "runs" / "mlm-seed1").exists()
+    assert exit_info.value.code == EXIT_STOPPED  # the run's training is saved, its probes are not
+    assert (stopped / "runs" / "mlm-seed0" / "checkpoint.pt").exists()
+    assert not (stopped / "runs" / "mlm-seed0" / "result.json").exists()
+    assert not (stopped / "runs" / "mlm-seed1").exists()
 
     with monkeypatch.context() as patch:
         patch.setattr(bench.pipeline, "bayes_references", signalling(bench.pipeline.bayes_references))
@@ -488,15 +490,15 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
     assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the command's handler is gone with it
 
-    # during the first untrained control (after the runs): it is written, and the command stops before the next
+    # during the first untrained control (after the runs): it stops at its first fit, and nothing of it is written
     with monkeypatch.context() as patch:
         patch.setattr(bench.jobs, "control_run", signalling(bench.jobs.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
-    assert exit_info.value.code == EXIT_STOPPED and (stopped / "runs" / "mlm-seed1" / "result.json").exists()
-    controls = stopped / "runs"
-    assert (controls / "untrained-bidirectional-seed0" / "result.json").exists()
-    assert not (controls / "untrained-bidirectional-seed1").exists()
+    runs = stopped / "runs"
+    assert exit_info.value.code == EXIT_STOPPED
+    assert (runs / "mlm-seed0" / "result.json").exists() and (runs / "mlm-seed1" / "result.json").exists()
+    assert not any((runs / f"untrained-bidirectional-seed{seed}" / "result.json").exists() for seed in (0, 1))
     main([*flags, "--out", str(stopped), "--resume"])
     resumed, straight = (json.loads((folder / "results.json").read_text())
                          for folder in (stopped, tmp_path / "straight"))

@@ -20,7 +20,8 @@ from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose
 from bench.pipeline import control_works, measurement, run_works
 from bench.planning import plan
 from bench.training.config import TrainConfig
-from bench.training.distributed import EXIT_STOPPED, make_fabric
+from bench.stopping import EXIT_STOPPED
+from bench.training.distributed import make_fabric
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--accelerator", "cpu",

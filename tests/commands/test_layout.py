@@ -6,7 +6,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 # a module's stage is its subpackage; the top-level modules are the commands, but for the helpers every stage shares
-SHARED = {"bench", "bench.cli", "bench.files", "bench.seeds", "bench.environment",
+SHARED = {"bench", "bench.cli", "bench.files", "bench.seeds", "bench.environment", "bench.stopping",
           "bench.tuned"}  # the default comparison's tuned settings: data every stage may read, importing nothing
 # bench/export: a command package above the commands (it rebuilds a run's objective as bench.downstream does)
 STAGES = {"shared": 0, "data": 1, "training": 2, "yardsticks": 2, "analysis": 3, "report": 4, "commands": 5,

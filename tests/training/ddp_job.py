@@ -21,7 +21,8 @@ import bench.yardsticks.probes
 from backbone import ConfigError
 from bench.data.corpus import load_corpus
 from bench.training.config import TrainConfig
-from bench.training.distributed import RunStopped, agree_on_folder
+from bench.stopping import RunStopped
+from bench.training.distributed import agree_on_folder
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import train_run
 from bench.training.state import RunContext

@@ -31,7 +31,8 @@ from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective,
 from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
                                    eval_grid, learning_rate, make_optimizer, parse_seq_len, predict_phases,
                                    tf32_matmuls)
-from bench.training.distributed import EXIT_STOPPED, RunStopped, agree, make_fabric, step_counts
+from bench.stopping import EXIT_STOPPED, RunStopped
+from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
 from bench.training.records import COUNTERS_SCHEMA, RunRecord, from_json
 from bench.training.runs import train_run
@@ -797,7 +798,9 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
     assert stopped.value.code == EXIT_STOPPED and "stopped by SIGTERM after step" in stopped.value.message
     assert not (tmp_path / "evaluation" / "result.json").exists()  # the final probes were not run ...
     saved = torch.load(tmp_path / "evaluation" / "checkpoint.pt", weights_only=True)["counters"]
-    assert saved["step"] == straight.steps  # ... but every step and evaluation is saved
+    # ... but every step is saved, without the evaluation the signal cut short: the resumed run, at its budget, does it
+    assert saved["step"] == straight.steps and saved["next_eval"] == len(straight.curve) - 1
+    assert len((tmp_path / "evaluation" / "curve.jsonl").read_text().splitlines()) == len(straight.curve) - 1
     resumed = train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False))
     assert without_timings(resumed) == without_timings(straight)
 
@@ -805,10 +808,11 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
         patch.setattr(bench.yardsticks.probes, "run_probes", signalling(bench.yardsticks.probes.run_probes))
         with pytest.raises(RunStopped) as stopped:
             train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False))
-    assert "after mlm-seed0 finished" in stopped.value.message
-    finished = json.loads((tmp_path / "probes" / "result.json").read_text())  # the probes' work is kept
-    assert without_timings(from_json(finished, "")) == without_timings(from_json(json.loads(json.dumps(
-        straight.to_json())), ""))
+    # the probes stop at their first fit: nothing of them is written, the trained state is
+    assert "during the final probes and tasks of mlm-seed0" in stopped.value.message
+    assert not (tmp_path / "probes" / "result.json").exists()
+    resumed = train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False))
+    assert without_timings(resumed) == without_timings(straight)
     capsys.readouterr()
 
 
