@@ -27,7 +27,7 @@ CONFIG = TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3)
 @pytest.fixture(scope="module")
 def corpus():
     """A language whose states share words, so that its states task has positions to ask about."""
-    return load_corpus("synthetic:words=32,states=4,components=2,train=8,heldout=32", 16)
+    return load_corpus("synthetic:words=64,lexicon=8,topics=2,train=8,heldout=32", 16)
 
 
 def yardsticks(corpus):
