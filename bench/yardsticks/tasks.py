@@ -68,8 +68,20 @@ def load_task(spec: str, context: TaskContext) -> Task:
     return task
 
 
+# the options only one kind of source reads: given to the other kind they would be ignored, and a number read under
+# a setting the user did not get is silently wrong
+TEXT_ONLY = ("text", "text_pair", "label", "dev", "test", "train")
+SYNTHETIC_ONLY = ("size",)
+
+
 def build_task(spec: str, source: str, options: TaskOptions, context: TaskContext) -> Task:
     scheme, _, rest = source.partition(":")
+    unread = [name for name in (TEXT_ONLY if scheme == "synthetic" else SYNTHETIC_ONLY)
+              if getattr(options, name) != getattr(TaskOptions(), name)]
+    if unread:
+        kind = ("the embedded language's tasks (they are sampled: size= sets their splits)" if scheme == "synthetic"
+                else "tasks read from files or the Hub")
+        raise ConfigError(f"{spec}: {', '.join(name + '=' for name in unread)} does nothing for {kind}")
     if scheme == "synthetic":
         return synthetic_task(spec, rest, options, context)
     if scheme == "conll":

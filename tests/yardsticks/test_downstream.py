@@ -677,3 +677,19 @@ def test_a_scalar_mix_of_one_layer_is_the_plain_probe_and_its_weights_sum_to_one
                                            ProbeConfig(iterations=30))
     x = features[:, 8:]
     assert torch.allclose(plain(x), plain.linear((x - plain.mean) / plain.std))
+
+
+@pytest.mark.parametrize("spec, named", [("synthetic:topic,train=128", "train="),
+                                         ("synthetic:states,text=body,label=tag", "text=, label=")])
+def test_an_option_the_embedded_tasks_do_not_read_is_refused(synthetic_context, spec, named):
+    """train= capped a file's training examples and did nothing to a sampled task: a topic task asked for with 128
+    training windows was read with 1024, and nothing said so."""
+    with pytest.raises(ConfigError, match=f"{named} does nothing for the embedded language's tasks"):
+        load_task(spec, synthetic_context)
+
+
+def test_size_is_refused_for_a_task_read_from_a_file(tmp_path, text_context):
+    data = tmp_path / "t.csv"
+    data.write_text("text,label\n" + "".join(f"word{i % 5} word{i % 3},{i % 2}\n" for i in range(40)))
+    with pytest.raises(ConfigError, match="size= does nothing for tasks read from files"):
+        load_task(f"{data},size=64", text_context)
