@@ -119,7 +119,7 @@ def add_yardstick_flags(add) -> None:
         help="labelled tasks, frozen and fine-tuned, the neutral ones giving the answer: specs PATH[,text=F,"
              "text_pair=F,label=F,metric=M,copies=SIGNAL,...], hf:NAME[:CONFIG], conll:PATH, "
              "synthetic:states|agreement|topic|order|same-source, or none (default: synthetic:states,"
-             "synthetic:agreement,synthetic:topic on the embedded language, none on text; docs/yardsticks.md)")
+             "synthetic:agreement on the embedded language, none on text; docs/yardsticks.md)")
     add_finetune_flags(add)
 
 

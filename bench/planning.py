@@ -37,7 +37,7 @@ from objectives import Objective, Vocab, parse_objective_list
 
 CONFIG_SCHEMA = 2  # config.json's layout (bench.config's sections); a folder of another is refused
 # the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
-NEUTRAL_SYNTHETIC_TASKS = "synthetic:states,synthetic:agreement,synthetic:topic"
+NEUTRAL_SYNTHETIC_TASKS = "synthetic:states,synthetic:agreement"
 FIXED = ("warmup", "cooldown", "weight_decay", "grad_clip", "first_eval", "eval_windows")  # TrainConfig's
 
 

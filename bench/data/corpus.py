@@ -48,9 +48,9 @@ class SyntheticOptions:
     features: int = 3  # values of the agreement feature
     setters: int = 2  # open categories whose words set the feature
     words: int = 1000  # word types (ordinary tokens)
-    lexicon: int = 200  # words of an open-class category
+    lexicon: int = 300  # words of an open-class category
     zipf: float = 1.1  # Zipf exponent of each category's words
-    topic: float = 0.5  # share of an open category's word choice that is the topic's own
+    topic: float = 1.0  # share of an open category's word choice that is the topic's own
     successors: int = 2  # successors of each category in the syntax
     leak: float = 0.01  # share of each transition and emission row spread uniformly
     seed: int = 0  # seed of the language and of its samples (not of the runs)

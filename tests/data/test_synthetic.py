@@ -181,6 +181,14 @@ def test_language_structure(config):
     # The syntax has `successors` successors per category.
     syntax = above.any(1).any(-1)  # (from, to)
     assert (syntax.sum(-1) == config.successors).all()
+    # The roles go to the frequent categories: within the closed and within the open ones, categories are numbered
+    # by how often a long path visits them (counted on sampled paths, not from the syntax), so the agreeing one of
+    # each kind and the setters are the most frequent of their kind.
+    visits = torch.bincount(language.category[sample(language, 64, 256, seed=9).states % S].flatten(), minlength=C)
+    for kind in (range(config.function), range(config.function, C)):
+        counts = visits[list(kind)].double()
+        rank_ok = counts[:-1] >= counts[1:] - 4 * (counts[:-1] + counts[1:]).sqrt()  # within sampling noise
+        assert rank_ok.all(), (kind, counts.tolist())
     emitted = (language.emission > config.leak / V * (1 + 1e-9)).view(K, C, Fv, V)
     # Every word is some state's, and the closed classes hold the first words, `closed` per form.
     assert emitted.any(0).any(0).any(0).all()
