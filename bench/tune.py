@@ -339,6 +339,8 @@ def main(argv: list[str] | None = None) -> None:
         config = config.with_flags(objectives=TUNED_OBJECTIVES)
     if config.output.out is None:
         config = config.with_flags(out=Path("reports/tuning"))
+    if not args.transfer >= 0:  # written this way so NaN is refused too
+        raise ConfigError(f"--transfer {args.transfer:g}: give a positive factor of the budget, or 0 for no check")
     write_defaults = args.write_defaults
     if write_defaults and setting_of(config) != setting_of(Config()):
         raise ConfigError("--write-defaults: only a tuning at the default setting becomes the default's")

@@ -146,6 +146,11 @@ def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch)
     with pytest.raises(SystemExit) as stopped:
         run(main, ["--write-defaults", "--budgett", "1"])
     assert stopped.value.code == 2 and "unrecognized arguments: --budgett" in capsys.readouterr().err
+    for factor in ("-1", "nan"):
+        with pytest.raises(SystemExit) as stopped:
+            run(main, ["--transfer", factor, "--out", str(tmp_path / "never")])
+        assert stopped.value.code == 2 and "give a positive factor of the budget" in capsys.readouterr().err
+    assert not (tmp_path / "never").exists()
     tops = []
     monkeypatch.setattr("bench.tune.tune", lambda config, top, transfer: tops.append(top) or {
         "setting": {}, "revision": "r", "seeds": [0], "finetune_rates": [1e-3], "objectives": {}, "controls": {}})
