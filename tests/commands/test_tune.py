@@ -103,8 +103,12 @@ def test_the_default_comparison_reads_the_committed_tuning():
     assert TUNED == defaults(committed) and TUNED["setting"] == setting_of(Config())
     default = Config()
     assert default.training.objectives == TUNED["objectives"] and default.training.lr == TUNED["lr"]
-    for tuned in committed["objectives"].values():
-        assert tuned["at_edge"] is None and tuned["finetune_at_edge"] == {}
+    # no pick at an edge of its grid, but for an objective that learns its own task at no budget of the ladder: its
+    # trials rank backbones that failed their task, and the report flags the edge (ELECTRA tries two rates a setting)
+    never_learned = {"electra"} if not any(rung["learned"] for rung in committed.get("electra_ladder", [])) else set()
+    for spec, tuned in committed["objectives"].items():
+        assert tuned["at_edge"] is None or spec in never_learned, spec
+        assert tuned["finetune_at_edge"] == {}, spec
     assert all(not tuned["finetune_at_edge"] for tuned in committed["controls"].values())
     rates = finetune_rates(default)
     assert {(reader, task) for reader, task, _ in rates} == {
