@@ -117,13 +117,15 @@ def test_the_output_folder_is_rank_0s_and_must_be_shared(tmp_path):
 def test_a_step_makes_one_collective_on_the_training_backend(two_processes):
     # the next step's counts ride in the step's own all-reduce: no host-side (gloo) group beside NCCL, and one
     # all-reduce per step (a cool-down branch's steps included), plus the first step's counts, the check that the
-    # folder is shared and the end's stop check
+    # folder is shared and the end's stop check; and one per checkpoint evaluation, whether a stop signal dropped
+    # its row on any process (each row of the curve is one), so that every process saves the same state
     out = Path(two_processes["mlm"]["_out"])
     for name in RUNS:
         steps = two_processes[name]["steps"] + two_processes[name]["cooldown_steps"]
+        evaluations = len(two_processes[name]["curve"])
         for rank in (0, 1):
             seen = json.loads((out / name / f"collectives-rank{rank}.json").read_text())
-            assert seen == {"all_reduces": steps + 3, "new_groups": 0}, (name, rank)
+            assert seen == {"all_reduces": steps + 3 + evaluations, "new_groups": 0}, (name, rank)
 
 
 def test_lightnings_tf32_advice_is_dropped_and_its_other_lines_are_not(monkeypatch):
