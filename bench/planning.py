@@ -146,15 +146,28 @@ def plan_objectives(specs: list[str], corpus: Corpus, config: Config, schedule: 
     return objectives
 
 
-def plan_downstream(config: Config, corpus: Corpus, longest: int) -> Downstream | None:
+def plan_downstream(config: Config, corpus: Corpus, longest: int, specs: list[str],
+                    objectives: list[Objective]) -> Downstream | None:
     tasks, yardsticks = task_specs(config.yardsticks.downstream, config.data.data), config.yardsticks
     if tasks is None:
         return None
     context = TaskContext(longest, corpus.vocab, corpus.text_tokenizer, corpus.language or corpus.spelled_language,
                           corpus.spell)
-    return Downstream(load_tasks(parse_task_list(tasks), context),
-                      replace(finetune_config(yardsticks.finetune_steps, yardsticks.finetune_lrs,
-                                              tuned=finetune_rates(config)), feature_based=yardsticks.feature_based))
+    loaded = load_tasks(parse_task_list(tasks), context)
+    readers = [*specs, *(control_name(objective) for objective in objectives)]  # the names a run's record reads by
+    tuned = one_protocol(finetune_rates(config), readers, [task.name for task in loaded])
+    return Downstream(loaded, replace(finetune_config(yardsticks.finetune_steps, yardsticks.finetune_lrs, tuned=tuned),
+                                      feature_based=yardsticks.feature_based))
+
+
+def one_protocol(tuned: tuple[tuple[str, str, float], ...], readers: list[str],
+                 tasks: list[str]) -> tuple[tuple[str, str, float], ...]:
+    """The tuned fine-tuning rates where every reader of the comparison (each objective and its control) has one on
+    every task, else none: every backbone is then fine-tuned over the grid, the dev split choosing. Tuned rates for
+    some and the grid for others would read one comparison two ways (one control scored 0.398 at its tuned rate and
+    0.343 over the grid on the same task)."""
+    covered = {(reader, task) for reader, task, _ in tuned}
+    return tuned if all((reader, task) in covered for reader in readers for task in tasks) else ()
 
 
 def plan(config: Config, fabric: Fabric) -> Plan:
@@ -174,7 +187,7 @@ def plan(config: Config, fabric: Fabric) -> Plan:
     corpus = plan_corpus(config, out, longest)
     probe = None if config.yardsticks.no_probes or corpus.language is None else probe_config(len(corpus.heldout))
     objectives = plan_objectives(specs, corpus, config, schedule, train.flops, fabric)
-    downstream = plan_downstream(config, corpus, longest)
+    downstream = plan_downstream(config, corpus, longest, specs, objectives)
     settings = record(config, train, objectives, rates, probe, downstream)
     accounting = schedule_accounting(specs, objectives, schedule, train)
     saved = check_resume(out, settings, config.output.resume)

@@ -364,8 +364,8 @@ def describe_recipe(downstream: Downstream, runs: list) -> str:
     readings = sorted({f"{run.objective}: {next(iter(run.downstream.values()))['pooling']}" for run in runs
                        if run.downstream})
     grid = f"each rate of {', '.join(f'{lr:g}' for lr in config.lrs)}, chosen on dev"
-    rates = (f"the rate tuned on validation data for each objective or control and task (python -m bench.tune; "
-             f"{grid} for any other)" if config.tuned else grid)
+    rates = ("the rate tuned on validation data for each objective and control and task (python -m bench.tune)"
+             if config.tuned else grid)
     return (f"{', '.join(task.name for task in downstream.tasks)}; frozen linear probe on a learned scalar mix of "
             f"every layer (L-BFGS, {config.probe.iterations} iterations) and fine-tuning ({config.steps} AdamW steps "
             f"of {config.batch} at {rates}); sequence features: " + "; ".join(readings))
