@@ -61,7 +61,7 @@ class TrainingConfig:
     seeds: int = kind(EXECUTION, 5)
     # the default's main yardstick, the embedded language's neutral tasks, measures pretraining at this budget (most
     # objectives beat their untrained controls on it, and it rises with compute; docs/default.md)
-    # 5e11 with 4 checkpoints and 75 fine-tuning steps: the default's 5 seeds fit in 300 s on 2 cores, cool-down
+    # 5e11 with 3 checkpoints and 75 fine-tuning steps: the default's 5 seeds fit in 300 s on 2 cores, cool-down
     # branches, native reads and the ELECTRA Bayes reference included (docs/default.md)
     budget: float = 5e11
     budgets: tuple[float, ...] = kind(COMMAND, ())  # a sweep: one comparison (its own config) per budget

@@ -9,19 +9,23 @@ import functools
 from bench.data import synthetic
 from bench.data.corpus import data_source, synthetic_language
 from bench.tuned import TUNED
+from bench.yardsticks.embedded_tasks import SETTLED
+from bench.yardsticks.examples import TaskOptions
 
 
 def setting_of(config) -> dict:
     """What a tuning's picks depend on (a bench.config.Config's fields): the data, the model, the lengths, the batch,
     the budget, the tasks and their fine-tuning steps, the precision; on the embedded language, the language itself
-    (synthetic.digest): the spec "synthetic" names whatever language this code draws, and rates tuned on another
-    language are not this one's."""
+    (synthetic.digest) and how its tasks are drawn (their default size, which positions they ask): the spec
+    "synthetic" names whatever language and tasks this code draws, and rates tuned on others are not these ones'."""
     found = {"data": config.data.data, "model": config.model.model, "seq_len": config.model.seq_len,
              "flops": config.model.flops, "batch_size": config.training.batch_size, "budget": config.training.budget,
              "downstream": config.yardsticks.downstream, "finetune_steps": config.yardsticks.finetune_steps,
              "precision": config.hardware.precision}
     language = language_digest(config.data.data)
-    return found if language is None else {**found, "language": language}
+    if language is None:
+        return found
+    return {**found, "language": language, "task_size": TaskOptions.size, "asked_below": SETTLED}
 
 
 @functools.lru_cache(maxsize=8)

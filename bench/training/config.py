@@ -35,7 +35,7 @@ class TrainConfig:
     cooldown: float = 0.2
     weight_decay: float = 0.01
     grad_clip: float = 1.0
-    eval_points: int = 4  # log-spaced FLOP checkpoints, the last at the budget
+    eval_points: int = 3  # log-spaced FLOP checkpoints, the last at the budget
     first_eval: float = 0.05  # share of the budget at the first checkpoint
     eval_windows: int = 128
     probe_every_eval: bool = False  # also fit the frozen probes at every FLOP checkpoint

@@ -40,7 +40,7 @@ from bench.yardsticks.readout import StandardizedLinear
 from objectives import IGNORE, Objective, Vocab
 from objectives.pairs import segments_from_separators
 
-DEFAULT_STEPS = 75  # batch 16: 1,200 examples, over a task's 1,024 training examples once
+DEFAULT_STEPS = 75  # batch 16: 1,200 examples, over an embedded task's 512 training examples about twice
 
 # the suite's small models: on the docs task (examples/docs_corpus.py, mini, 2e12 FLOPs) the dev split chose the top of
 # 1e-4..1e-3 and of 3e-4..3e-3 every time, and 3e-3 in 7 of 9 runs from 1e-3..1e-2: a grid centred there

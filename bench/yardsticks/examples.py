@@ -29,7 +29,7 @@ class TaskOptions:
     test: str = ""  # a file, or the share of the examples drawn as test (default 0.2)
     metric: str = ""  # accuracy, f1 (binary: class id 1 is positive), macro_f1, mcc, span_f1
     train: int = 0  # keep at most this many training examples (0: all)
-    size: int = 1024  # synthetic tasks: training examples (dev a quarter of it, test half)
+    size: int = 512  # synthetic tasks: training examples (dev a quarter of it, test half)
     # the training signals (objectives.SIGNALS) the task's question copies, "+"-separated (replaced_token for a
     # replaced-word task, say): such a task diagnoses the objectives that have them and ranks nobody
     copies: str = ""
