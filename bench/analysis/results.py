@@ -93,7 +93,7 @@ LEARNED_TASK = 0.5
 def own_task(runs: list[RunRecord], floors: dict[str, float], unigram: dict[str, float],
              positions: dict | None) -> OwnTask | None:
     """An objective's own task: its discriminator's for ELECTRA (the backbone's task; its generator's loss is a
-    helper's), its loss's for the others; None where the task has no Bayes reference (text, span corruption)."""
+    helper's), its loss's for the others; None where the task has no Bayes reference (text, MLM's span masking)."""
     finals = [final_metrics(r) for r in runs]
     positions = positions or {}
     if finals and all("discriminator_closed" in f for f in finals):

@@ -91,7 +91,7 @@ class ObjectiveSummary:
     metrics: dict[str, Stat | None]
     floors: dict[str, Floor]
     probes: ProbeSummary | None
-    own_task: OwnTask | None = None  # None: no Bayes reference (text, span corruption), so whether it learned is unknown
+    own_task: OwnTask | None = None  # None: no Bayes reference (text, MLM's span masking), so whether it learned is unknown
 
 
 @dataclass(frozen=True)
