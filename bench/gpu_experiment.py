@@ -94,6 +94,7 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
     from bench.data.corpus import load_corpus
     from bench.data.text import TextOptions
     from bench.perf import steps_config
+    from bench.training.batches import build_run_objective
     from bench.training.distributed import make_fabric
     from bench.training.runs import train_run
     from bench.training.state import RunContext
@@ -117,8 +118,13 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
         if steps_cap is not None:
             steps = min(steps, steps_cap)
         run_seconds, tokens, flops = timed(steps)
+        objective = build_run_objective(spec, steps_config(spec, corpus, 1, shape["model"], shape["batch_size"]),
+                                        corpus)
+        with threads(1):  # as the loop's one background thread builds them
+            host = host_rate(objective, corpus.windows("train"), shape["batch_size"], shape["seq_len"], repeats=3)
         found[spec] = {"steps": steps, "seconds": run_seconds, "tokens_per_s": tokens / run_seconds,
-                       "flops_per_s": flops / run_seconds, "flops_per_step": flops / steps}
+                       "flops_per_s": flops / run_seconds, "flops_per_step": flops / steps,
+                       "host_tokens_per_s": host}
     return found
 
 
@@ -140,14 +146,13 @@ PREDICTED_MFU = 0.20  # of the H200's dense bf16 peak: what this shape is predic
 MEASURED_TOKENS_PER_S, MEASURED_STEP_TOKENS, MEASURED_LAYERS = 276e3, 2048, 2
 
 
-def host_feed(data: Path, repeats: int = 5) -> dict[str, dict]:
+def host_feed(data: Path) -> dict[str, dict]:
     """Per objective at SHAPE: the tokens/s the host builds batches at on one thread (the training loop's own
     builder: corruption of a step's rows and their counts, as its background thread does it), beside the tokens/s an
     H200 consumes at PREDICTED_MFU and the step time the launch-bound measurement predicts."""
     from bench.data.corpus import load_corpus
     from bench.data.text import TextOptions
-    from bench.perf import median_seconds
-    from bench.training.batches import build_run_objective, local_counts, training_batch
+    from bench.training.batches import build_run_objective, training_batch
     from bench.training.config import TrainConfig
     from bench.training.loop import peak_flops
 
@@ -161,15 +166,27 @@ def host_feed(data: Path, repeats: int = 5) -> dict[str, dict]:
         for spec in OBJECTIVES:
             objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=SHAPE["model"],
                                                               batch_size=batch), corpus)
-            step = iter(range(10**6))
-            seconds = median_seconds(lambda: local_counts(objective, training_batch(objective, windows, 0, next(step),
-                                                                                     batch)), repeats)
+            seconds = batch * SHAPE["seq_len"] / host_rate(objective, windows, batch, SHAPE["seq_len"], repeats=7)
             flops = objective.flops(training_batch(objective, windows, 0, 0, batch))
             compute = flops / (peak * PREDICTED_MFU)
             found[spec] = {"host_tokens_per_s": batch * SHAPE["seq_len"] / seconds, "flops_per_step": flops,
                            "device_tokens_per_s": batch * SHAPE["seq_len"] / compute,
                            "step_seconds": (compute + overhead, compute + overhead * layers / MEASURED_LAYERS)}
     return found
+
+
+def host_rate(objective, windows, batch: int, seq_len: int, repeats: int = 5) -> float:
+    """Tokens/s of the training loop's batch builder (a step's rows corrupted, their counts) on this process's
+    threads: what its one background thread feeds the device at. The fastest of `repeats` builds (after one to warm
+    up): on a shared machine the others measure its neighbours too."""
+    from bench.training.batches import local_counts, training_batch
+
+    times = []
+    for step in range(repeats + 1):
+        tick = time.perf_counter()
+        local_counts(objective, training_batch(objective, windows, 0, step, batch))
+        times.append(time.perf_counter() - tick)
+    return batch * seq_len / min(times[1:])
 
 
 def threads(count: int):
@@ -199,7 +216,8 @@ def write_plan(path: Path, data: Path, limit: float) -> None:
              "scaled by depth: the two ends of each range.", "",
              "## Does the host keep the device fed?", "",
              "Tokens/s the host builds training batches at (the loop's own builder, on one thread, as its background "
-             "thread runs it) against the tokens/s the device consumes:", "",
+             f"thread runs it; the fastest of 7 builds, with a load average of {os.getloadavg()[0]:.1f} on "
+             f"{os.cpu_count()} cores) against the tokens/s the device consumes:", "",
              "| objective | host, one thread | device at the predicted MFU | device, launch-bound range | margin |",
              "|---|---|---|---|---|"]
     for spec, f in feed.items():
@@ -370,7 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lease {lease!r} on {device}: measuring throughput for up to {args.measure_seconds:.0f} s")
     rates = measure(shape, data, args.measure_seconds, DRY_MAX_STEPS if args.dry_run else None)
     for spec, rate in rates.items():
-        print(f"  {spec}: {rate['tokens_per_s']:,.0f} tokens/s, {rate['flops_per_s']:.3g} FLOP/s")
+        # the loop builds the next batch while the device runs this one: near the builder's rate, it waits for it
+        bound = " (near what the host builds on one thread: host-bound?)" if rate["tokens_per_s"] > 0.8 * rate[
+            "host_tokens_per_s"] else ""
+        print(f"  {spec}: {rate['tokens_per_s']:,.0f} tokens/s, {rate['flops_per_s']:.3g} FLOP/s; the host builds "
+              f"{rate['host_tokens_per_s']:,.0f} tokens/s{bound}")
     left = args.limit - (time.monotonic() - start) - STARTUP_SECONDS - MARGIN_SECONDS
     if left <= 0:
         raise ConfigError(f"--limit {args.limit:g} leaves no time to train after the measurement; raise it")

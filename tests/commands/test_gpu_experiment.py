@@ -115,3 +115,13 @@ def test_a_folder_of_an_earlier_experiment_needs_resume(bundle, tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.strip().splitlines()[-1] == (
         f"error: --out {tmp_path / 'gpu-experiment'} holds an earlier experiment: add --resume to continue it")
+
+
+def test_the_plan_sets_the_hosts_feed_beside_the_devices_need_and_predicts_each_phase(bundle, first_lease, tmp_path):
+    from bench.gpu_experiment import OBJECTIVES, main
+
+    assert main(["--plan", str(tmp_path / "plan.md"), "--data", str(bundle.parent / "unpacked" / "data")]) == 0
+    page = (tmp_path / "plan.md").read_text()
+    rows = [line for line in page.splitlines() if line.startswith("| ") and line.split(" | ")[0][2:] in OBJECTIVES]
+    assert [row.split(" | ")[0][2:] for row in rows] == list(OBJECTIVES) and all(row.endswith("x |") for row in rows)
+    assert "| training: mlm, ar, electra x 2 seeds |" in page and "The budget point it would choose" in page
