@@ -2,7 +2,8 @@
 # The device check of issues 22 and 33, prepared to run once on one GPU (an H200 lent by the workplace, or any CUDA
 # machine): about 11 minutes on an H200, everything under ${OUT:-gpu-check}/. Not part of CI, which has no GPU.
 #   bash scripts/gpu-check.sh [STEP ...]     (from the repository root, with the suite installed)
-# With step names (tests, perf-small, perf-base-512, sync-debug, compare, jobs-throughput, jobs-compare),
+# With step names (tests, perf-small, perf-base-512, perf-experiment, sync-debug, compare, jobs-throughput,
+# jobs-compare),
 # only those run: a lease shorter than the whole check spends itself on what it must answer.
 # Where a step fails, the ones after it still run, and summary.txt says which failed.
 set -uo pipefail
@@ -37,6 +38,10 @@ step tests 150 python -m pytest -q -x tests/commands/test_perf.py tests/backbone
 step perf-small 90 python -m bench.perf --accelerator cuda --precision bf16-mixed --model small --json
 step perf-base-512 120 python -m bench.perf --accelerator cuda --precision bf16-mixed --model base --seq-len 512 \
     --batch-size 32 --repeats 3 --json
+# issue 58: a step of each objective at the GPU experiment's shape (bench/gpu_experiment.py SHAPE: ELECTRA-Small,
+# 12 x 256, T = 128, batch 256), what scripts/gpu-experiment.sh's own measurement sizes its budget from
+step perf-experiment 120 python -m bench.perf --accelerator cuda --precision bf16-mixed --model small:n_layer=12 \
+    --seq-len 128 --batch-size 256 --repeats 5 --json
 # one training step under the sync debug mode: every implicit host-device synchronisation is a warning
 step sync-debug 60 python - <<'PY'
 import warnings

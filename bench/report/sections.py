@@ -6,7 +6,7 @@ from tabulate import tabulate
 
 from backbone.flops import TILE
 from bench.analysis.findings import Comparison, DensityRatio, Gain, Stat, Unjudged, Verdict, YardstickVerdict
-from bench.analysis.results import LEARNED_TASK, PROBE_SCORES, by_objective
+from bench.analysis.results import LEARNED_TASK, PROBE_SCORES, TRAINED_DISCRIMINATOR_AUC, by_objective
 from bench.analysis.summaries import DownstreamSummary, Results
 from bench.report.setup import setup_table
 from bench.report.wording import (VERDICT_GUIDE, answer_sentence, estimate_text, family_text, measurement_text,
@@ -294,6 +294,11 @@ def own_task_table(results: Results) -> str:
             "reference for the same generator), and the learnable nats per sequence between them: the gap times the "
             "positions the loss is taken at per sequence. An objective has learned its task when every seed's run "
             f"closed at least {LEARNED_TASK:g} of the gap; one that has not is ranked nowhere in the answer."
+            + (" On text no Bayes reference exists: ELECTRA's discriminator is read by the ROC AUC of \"replaced\" "
+               "its released code reports in pretraining, from chance (0.5) to what trained discriminators reach "
+               f"({TRAINED_DISCRIMINATOR_AUC:g}, the low end of their reported range), the same rule on every text "
+               "report; the AUC also depends on how good its generator is (a weak one's samples are easy to tell)."
+               if any(o.own_task and o.own_task.metric == "discriminator_auc" for o in results.objectives) else "")
             + (f" {', '.join(f'`{name}`' for name in unknown)}: no Bayes reference for its task, so whether it "
                "learned is not known." if unknown else "") + "\n\n"
             + table(rows, ["objective", "loss", "trivial", "Bayes", "positions per sequence",

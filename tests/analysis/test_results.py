@@ -187,3 +187,21 @@ def test_an_objective_learned_its_task_when_every_seed_closed_half_of_its_own_ra
     assert (task.metric, task.trivial, task.bayes) == ("discriminator_loss", pytest.approx(0.41), pytest.approx(0.21))
     assert task.learnable_per_sequence == pytest.approx(0.2 * 64) and task.learned
     assert own_task(mlm, {}, {}, None) is None  # no Bayes reference (span corruption, text): not known
+
+
+def test_on_text_electra_learned_its_task_by_its_discriminators_auc_against_trained_discriminators():
+    from bench.analysis.results import CHANCE_AUC, TRAINED_DISCRIMINATOR_AUC, own_task
+
+    def electra(aucs):
+        return [replace(record, curve=[*record.curve[:-1], replace(record.curve[-1], metrics={
+            "loss": 9.0, "discriminator_auc": auc, "label_entropy": 0.4})])
+            for record, auc in zip([run_record("electra", seed, 0.3, 0.9, 4.0) for seed in range(len(aucs))], aucs)]
+
+    # text: no floors at all. Chance 0.5 to trained discriminators' 0.94: half the range is AUC 0.72, on every seed
+    task = own_task(electra([0.83, 0.94]), {}, {}, None)
+    assert (task.metric, task.trivial, task.bayes) == ("discriminator_auc", CHANCE_AUC, TRAINED_DISCRIMINATOR_AUC)
+    assert task.closed_each == pytest.approx([0.75, 1.0]) and task.learned and task.learnable_per_sequence is None
+    assert not own_task(electra([0.577, 0.9]), {}, {}, None).learned  # one seed near chance: not learned
+    # on the embedded language its Bayes reference decides; an ablation without one, beside a generator floor, is
+    # not judged by the text rule
+    assert own_task(electra([0.9]), {"generator_loss": 1.0}, {"generator_loss": 2.0}, None) is None

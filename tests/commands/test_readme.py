@@ -27,11 +27,17 @@ QUICK_START = ("pip install -e . && python -m bench.compare", 'pip install -e ".
 BENCH_COMMANDS = {"bench.compare": "bench.compare", "bench.downstream": "bench.downstream",
                   "bench.positions": "bench.positions", "bench.perf": "bench.perf",
                   "bench.export": "bench.export.__main__", "bench.tune": "bench.tune",
-                  "docs_corpus.py": ROOT / "examples" / "docs_corpus.py"}
+                  "docs_corpus.py": ROOT / "examples" / "docs_corpus.py",
+                  # scripts/gpu-experiment.sh passes its flags on to bench.gpu_experiment, whose command it is
+                  "bench.gpu_experiment": "bench.gpu_experiment",
+                  "build_gpu_bundle.py": ROOT / "scripts" / "build_gpu_bundle.py"}
+SCRIPTS = {"docs_corpus.py": "docs_corpus.py", "gpu-experiment.sh": "bench.gpu_experiment",
+           "build_gpu_bundle.py": "build_gpu_bundle.py"}  # a script a line runs -> the command whose flags it takes
 # other programs a page may show; their flags are theirs, not the suite's, and are not checked
 EXTERNAL = ("torchrun", "srun", "sbatch", "pip", "lm_eval", "bash", ".ci/run", "fabric", "python3", "pytest")
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
-MENTION = re.compile(r"bench\.(?:compare|downstream|positions|perf|export|tune)\b|docs_corpus\.py|"
+MENTION = re.compile(r"bench\.(?:compare|downstream|positions|perf|export|tune|gpu_experiment)\b|docs_corpus\.py|"
+                     r"build_gpu_bundle\.py|"
                      r"(?<![\w./-])(?:torchrun|srun|lm_eval)\b")
 FENCE = re.compile(r"^```.*?^```[ \t]*$", re.M | re.S)
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
@@ -72,8 +78,9 @@ def command_of(words: list[str]) -> tuple[str | None, int]:
     for index, word in enumerate(words):
         if word in BENCH_COMMANDS and index > 0 and words[index - 1] == "-m":
             return word, index
-        if word.endswith("docs_corpus.py"):
-            return "docs_corpus.py", index
+        for script, command in SCRIPTS.items():
+            if word.endswith(script):
+                return command, index
     return None, -1
 
 
