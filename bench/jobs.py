@@ -85,18 +85,18 @@ class Context:
 
 
 def executed(fabric, works: Sequence[Work], context: Context, progress: bool,
-             plan_: Plan | None = None) -> list[list[Outcome]]:
-    """Each work's outcomes, however they run: `plan_` (the comparison's) decides where, through submitit
+             plan: Plan | None = None) -> list[list[Outcome]]:
+    """Each work's outcomes, however they run: `plan` (the comparison's) decides where, through submitit
     (--launcher), in a pool of processes (more than one at once: choose_slots) or here, one after another, as a
-    worker or a Slurm job (no plan_) runs its work. A work that finished before is read back where --resume asked;
+    worker or a Slurm job (no plan) runs its work. A work that finished before is read back where --resume asked;
     a run that diverged is its record, and the others go on."""
     thread_count = context.threads
-    if plan_ is not None:
-        hardware = plan_.config.hardware
+    if plan is not None:
+        hardware = plan.config.hardware
         if hardware.launcher != "pool" and not all(work.finished() for work in works):
             cpus = hardware.slurm_cpus_per_job or hardware.threads_per_run or 1
-            return submitted(fabric, works, replace(context, threads=cpus), hardware, plan_.out, not progress)
-        slots = choose_slots(plan_, fabric.device, works) if fabric.world_size == 1 else Slots(1)
+            return submitted(fabric, works, replace(context, threads=cpus), hardware, plan.out, not progress)
+        slots = choose_slots(plan, fabric.device, works) if fabric.world_size == 1 else Slots(1)
         if slots.jobs > 1:
             return run_pooled(works, replace(context, threads=slots.threads), slots, not progress)
         thread_count = slots.threads or hardware.threads_per_run
@@ -318,31 +318,31 @@ def visible_gpus() -> tuple[str, ...]:
     return tuple(str(index) for index in range(torch.cuda.device_count()))
 
 
-def choose_slots(plan_: Plan, device: torch.device, works: Sequence[Work]) -> Slots:
+def choose_slots(plan: Plan, device: torch.device, works: Sequence[Work]) -> Slots:
     """How many of the works not finished run at once, and on how many threads each. Both follow from the whole
     comparison, never from what is left of it, so that a resumed run gets the thread count (and so the numbers) it
     would have had: --jobs, else auto_jobs when all its runs together hold enough training; never more at once than
     there are works left."""
-    hardware, training = plan_.config.hardware, plan_.config.training
+    hardware, training = plan.config.hardware, plan.config.training
     gpus = visible_gpus() if device.type == "cuda" else ()
-    flops = training.budget * training.seeds * len(plan_.specs)
-    jobs = hardware.jobs or (auto_jobs(plan_, device, gpus) if flops >= PARALLEL_MIN_FLOPS else 1)
+    flops = training.budget * training.seeds * len(plan.specs)
+    jobs = hardware.jobs or (auto_jobs(plan, device, gpus) if flops >= PARALLEL_MIN_FLOPS else 1)
     threads = hardware.threads_per_run or (max(1, cpu_cores() // jobs) if jobs > 1 else None)
     return Slots(max(1, min(jobs, sum(not work.finished() for work in works))), gpus, threads)
 
 
-def auto_jobs(plan_: Plan, device: torch.device, gpus: tuple[str, ...]) -> int:
+def auto_jobs(plan: Plan, device: torch.device, gpus: tuple[str, ...]) -> int:
     """What the machine uses well for runs long enough to repay the workers' start: on a CPU one run per core
     (measured on 2 cores: two 1-thread runs at once are 1.25x faster than one 2-thread run after another, and stay
     so when another process holds a core); on GPUs one run per device, several when steps are too small to keep one
     busy (never more of them than CPU cores, which launch their kernels); never more than memory holds."""
-    hardware, train = plan_.config.hardware, plan_.train
+    hardware, train = plan.config.hardware, plan.train
     windows = hardware.micro_batch or train.batch_size
-    need = max(step_memory(objective, windows, plan_.schedule.longest, hardware.precision, device).total
-               for objective in plan_.objectives)
+    need = max(step_memory(objective, windows, plan.schedule.longest, hardware.precision, device).total
+               for objective in plan.objectives)
     if gpus:
         fit = device_memory_bytes(device) // (need + CUDA_CONTEXT_BYTES)
-        small = train.batch_size * plan_.schedule.final < SMALL_STEP_TOKENS
+        small = train.batch_size * plan.schedule.final < SMALL_STEP_TOKENS
         per_gpu = max(1, min(PER_GPU_SMALL if small else 1, fit, cpu_cores() // len(gpus)))
         return len(gpus) * per_gpu
     return max(1, min(cpu_cores(), device_memory_bytes(device) // need))

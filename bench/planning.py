@@ -170,7 +170,7 @@ def one_protocol(tuned: tuple[tuple[str, str, float], ...], readers: list[str],
     return tuned if all((reader, task) in covered for reader in readers for task in tasks) else ()
 
 
-def plan(config: Config, fabric: Fabric) -> Plan:
+def make_plan(config: Config, fabric: Fabric) -> Plan:
     specs, schedule = parse_objective_list(config.training.objectives), parse_seq_len(config.model.seq_len)
     longest = schedule.longest  # the corpus's windows and the model's max_seq_len; the shorter phases cut them
     check_batch_split(config.training.batch_size, fabric.world_size, config.hardware.micro_batch)
