@@ -32,7 +32,7 @@ from bench.data.corpus import Corpus
 from bench.files import read_json, write_json
 from bench.planning import Plan, device_memory_bytes, step_memory
 from bench.stopping import EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request, stop_on_signals
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.training.distributed import make_fabric, stop_agreed, stop_message
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import control_run, train_run
@@ -59,7 +59,7 @@ class Work:
     kind: str
     spec: str
     seeds: tuple[int, ...]
-    train: TrainConfig
+    train: RunConfig
     run_dirs: tuple[Path, ...]
     reuse: bool
 

@@ -43,7 +43,7 @@ from bench.files import dumps
 from bench.jobs import threads
 from bench.planning import learning_rates
 from bench.training.batches import build_run_objective, training_batch
-from bench.training.config import TrainConfig, configure_matmuls, single_seq_len, tf32_matmuls
+from bench.training.config import RunConfig, configure_matmuls, single_seq_len, tf32_matmuls
 from bench.training.distributed import make_fabric
 from bench.training.loop import device_peak
 from bench.training.records import RunRecord
@@ -411,12 +411,12 @@ def main(argv: list[str] | None = None) -> None:
 # evaluation left out.
 
 
-def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> TrainConfig:
+def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> RunConfig:
     """A run of `spec` at the default's rate for it that stops after `steps` steps (exactly, for objectives whose
     steps all cost the same), with one evaluation (at the end, outside the timed steps) and no live metrics."""
-    objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=model, batch_size=batch_size), corpus)
+    objective = build_run_objective(spec, RunConfig(budget_flops=1.0, model=model, batch_size=batch_size), corpus)
     per_step = objective.flops(training_batch(objective, corpus.windows("train"), 0, 0, batch_size))
-    return TrainConfig(budget_flops=steps * per_step, model=model, batch_size=batch_size, eval_points=1,
+    return RunConfig(budget_flops=steps * per_step, model=model, batch_size=batch_size, eval_points=1,
                        eval_windows=batch_size, log_every=0,
                        lr=learning_rates(TrainingConfig.lr, [spec], strict=False)[spec])
 
@@ -427,14 +427,14 @@ def totals(results: list[RunRecord], seconds: float) -> dict:
             "flops": sum(r.flops for r in results), "seconds": seconds}
 
 
-def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, seed: int = 0) -> dict:
+def alone(spec: str, corpus: Corpus, config: RunConfig, thread_count: int, seed: int = 0) -> dict:
     """One run on `thread_count` threads."""
     with threads(thread_count), tempfile.TemporaryDirectory() as folder:
         result = train_run(make_fabric(), RunContext(spec, seed, corpus, config, Path(folder), progress=False))
     return totals([result], result.train_seconds)
 
 
-def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> dict:
+def at_once(spec: str, corpus: Corpus, config: RunConfig, processes: int) -> dict:
     """`processes` runs (seeds 0, 1, ...) at the same time, each in a process of its own on one thread, started
     together once every process is ready: the aggregate over the longest run's seconds."""
     context = multiprocessing.get_context("spawn")
@@ -454,7 +454,7 @@ def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> d
     return totals(done, max(r.train_seconds for r in done))
 
 
-def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, results) -> None:
+def _worker(spec: str, corpus: Corpus, config: RunConfig, seed: int, ready, results) -> None:
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory() as folder:

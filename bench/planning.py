@@ -23,7 +23,7 @@ from bench.data.corpus import Corpus, load_corpus
 from bench.data.text import TextOptions
 from bench.environment import code_revision, package_versions, version_note
 from bench.files import read_json
-from bench.training.config import (SeqLenSchedule, TrainConfig, check_batch_split, check_config, parse_seq_len,
+from bench.training.config import (RunConfig, SeqLenSchedule, check_batch_split, check_config, parse_seq_len,
                                    predict_phases, tf32_matmuls)
 from bench.training.state import Yardstick
 from bench.training.runs import control_name
@@ -38,7 +38,7 @@ from objectives import Objective, Vocab, parse_objective_list
 CONFIG_SCHEMA = 2  # config.json's layout (bench.config's sections); a folder of another is refused
 # the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
 NEUTRAL_SYNTHETIC_TASKS = "synthetic:states,synthetic:agreement"
-FIXED = ("warmup", "cooldown", "weight_decay", "grad_clip", "first_eval", "eval_windows")  # TrainConfig's
+FIXED = ("warmup", "cooldown", "weight_decay", "grad_clip", "first_eval", "eval_windows")  # RunConfig's
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class Plan:
 
     config: Config
     specs: list[str]
-    train: TrainConfig
+    train: RunConfig
     corpus: Corpus
     objectives: list[Objective]  # on the meta device, for counts, FLOPs and Bayes references
     probe: ProbeConfig | None
@@ -97,9 +97,9 @@ def task_specs(given: str | None, data: str) -> str | None:
     return NEUTRAL_SYNTHETIC_TASKS if data.partition(":")[0] == "synthetic" else None
 
 
-def train_config(config: Config, fabric: Fabric, schedule: SeqLenSchedule) -> TrainConfig:
+def run_config(config: Config, fabric: Fabric, schedule: SeqLenSchedule) -> RunConfig:
     training, hardware = config.training, config.hardware
-    found = TrainConfig(budget_flops=training.budget, model=config.model.model, batch_size=training.batch_size,
+    found = RunConfig(budget_flops=training.budget, model=config.model.model, batch_size=training.batch_size,
                         eval_points=training.eval_points, probe_every_eval=not config.yardsticks.no_probe_curves,
                         compile=training.compile, micro_batch=hardware.micro_batch,
                         activation_checkpointing=hardware.activation_checkpointing,
@@ -180,7 +180,7 @@ def make_plan(config: Config, fabric: Fabric) -> Plan:
     missing = [spec for spec in specs if spec not in rates]
     if missing:
         raise ConfigError(f"--config recorded no peak rate for {', '.join(missing)}: give --lr")
-    train = train_config(config, fabric, schedule)
+    train = run_config(config, fabric, schedule)
     out = output_folder(config.output.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
@@ -199,7 +199,7 @@ def make_plan(config: Config, fabric: Fabric) -> Plan:
                 downstream, schedule, accounting, versions_note, tuple(stale))
 
 
-def record(config: Config, train: TrainConfig, objectives: list[Objective], rates: dict, probe: ProbeConfig | None,
+def record(config: Config, train: RunConfig, objectives: list[Objective], rates: dict, probe: ProbeConfig | None,
            downstream: Downstream | None) -> dict:
     """config.json: the settings (bench.config), what they resolved to, this version's fixed constants, and how
     the steps run (execution, which may change between sessions)."""
@@ -256,7 +256,7 @@ def record_versions(settings: dict, saved: dict | None, out: Path, rerun_of: Pat
 
 
 def schedule_accounting(specs: list[str], objectives: list[Objective], schedule: SeqLenSchedule,
-                        config: TrainConfig) -> dict | None:
+                        config: RunConfig) -> dict | None:
     """For a schedule, per objective: the steps, positions and FLOPs each phase is predicted to get, and what the
     final length throughout would give for the same FLOPs. A phase that would get no step is refused here."""
     for spec, objective in zip(specs, objectives):  # every phase, of the lengths and of an objective schedule
@@ -282,7 +282,7 @@ def schedule_accounting(specs: list[str], objectives: list[Objective], schedule:
     return {"schedule": schedule.text, "final_seq_len": schedule.final, "objectives": found}
 
 
-def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: TrainConfig) -> list[dict]:
+def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: RunConfig) -> list[dict]:
     """The predicted phases of `schedule`, each piece of an objective schedule at its own cost per sequence."""
     pieces = [objective.piece(k) for k in range(len(objective.starts))]
     return [asdict(phase) for phase in predict_phases(schedule, config.budget_flops, config.batch_size,

@@ -19,7 +19,7 @@ from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose
                         signals_held)
 from bench.pipeline import control_works, measurement, run_works
 from bench.planning import make_plan
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.stopping import EXIT_STOPPED
 from bench.training.distributed import make_fabric
 
@@ -169,7 +169,7 @@ UNREAD = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-tr
 
 
 def mlm_work(seed: int, folder: Path) -> Work:
-    return Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3),
+    return Work("run", "mlm", (seed,), RunConfig(budget_flops=1.0, model="tiny", lr=1e-3),
                 (folder / f"mlm-seed{seed}",), reuse=False)
 
 

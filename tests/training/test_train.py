@@ -28,7 +28,7 @@ from bench.planning import check_memory
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
                                     training_batch)
-from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
+from bench.training.config import (RunConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
                                    eval_grid, learning_rate, make_optimizer, parse_seq_len, predict_phases,
                                    tf32_matmuls)
 from bench.stopping import EXIT_STOPPED, RunStopped
@@ -55,8 +55,8 @@ def checkpoint_task(corpus) -> Downstream:
                       FinetuneConfig(steps=2, batch=2, lrs=(1e-3,), probe=ProbeConfig(iterations=3)))
 
 
-def config(budget: float = 4e8, **overrides) -> TrainConfig:
-    return TrainConfig(budget_flops=budget, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=3,
+def config(budget: float = 4e8, **overrides) -> RunConfig:
+    return RunConfig(budget_flops=budget, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=3,
                        lr=3e-3, **overrides)
 
 
@@ -65,15 +65,15 @@ def without_timings(result: RunRecord) -> dict:
 
 
 def test_eval_grid_is_log_spaced_and_ends_at_the_budget():
-    grid = eval_grid(TrainConfig(budget_flops=1e12, model="tiny", eval_points=5, first_eval=0.01))
+    grid = eval_grid(RunConfig(budget_flops=1e12, model="tiny", eval_points=5, first_eval=0.01))
     assert grid[0] == pytest.approx(1e10) and grid[-1] == 1e12
     ratios = [b / a for a, b in zip(grid, grid[1:])]
     assert ratios == pytest.approx([10 ** 0.5] * 4, rel=1e-5)
-    assert eval_grid(TrainConfig(budget_flops=3e9, model="tiny", eval_points=1)) == [3e9]
+    assert eval_grid(RunConfig(budget_flops=3e9, model="tiny", eval_points=1)) == [3e9]
 
 
 def test_schedule_warms_up_holds_and_cools_down_to_zero_at_the_budget_it_ends_at():
-    c = TrainConfig(budget_flops=100.0, model="tiny", lr=1e-3, warmup=0.1, cooldown=0.2)
+    c = RunConfig(budget_flops=100.0, model="tiny", lr=1e-3, warmup=0.1, cooldown=0.2)
     assert learning_rate(5, 100, c) == pytest.approx(0.5e-3)  # half-way up the warm-up (10 FLOPs)
     assert learning_rate(10, 100, c) == learning_rate(80, 100, c) == pytest.approx(1e-3)  # stable
     assert learning_rate(90, 100, c) == pytest.approx(0.5e-3)  # half-way down the cool-down
@@ -266,7 +266,7 @@ ROW_SPECS = ["mlm", "mlm:rule=bernoulli", "ar", "electra", "span", "mlm:whole_wo
 def worded_objective(spec: str):
     """`spec` on a vocabulary where a third of the ids continue a word, so whole words and spans have words."""
     vocab = Vocab.for_tokenizer(60, continuation=torch.arange(160) % 3 == 0)
-    return build_run_objective(spec, TrainConfig(budget_flops=1, model="tiny"),
+    return build_run_objective(spec, RunConfig(budget_flops=1, model="tiny"),
                                type("C", (), {"vocab": vocab, "seq_len": 48})())
 
 
@@ -334,7 +334,7 @@ def test_a_micro_batch_must_divide_each_process_share():
         with pytest.raises(ConfigError, match=f"--micro-batch {micro} does not divide the 4 windows each process"):
             check_batch_split(8, 2, micro)
     with pytest.raises(ConfigError, match="--checkpoint-every must be a positive"):
-        check_config(TrainConfig(budget_flops=1.0, model="tiny", checkpoint_every=0.0), 1)
+        check_config(RunConfig(budget_flops=1.0, model="tiny", checkpoint_every=0.0), 1)
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
@@ -379,7 +379,7 @@ def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     from bench.planning import ALLOCATOR_SLACK, step_memory
     vocab = Vocab.for_words(512)
     corpus = type("C", (), {"vocab": vocab, "seq_len": 128})()
-    objective = build_run_objective(spec, TrainConfig(budget_flops=1, model="mini"), corpus).train()
+    objective = build_run_objective(spec, RunConfig(budget_flops=1, model="mini"), corpus).train()
     windows = torch.randint(5, vocab.size, (8, 128), generator=torch.Generator().manual_seed(0))
     measured = saved_bytes(objective, training_batch(objective, windows, 0, 0, 8), precision)
     estimate = step_memory(objective, 8, 128, precision, torch.device("cpu")).saved
@@ -396,7 +396,7 @@ def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(de
     from bench.planning import step_memory
     from backbone.fused_loss import chunk_rows
     vocab = Vocab.for_words(512)
-    objective = build_run_objective("ar", TrainConfig(budget_flops=1, model="mini"),
+    objective = build_run_objective("ar", RunConfig(budget_flops=1, model="mini"),
                                     type("C", (), {"vocab": vocab, "seq_len": 128})())
     assert chunk_rows(torch.device(device), vocab.size) > windows * 128  # the chunk the device allows is longer
     for precision, value_bytes in (("32-true", 4), ("bf16-mixed", 2)):
@@ -543,11 +543,11 @@ def test_on_cuda_adamw_is_fused_and_fp32_matmuls_run_in_tf32(monkeypatch):
     options = []
     monkeypatch.setattr(torch.optim, "AdamW", lambda groups, **kwargs: options.append(kwargs))
     module = torch.nn.Linear(2, 2)
-    make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), cuda)
-    make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), cpu)
+    make_optimizer(module, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), cuda)
+    make_optimizer(module, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), cpu)
     assert [o["fused"] for o in options] == [True, None]
     with pytest.raises(ValueError, match="learning rate"):  # a rate nobody chose is refused, never defaulted
-        make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny"), cpu)
+        make_optimizer(module, RunConfig(budget_flops=1.0, model="tiny"), cpu)
 
 
 @pytest.mark.slow
@@ -608,7 +608,7 @@ def test_mfu_uses_the_suites_peak_then_lightnings(monkeypatch):
 SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
 
 
-def schedule_config(text: str = SCHEDULE, **overrides) -> TrainConfig:
+def schedule_config(text: str = SCHEDULE, **overrides) -> RunConfig:
     return config(seq_len_schedule=parse_seq_len(text), **overrides)
 
 
@@ -889,7 +889,7 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
         monkeypatch.setattr(bench.training.runs, name, lambda *args: "run")
     monkeypatch.setattr(bench.training.runs, "fit", diverging)
     one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
-    config = TrainConfig(budget_flops=1.0, model="tiny")
+    config = RunConfig(budget_flops=1.0, model="tiny")
     with pytest.raises(TrainingDiverged) as diverged:
         train_run(one, RunContext("mlm", 0, None, config, tmp_path), reuse=True)
     record = diverged.value.record
