@@ -26,7 +26,7 @@ class RunConfig:
     the defaults below are the command's too (bench.config reads them), and the training recipe's own."""
 
     budget_flops: float
-    model: str  # a size of backbone.MODELS, with options
+    model: str  # a size of backbone.MODEL_SIZES, with options
     batch_size: int = 32  # global, the same for every objective
     lr: float | None = None  # the spec's peak rate, which the plan gives each spec (Plan.learning_rates); None: unset
     warmup: float = 0.05  # share of the budget spent warming up
