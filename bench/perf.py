@@ -14,9 +14,9 @@ corrupting the whole batch, and KV-cached generation against recomputing the pre
 one run on one thread and two runs at once (two processes of one thread), each set beside the first as its peer, each
 the median of 3 rounds that take the three in turn (comparison_rows). With `--accelerator cuda` the models run on the
 GPU (corruption and the collator stay on the host, as in training), every timing synchronises the device, fp32 matmuls
-run in TF32 as bench.training runs them, and MFU is against the device's dense peak (bench.training.loop.peak_flops: the
-datasheets' figures, then Lightning's table) instead of a measured matrix product. The peers need `pip install -e
-".[perf]"` (transformers); without it only the suite's own figures are printed.
+run in TF32 as bench.training runs them, and MFU is against the device's dense peak
+(bench.training.live_metrics.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured matrix
+product. The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from bench.planning import learning_rates
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import RunConfig, configure_matmuls, single_seq_len, tf32_matmuls
 from bench.training.distributed import make_fabric
-from bench.training.loop import device_peak
+from bench.training.live_metrics import device_peak
 from bench.training.records import RunRecord
 from bench.training.runs import train_run
 from bench.training.state import RunContext

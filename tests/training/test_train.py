@@ -586,23 +586,23 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     ("NVIDIA GeForce GTX 1080", "bf16-mixed", None),  # not listed
 ])
 def test_peak_flops_are_the_datasheets_dense_figures(name, precision, expected):
-    import bench.training.loop
+    from bench.training import live_metrics
 
-    assert bench.training.loop.peak_flops(name, precision) == expected
+    assert live_metrics.peak_flops(name, precision) == expected
 
 
 def test_mfu_uses_the_suites_peak_then_lightnings(monkeypatch):
-    import bench.training.loop
+    from bench.training import live_metrics
 
     asked, cuda = [], torch.device("cuda", 0)
-    monkeypatch.setattr(bench.training.loop, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
+    monkeypatch.setattr(live_metrics, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    assert bench.training.loop.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
+    assert live_metrics.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Some Future GPU")
-    assert bench.training.loop.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
-    assert bench.training.loop.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
+    assert live_metrics.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
+    assert live_metrics.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
     assert asked == [torch.bfloat16, "tfloat32"]
-    assert bench.training.loop.device_peak(torch.device("cpu"), "32-true") is None
+    assert live_metrics.device_peak(torch.device("cpu"), "32-true") is None
 
 
 SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
