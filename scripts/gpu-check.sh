@@ -92,7 +92,7 @@ from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
 from bench.training.state import RunContext
-from bench.perf import steps_config
+from bench.perf_throughput import steps_config
 
 STEPS = 600
 
