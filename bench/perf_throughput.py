@@ -14,7 +14,6 @@ import torch
 
 from bench.config import TrainingConfig
 from bench.data.corpus import Corpus, load_corpus
-from bench.jobs import threads
 from bench.planning import learning_rates
 from bench.training.batches import build_run_objective, training_batch
 from bench.training.config import RunConfig
@@ -22,6 +21,7 @@ from bench.training.distributed import make_fabric
 from bench.training.records import RunRecord
 from bench.training.runs import train_run
 from bench.training.state import RunContext
+from bench.works import threads
 
 
 def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> RunConfig:

@@ -27,13 +27,14 @@ from bench.analysis.summaries import Results, Sweep
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
-from bench.jobs import SMALL_STEP_TOKENS, Context, Work, executed
+from bench.jobs import SMALL_STEP_TOKENS, executed
 from bench.planning import Plan, make_plan, output_folder
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.records import RunRecord
 from bench.tuned import provenance
+from bench.works import Context, Work
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings

@@ -43,7 +43,7 @@ from bench.cli import run
 from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
-from bench.jobs import Work, executed
+from bench.jobs import executed
 from bench.pipeline import job_context
 from bench.report.tuning import tuning_report
 from bench.planning import make_plan
@@ -54,6 +54,7 @@ from bench.training.distributed import make_fabric
 from bench.training.state import RunContext, restore, setup_run
 from bench.tuned import DEFAULTS_FILE
 from bench.tuned_setting import setting_of
+from bench.works import Work
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 

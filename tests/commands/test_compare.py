@@ -465,7 +465,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
                                                                                                   monkeypatch):
     # the handler lives for the whole command: a SIGTERM during a run's final probes, the Bayes references or a
     # control is honoured at the next batch, fit or step, and the phase's unfinished work is dropped
-    import bench.jobs
+    import bench.works
     import bench.pipeline
     import bench.yardsticks.probes
 
@@ -492,7 +492,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     # during the first untrained control (after the runs): it stops at its first fit, and nothing of it is written
     with monkeypatch.context() as patch:
-        patch.setattr(bench.jobs, "control_run", signalling(bench.jobs.control_run))
+        patch.setattr(bench.works, "control_run", signalling(bench.works.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     runs = stopped / "runs"

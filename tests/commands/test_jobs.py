@@ -15,13 +15,14 @@ import torch
 
 from bench.cli import run
 from bench.compare import main, parse_config
-from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose_slots, context_file, pool, run_pooled,
-                        signals_held)
+from bench.jobs import auto_jobs, choose_slots
 from bench.pipeline import control_works, measurement, run_works
 from bench.planning import make_plan
+from bench.pool import Slots, _pooled, _pools, context_file, pool, run_pooled, signals_held
 from bench.training.config import RunConfig
 from bench.stopping import EXIT_STOPPED
 from bench.training.distributed import make_fabric
+from bench.works import Context, Work
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--accelerator", "cpu",

@@ -23,7 +23,6 @@ import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
 from bench.files import read_jsonl
-from bench.jobs import threads
 from bench.planning import check_memory
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
@@ -37,6 +36,7 @@ from bench.training.loop import TrainingDiverged, train_step
 from bench.training.records import COUNTERS_SCHEMA, RunRecord, from_json
 from bench.training.runs import train_run
 from bench.training.state import RunContext, setup_run
+from bench.works import threads
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
