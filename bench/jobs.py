@@ -16,7 +16,8 @@ from typing import Sequence
 
 import torch
 
-from bench.planning import Plan, device_memory_bytes, step_memory
+from bench.memory import device_memory_bytes, step_memory
+from bench.planning import Plan
 from bench.pool import Slots, run_pooled
 from bench.slurm import submitted
 from bench.works import Context, Outcome, Work, run_here

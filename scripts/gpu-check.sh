@@ -48,7 +48,7 @@ from bench.training.batches import local_counts, training_batch
 from bench.training.config import RunConfig
 from bench.training.distributed import make_fabric, step_counts
 from bench.training.loop import train_step
-from bench.planning import step_memory
+from bench.memory import step_memory
 from bench.training.state import RunContext, setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")

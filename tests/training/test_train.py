@@ -14,7 +14,7 @@ from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import backbone.flops
-import bench.planning
+import bench.memory
 import bench.training.distributed
 import bench.training.loop
 import bench.training.runs
@@ -23,7 +23,7 @@ import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
 from bench.files import read_jsonl
-from bench.planning import check_memory
+from bench.memory import check_memory
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
                                     training_batch)
@@ -338,12 +338,12 @@ def test_a_micro_batch_must_divide_each_process_share():
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
-    from bench.planning import step_memory
+    from bench.memory import step_memory
     vocab = Vocab.for_words(64)
     objective = build_on_meta("mlm", preset("tiny", vocab.size, max_seq_len=512, n_layer=8), vocab)
     cpu = torch.device("cpu")
     # room for a step of 8 windows, but not of 32
-    monkeypatch.setattr(bench.planning, "device_memory_bytes",
+    monkeypatch.setattr(bench.memory, "device_memory_bytes",
                         lambda device: step_memory(objective, 8, 512, "32-true", cpu).total)
     with pytest.raises(ConfigError, match="at 32 windows per forward"):
         check_memory(objective, 32, 512, "32-true", cpu)
@@ -376,7 +376,7 @@ def saved_bytes(objective, batch, precision: str) -> int:
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:pair=nsp"])
 def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     # under bf16 autocast the residual stream stays fp32: 2 bytes per value alone fell 20-30 % short of this
-    from bench.planning import ALLOCATOR_SLACK, step_memory
+    from bench.memory import ALLOCATOR_SLACK, step_memory
     vocab = Vocab.for_words(512)
     corpus = type("C", (), {"vocab": vocab, "seq_len": 128})()
     objective = build_run_objective(spec, RunConfig(budget_flops=1, model="mini"), corpus).train()
@@ -393,7 +393,7 @@ def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(de
     # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer.
     # Counted whole (384 MiB at vocabulary 8,192), it put an H200 step that peaked at 275-323 MiB (small, T = 128,
     # batch 32, bf16) at 685-742 MiB
-    from bench.planning import step_memory
+    from bench.memory import step_memory
     from backbone.fused_loss import chunk_rows
     vocab = Vocab.for_words(512)
     objective = build_run_objective("ar", RunConfig(budget_flops=1, model="mini"),
@@ -852,7 +852,7 @@ def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypa
 
 
 def test_the_memory_check_compares_with_free_memory(monkeypatch):
-    from bench.planning import device_memory_bytes
+    from bench.memory import device_memory_bytes
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (30 * 2 ** 30, 80 * 2 ** 30))
     assert device_memory_bytes(torch.device("cuda", 0)) == 30 * 2 ** 30  # another process holds the other 50 GiB
     with open("/proc/meminfo") as meminfo:
