@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from lightning_fabric import Fabric
 from torch import Tensor
 
-from bench.data import synthetic
+from bench.data import inference
 from bench.data.synthetic import Language
 from bench.stopping import check_stop
 from bench.training.config import EVAL_SEED
@@ -58,7 +58,7 @@ def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], 
 def bayes_discriminator(language: Language, first_ordinary: int, outputs: list[Output],
                         stories: list[tuple[Tensor, float]], metrics: dict[str, float]) -> dict[str, float]:
     """The Bayes reference discriminator on exactly these held-out windows, given the generator's distributions
-    (synthetic.replaced_token_posterior): its loss, and the share of the gap between "all original" (the labels'
+    (inference.replaced_token_posterior): its loss, and the share of the gap between "all original" (the labels'
     entropy) and it that the model's discriminator closed. It is exact for a story in which each position is drawn
     independently and a kept position shows its word; the real corruption draws exactly round(rate·T) positions and
     samples a kept one too, so once the generator is nearly the language's own (the gap a few thousandths of a nat)
@@ -68,7 +68,7 @@ def bayes_discriminator(language: Language, first_ordinary: int, outputs: list[O
     for output, (distributions, resample) in zip(outputs, stories):
         words = output.tensors["discriminator_inputs"].cpu() - first_ordinary
         words = torch.where((words >= 0) & (words < V), words, -1)  # a drawn special token is no word
-        replaced = synthetic.replaced_token_posterior(
+        replaced = inference.replaced_token_posterior(
             language, words, distributions.cpu()[..., first_ordinary:first_ordinary + V], resample)
         labels = output.tensors["discriminator_labels"].cpu().double()
         total += F.binary_cross_entropy(replaced.clamp(1e-12, 1 - 1e-12), labels, reduction="sum").item()

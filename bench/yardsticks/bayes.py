@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from bench.data import synthetic
+from bench.data import inference, synthetic
 from bench.data.corpus import Corpus
 from bench.stopping import check_stop
 from objectives import IGNORE, Corrupted, FloorSpec, Objective, Vocab
@@ -29,7 +29,7 @@ def _masked_token_floor(language: synthetic.Language, batches: list[Corrupted], 
         words = batch.original - vocab.first_ordinary
         observed = torch.where(batch.inputs == vocab.MASK, -1, batch.inputs - vocab.first_ordinary)
         selected = batch.targets != IGNORE
-        nll = synthetic.masked_token_nll(language, words, observed, selected, floor.keep, floor.random, floor.mask)
+        nll = inference.masked_token_nll(language, words, observed, selected, floor.keep, floor.random, floor.mask)
         total += nll[selected].sum().item()
         count += int(selected.sum())
     return total / count
@@ -37,7 +37,7 @@ def _masked_token_floor(language: synthetic.Language, batches: list[Corrupted], 
 
 def _next_token_floor(language: synthetic.Language, batches: list[Corrupted], vocab: Vocab, floor: FloorSpec) -> float:
     words = torch.cat([batch.original for batch in batches]) - vocab.first_ordinary
-    return synthetic.next_token_nll(language, words).mean().item()
+    return inference.next_token_nll(language, words).mean().item()
 
 
 FLOOR_TASKS = {"next_token": _next_token_floor, "masked_token": _masked_token_floor}
@@ -55,7 +55,7 @@ def unigram_losses(objective: Objective, batches: list[Corrupted], corpus: Corpu
     if not objective.bayes_floors():
         return {}
     # over the windows' own length: a sequence-length schedule evaluates at its last phase's, not the corpus's
-    log_p = synthetic.unigram(corpus.language, batches[0].original.shape[1]).log()
+    log_p = inference.unigram(corpus.language, batches[0].original.shape[1]).log()
     targets = torch.cat([batch.targets[batch.targets != IGNORE] for batch in batches]) - corpus.vocab.first_ordinary
     loss = -log_p[targets].mean().item()
     return {floor.metric: loss for floor in objective.bayes_floors()}
