@@ -49,7 +49,7 @@ class BackboneConfig:
 
 # tiny: unit tests; mini: the default comparison on the embedded language (2 CPU cores); small: CPU comparisons on
 # text (~4 layers x 256, like ELECTRA-Small's width); base: BERT-base, for GPUs.
-PRESETS: dict[str, dict] = {
+MODEL_SIZES: dict[str, dict] = {
     "tiny": dict(n_layer=2, n_head=2, d_model=32),
     "mini": dict(n_layer=2, n_head=2, d_model=64),
     "small": dict(n_layer=4, n_head=4, d_model=256),
@@ -64,9 +64,9 @@ def resolve_model(text: str, vocab_size: int, max_seq_len: int = 512) -> Backbon
     """A model given as a preset name with optional overrides, "small" or "small:d_model=128,n_layer=2", resolved
     to its full shape. Researchers sweep widths and depths; a mistake is one ConfigError line that names it."""
     name, _, option_text = text.strip().partition(":")
-    if name not in PRESETS:
-        raise ConfigError(f"unknown --model {name!r}; choose one of {', '.join(PRESETS)}, optionally with overrides "
-                          "such as small:d_model=128,n_layer=2")
+    if name not in MODEL_SIZES:
+        raise ConfigError(f"unknown --model {name!r}; choose one of {', '.join(MODEL_SIZES)}, optionally with "
+                          "overrides such as small:d_model=128,n_layer=2")
     overrides: dict[str, object] = {}
     for item in filter(None, (part.strip() for part in option_text.split(","))):
         key, equals, value = (part.strip() for part in item.partition("="))
@@ -84,6 +84,6 @@ def resolve_model(text: str, vocab_size: int, max_seq_len: int = 512) -> Backbon
 
 def preset(name: str, vocab_size: int, max_seq_len: int = 512, **overrides) -> BackboneConfig:
     """The named size preset for a vocabulary and maximum length; `overrides` replace single fields."""
-    if name not in PRESETS:
-        raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(PRESETS)}")
-    return BackboneConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, **{**PRESETS[name], **overrides})
+    if name not in MODEL_SIZES:
+        raise ConfigError(f"unknown model preset {name!r}; choose one of {', '.join(MODEL_SIZES)}")
+    return BackboneConfig(vocab_size=vocab_size, max_seq_len=max_seq_len, **{**MODEL_SIZES[name], **overrides})

@@ -6,12 +6,12 @@ import argparse
 import sys
 from typing import Callable, NoReturn
 
-from backbone import PRESETS, ConfigError
+from backbone import MODEL_SIZES, ConfigError
 
 # One meaning per flag, in every command.
 VOCAB_HELP = ("tokenizer vocabulary size: the 5 special tokens ([PAD] [MASK] [BOS] [EOS] [UNK]) and the ordinary "
               "tokens; T5's 100 sentinels are added on top")
-MODEL_HELP = (f"backbone size: a preset ({', '.join(PRESETS)}) with optional shape overrides, e.g. "
+MODEL_HELP = (f"backbone size: a preset ({', '.join(MODEL_SIZES)}) with optional shape overrides, e.g. "
               "small:d_model=128,n_layer=2 (keys n_layer, n_head, d_model, d_ff, positions, dropout)")
 
 

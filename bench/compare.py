@@ -21,7 +21,7 @@ from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
 from bench.config import PRECISIONS, Config, validate
 from bench.planning import read_settings
 from bench.stopping import EXIT_STOPPED, stop_on_signals
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.training.distributed import TORCHRUN_FORWARDS, unforwarded_stop_signals
 from bench.yardsticks.downstream import add_finetune_flags
 
@@ -224,8 +224,8 @@ def rerun_defaults(path: Path, given: list[str]) -> tuple[dict, tuple[str, str] 
     """A finished comparison's recorded settings as flag defaults, its peak rates (unless --lr or --objectives is
     given), and its tokenizer to read instead of training another (WordPiece training differs between versions)."""
     saved = read_settings(path)
-    changed = [f"{key} {value} (now {getattr(TrainConfig, key)})" for key, value in saved["derived"]["fixed"].items()
-               if value != getattr(TrainConfig, key)]
+    changed = [f"{key} {value} (now {getattr(RunConfig, key)})" for key, value in saved["derived"]["fixed"].items()
+               if value != getattr(RunConfig, key)]
     if changed:
         raise ConfigError(f"--config {path} was run with {', '.join(changed)}, which this version fixes otherwise; "
                           "check out the revision its report names")

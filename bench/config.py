@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.tuned import TUNED
 from bench.yardsticks.downstream import DEFAULT_STEPS
 
@@ -50,7 +50,7 @@ class DataConfig:
 class ModelConfig:
     model: str = "mini"
     seq_len: str = "64"  # a length, or a schedule LENGTH:SHARE,...
-    flops: str = TrainConfig.flops
+    flops: str = RunConfig.flops
 
 
 @dataclass(frozen=True)
@@ -65,11 +65,11 @@ class TrainingConfig:
     # branches, native reads and the ELECTRA Bayes reference included (docs/default.md)
     budget: float = 5e11
     budgets: tuple[float, ...] = kind(COMMAND, ())  # a sweep: one comparison (its own config) per budget
-    batch_size: int = TrainConfig.batch_size
+    batch_size: int = RunConfig.batch_size
     lr: str = TUNED["lr"]  # chosen on validation data by `python -m bench.tune` (reports/tuning)
     # peak rate per spec as a rerun (--config) recorded them: specs with options cannot be written back as --lr
     rates: tuple[tuple[str, float], ...] = ()
-    eval_points: int = TrainConfig.eval_points
+    eval_points: int = RunConfig.eval_points
     compile: bool = False
 
 
@@ -93,7 +93,7 @@ class HardwareConfig:
     precision: str = "32-true"
     micro_batch: int | None = kind(EXECUTION)
     activation_checkpointing: bool = kind(EXECUTION, False)
-    log_every: int = kind(EXECUTION, TrainConfig.log_every)
+    log_every: int = kind(EXECUTION, RunConfig.log_every)
     checkpoint_every: float | None = kind(EXECUTION)
     # how many runs at once and where (bench.jobs): never what a run computes at a given thread count
     jobs: int | None = kind(COMMAND)  # None: what the machine uses well (bench.jobs.auto_jobs)

@@ -93,7 +93,7 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
     step, then one sized to fill its share of `seconds`."""
     from bench.data.corpus import load_corpus
     from bench.data.text import TextOptions
-    from bench.perf import steps_config
+    from bench.perf_throughput import steps_config
     from bench.training.batches import build_run_objective
     from bench.training.distributed import make_fabric
     from bench.training.runs import train_run

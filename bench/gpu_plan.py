@@ -28,8 +28,8 @@ def host_feed(data: Path) -> dict[str, dict]:
     from bench.data.corpus import load_corpus
     from bench.data.text import TextOptions
     from bench.training.batches import build_run_objective, training_batch
-    from bench.training.config import TrainConfig
-    from bench.training.loop import peak_flops
+    from bench.training.config import RunConfig
+    from bench.training.live_metrics import peak_flops
 
     corpus = load_corpus(f"text:{data / 'corpus.jsonl'}", SHAPE["seq_len"],
                          TextOptions(tokenizer=str(data / "tokenizer.json")))
@@ -39,7 +39,7 @@ def host_feed(data: Path) -> dict[str, dict]:
     found = {}
     with threads(1):
         for spec in OBJECTIVES:
-            objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=SHAPE["model"],
+            objective = build_run_objective(spec, RunConfig(budget_flops=1.0, model=SHAPE["model"],
                                                               batch_size=batch), corpus)
             seconds = batch * SHAPE["seq_len"] / host_rate(objective, windows, batch, SHAPE["seq_len"], repeats=7)
             flops = objective.flops(training_batch(objective, windows, 0, 0, batch))

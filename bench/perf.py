@@ -14,102 +14,39 @@ corrupting the whole batch, and KV-cached generation against recomputing the pre
 one run on one thread and two runs at once (two processes of one thread), each set beside the first as its peer, each
 the median of 3 rounds that take the three in turn (comparison_rows). With `--accelerator cuda` the models run on the
 GPU (corruption and the collator stay on the host, as in training), every timing synchronises the device, fp32 matmuls
-run in TF32 as bench.training runs them, and MFU is against the device's dense peak (bench.training.loop.peak_flops: the
-datasheets' figures, then Lightning's table) instead of a measured matrix product. The peers need `pip install -e
-".[perf]"` (transformers); without it only the suite's own figures are printed.
+run in TF32 as bench.training runs them, and MFU is against the device's dense peak
+(bench.training.live_metrics.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured matrix
+product. The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
+
+This module is the command and its rows; how a step is timed (bench.perf_timing), the Hugging Face peers
+(bench.perf_peers) and the --comparison-steps rows (bench.perf_throughput) are modules of their own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import multiprocessing
 import sys
-import tempfile
-import time
-from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from tabulate import tabulate
 
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from backbone.model import apply_rope, rope_tables
 from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
-from bench.config import TrainingConfig
-from bench.data.corpus import Corpus, load_corpus
 from bench.files import dumps
-from bench.jobs import threads
-from bench.planning import learning_rates
-from bench.training.batches import build_run_objective, training_batch
-from bench.training.config import TrainConfig, configure_matmuls, single_seq_len, tf32_matmuls
-from bench.training.distributed import make_fabric
-from bench.training.loop import device_peak
-from bench.training.records import RunRecord
-from bench.training.runs import train_run
-from bench.training.state import RunContext
-from objectives import REGISTRY, SPECIAL_TOKENS, Objective, Vocab, build_objective
+from bench.perf_peers import hf_tokenizer, peer_steps
+from bench.perf_throughput import comparison_rows
+from bench.perf_timing import matmul_peak, median_seconds, train_step
+from bench.training.batches import training_batch
+from bench.training.config import configure_matmuls, single_seq_len, tf32_matmuls
+from bench.training.live_metrics import device_peak
+from objectives import REGISTRY, Objective, Vocab, build_objective
 
 
 DESCRIPTION = "Speed against the tools researchers would otherwise use, measured in one run."
 AUTOCAST_DTYPES = {"32-true": None, "bf16-mixed": torch.bfloat16}  # the precisions bench.perf times
-
-
-def synchronize(device: torch.device) -> None:
-    """Wait until the device has finished what was launched: a GPU runs asynchronously, so a clock read without
-    this times the launches, not the work."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def median_seconds(step: Callable[[], object], repeats: int, warmup: int = 1,
-                   device: torch.device = torch.device("cpu")) -> float:
-    """Median wall time of `repeats` calls after `warmup` untimed ones, each call's device work included."""
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        step()
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
-
-
-def matmul_peak(dtype: torch.dtype, size: int = 2048, repeats: int = 5, device: torch.device = torch.device("cpu"),
-                long_seconds: float = 0.2) -> float:
-    """FLOP/s of a large square matrix product in `dtype`, the best of a few: the roof MFU is measured against where
-    no table lists the device (CPUs, unknown GPUs). The product grows from 256 to `size` until one takes
-    `long_seconds`: a dtype the device only emulates (bf16 on a CPU without bf16 units, about 1 GFLOP/s) is then
-    measured in seconds at 512, where 2048 took 15 s a product and bench.perf minutes."""
-    side = 256
-    while True:
-        a, b = (torch.randn(side, side, dtype=dtype, device=device) for _ in range(2))
-        first = median_seconds(lambda: a @ b, 1, warmup=1, device=device)
-        if side >= size or first >= long_seconds:
-            break
-        side *= 2
-    best = min([first, *(median_seconds(lambda: a @ b, 1, warmup=0, device=device) for _ in range(repeats - 1))])
-    return 2 * side ** 3 / best
-
-
-def autocast(dtype: torch.dtype | None, device: torch.device = torch.device("cpu")):
-    return torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-
-
-def train_step(model: torch.nn.Module, loss_of: Callable[[], torch.Tensor], dtype: torch.dtype | None,
-               device: torch.device = torch.device("cpu")) -> Callable:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True if device.type == "cuda" else None)
-
-    def step() -> None:
-        with autocast(dtype, device):
-            loss = loss_of()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-    return step
 
 
 def ours(spec: str, model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repeats: int,
@@ -123,80 +60,6 @@ def ours(spec: str, model: str, vocab: Vocab, tokens: torch.Tensor, dtype, repea
     loss_of = lambda: objective(objective.corrupt(tokens, generator).to(device)).loss  # noqa: E731
     seconds = median_seconds(train_step(objective, loss_of, dtype, device), repeats, device=device)
     return {"objective": objective, "seconds": seconds, "flops_per_step": flops}
-
-
-# --- the peers: what a researcher would otherwise use ---
-
-def hf_tokenizer(vocab_size: int):
-    """A real fast tokenizer for the collator, built offline: specials at 0-4 as in the suite, then plain pieces."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-    pieces = {**{token: i for i, token in enumerate(SPECIAL_TOKENS)},
-              **{f"w{i}": i for i in range(len(SPECIAL_TOKENS), vocab_size)}}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece(pieces, unk_token="[UNK]")),
-                                   pad_token="[PAD]", mask_token="[MASK]", unk_token="[UNK]", bos_token="[BOS]",
-                                   eos_token="[EOS]")
-
-
-def peer_models(model: str, vocab_size: int, seq_len: int):
-    import transformers as hf
-    c = resolve_model(model, vocab_size, max_seq_len=seq_len)
-    common = dict(vocab_size=vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layer,
-                  num_attention_heads=c.n_head, intermediate_size=c.d_ff, max_position_embeddings=seq_len,
-                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    bert = hf.BertForMaskedLM(hf.BertConfig(**common))
-    gpt2 = hf.GPT2LMHeadModel(hf.GPT2Config(vocab_size=vocab_size, n_embd=c.d_model, n_layer=c.n_layer,
-                                            n_head=c.n_head, n_inner=c.d_ff, n_positions=seq_len, resid_pdrop=0.0,
-                                            embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=3))
-    generator_width = c.d_model // 4
-    discriminator = hf.ElectraForPreTraining(hf.ElectraConfig(**common, embedding_size=c.d_model))
-    generator = hf.ElectraForMaskedLM(hf.ElectraConfig(
-        **{**common, "hidden_size": generator_width, "intermediate_size": 4 * generator_width,
-           "num_attention_heads": max(1, generator_width // c.head_dim)}, embedding_size=c.d_model))
-    generator.electra.embeddings = discriminator.electra.embeddings  # ELECTRA shares the embeddings
-    for model_ in (bert, gpt2, discriminator, generator):
-        model_.config._attn_implementation = "sdpa"
-    return bert, gpt2, generator, discriminator
-
-
-def peer_steps(model: str, vocab_size: int, tokens: torch.Tensor, dtype,
-               device: torch.device = torch.device("cpu")) -> dict[str, tuple[Callable, Callable]]:
-    """{name: (training step, one forward+backward for counting FLOPs)}; the collator runs on the host, as ours."""
-    from transformers import DataCollatorForLanguageModeling
-    torch.manual_seed(0)
-    bert, gpt2, generator, discriminator = (peer.to(device) for peer in peer_models(model, vocab_size,
-                                                                                      tokens.shape[1]))
-    collator = DataCollatorForLanguageModeling(hf_tokenizer(vocab_size), mlm_probability=0.15)
-    rows = [{"input_ids": row} for row in tokens.tolist()]
-    tokens = tokens.to(device)
-
-    def bert_loss() -> torch.Tensor:
-        batch = collator(rows)
-        return bert(input_ids=batch["input_ids"].to(device), labels=batch["labels"].to(device)).loss
-
-    def gpt2_loss() -> torch.Tensor:
-        return gpt2(input_ids=tokens, labels=tokens).loss
-
-    electra_modules = torch.nn.ModuleList([generator, discriminator])
-
-    def electra_loss() -> torch.Tensor:  # ELECTRA's recipe: 15 % chosen, 85 % [MASK], Gumbel sample, λ = 50
-        chosen = torch.rand(tokens.shape, device=device) < 0.15
-        masked = torch.where(chosen & (torch.rand(tokens.shape, device=device) < 0.85), 1, tokens)
-        logits = generator(input_ids=masked).logits
-        generator_loss = F.cross_entropy(logits[chosen], tokens[chosen])
-        with torch.no_grad():
-            noise = -torch.log(-torch.log(torch.rand(logits[chosen].shape, device=device).clamp_(1e-9, 1)))
-            fake = tokens.clone()
-            fake[chosen] = (logits[chosen].float() + noise).argmax(-1)
-        labels = (fake != tokens).float()
-        discriminator_logits = discriminator(input_ids=fake).logits
-        return generator_loss + 50 * F.binary_cross_entropy_with_logits(discriminator_logits.float(), labels)
-
-    steps = {}
-    for name, module, loss_of in (("mlm", bert, bert_loss), ("ar", gpt2, gpt2_loss),
-                                  ("electra", electra_modules, electra_loss)):
-        steps[name] = (train_step(module, loss_of, dtype, device), lambda loss_of=loss_of: loss_of().backward())
-    return steps
 
 
 def masking_rates(vocab: Vocab, tokens: torch.Tensor, repeats: int, objective: Objective) -> dict:
@@ -402,101 +265,6 @@ def main(argv: list[str] | None = None) -> None:
     print(format_table(rows))
     if note:
         print(f"\n{note}")
-
-
-
-# --- Training throughput at one shape, measured on the training code itself: a run of a few steps alone (train_run),
-# several runs at once in processes of their own (the spawn context, one thread each: what running one job per core
-# does). Each is timed as its results time it: train_seconds, the training steps with their batches built,
-# evaluation left out.
-
-
-def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> TrainConfig:
-    """A run of `spec` at the default's rate for it that stops after `steps` steps (exactly, for objectives whose
-    steps all cost the same), with one evaluation (at the end, outside the timed steps) and no live metrics."""
-    objective = build_run_objective(spec, TrainConfig(budget_flops=1.0, model=model, batch_size=batch_size), corpus)
-    per_step = objective.flops(training_batch(objective, corpus.windows("train"), 0, 0, batch_size))
-    return TrainConfig(budget_flops=steps * per_step, model=model, batch_size=batch_size, eval_points=1,
-                       eval_windows=batch_size, log_every=0,
-                       lr=learning_rates(TrainingConfig.lr, [spec], strict=False)[spec])
-
-
-def totals(results: list[RunRecord], seconds: float) -> dict:
-    """What the runs trained together: tokens, FLOPs, and the seconds they took (runs at once: the longest)."""
-    return {"runs": len(results), "tokens": sum(r.tokens for r in results),
-            "flops": sum(r.flops for r in results), "seconds": seconds}
-
-
-def alone(spec: str, corpus: Corpus, config: TrainConfig, thread_count: int, seed: int = 0) -> dict:
-    """One run on `thread_count` threads."""
-    with threads(thread_count), tempfile.TemporaryDirectory() as folder:
-        result = train_run(make_fabric(), RunContext(spec, seed, corpus, config, Path(folder), progress=False))
-    return totals([result], result.train_seconds)
-
-
-def at_once(spec: str, corpus: Corpus, config: TrainConfig, processes: int) -> dict:
-    """`processes` runs (seeds 0, 1, ...) at the same time, each in a process of its own on one thread, started
-    together once every process is ready: the aggregate over the longest run's seconds."""
-    context = multiprocessing.get_context("spawn")
-    ready, results = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_worker, args=(spec, corpus, config, seed, ready, results))
-               for seed in range(processes)]
-    for worker in workers:
-        worker.start()
-    try:
-        done = [results.get(timeout=3600) for _ in workers]
-    finally:
-        for worker in workers:
-            worker.join(timeout=60)
-    failed = [message for message in done if isinstance(message, str)]
-    if failed:
-        raise RuntimeError(f"a run of the throughput measurement failed: {failed[0]}")
-    return totals(done, max(r.train_seconds for r in done))
-
-
-def _worker(spec: str, corpus: Corpus, config: TrainConfig, seed: int, ready, results) -> None:
-    torch.set_num_threads(1)
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            fabric = make_fabric()
-            ready.wait(timeout=600)
-            result = train_run(fabric, RunContext(spec, seed, corpus, config, Path(folder), progress=False))
-        results.put(result)
-    except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
-        results.put(f"{type(error).__name__}: {error}")
-
-
-def comparison_rows(steps: int, spec: str = "mlm", model: str = "mini", seq_len: int = 64,
-                    batch_size: int = 32, data: str = "synthetic", rounds: int = 3) -> list[dict]:
-    """The default comparison's training (bench.compare's model, length, batch and data, fp32, on the CPU), `steps`
-    steps of `spec` through the training code (this module): one run on every thread, one run on one
-    thread and two runs at once (two processes of one thread each, as one job per core runs them). Beside each, as
-    its peer, the one run on every thread.
-
-    Each is measured in `rounds` rounds that take the three in turn, and its median round is kept (its seconds in
-    every round beside it): a shared machine's slower spells, which moved one setting by a tenth between two runs of
-    bench.perf, fall on every setting alike and on one round, not on one setting's only measurement."""
-    corpus = load_corpus(data, seq_len)
-    config = steps_config(spec, corpus, steps, model, batch_size)
-    every = torch.get_num_threads()
-    shape = f"{spec} at the default comparison's shape ({model}, T = {seq_len}, batch {batch_size})"
-    settings = {f"{shape}: one run, {every} threads": lambda: alone(spec, corpus, config, every),
-                f"{shape}: one run, 1 thread": lambda: alone(spec, corpus, config, 1),
-                f"{shape}: two runs at once, 2 processes of 1 thread": lambda: at_once(spec, corpus, config, 2)}
-    taken: dict[str, list[dict]] = {name: [] for name in settings}
-    for _ in range(rounds):
-        for name, measured in settings.items():
-            taken[name].append(measured())
-    rows = []
-    for name, each in taken.items():
-        median = sorted(each, key=lambda one: one["seconds"])[len(each) // 2]
-        rows.append({"name": name, "ours_tokens_per_s": median["tokens"] / median["seconds"],
-                     "ours_flops_per_s": median["flops"] / median["seconds"],
-                     "flops_per_step": median["flops"] / (median["runs"] * steps), **median,
-                     "seconds_each_round": [one["seconds"] for one in each]})
-    for row in rows[1:]:
-        row.update(peer_tokens_per_s=rows[0]["ours_tokens_per_s"], peer_flops_per_s=rows[0]["ours_flops_per_s"])
-    return rows
 
 
 if __name__ == "__main__":

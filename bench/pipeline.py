@@ -27,13 +27,14 @@ from bench.analysis.summaries import Results, Sweep
 from bench.config import Config
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
-from bench.jobs import SMALL_STEP_TOKENS, Context, Work, executed
-from bench.planning import Plan, output_folder, plan
+from bench.jobs import SMALL_STEP_TOKENS, executed
+from bench.planning import Plan, make_plan, output_folder
 from bench.training.batches import eval_batches
 from bench.training.config import run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.records import RunRecord
 from bench.tuned import provenance
+from bench.works import Context, Work
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -77,14 +78,14 @@ def run(config: Config, reports: Reports) -> list[dict]:
     for comparison in comparisons:
         if len(comparisons) > 1:
             print(f"comparison {comparison.name} in {comparison.config.output.out}", file=sys.stderr)
-        fabric, plan_, before = prepared(comparison.config)
+        fabric, plan, before = prepared(comparison.config)
         # one queue: a control needs nothing a run makes, so a worker freed while the last runs train starts a
         # control (the default's 15 runs on 2 cores left a core idle for the last run's 49 s when controls waited)
-        works = run_works(plan_) + control_works(plan_)
-        outcomes = executed(fabric, works, job_context(plan_), not plan_.config.output.quiet, plan_)
-        measured[comparison.name] = found = measurement(fabric, plan_, before, works, outcomes)
+        works = run_works(plan) + control_works(plan)
+        outcomes = executed(fabric, works, job_context(plan), not plan.config.output.quiet, plan)
+        measured[comparison.name] = found = measurement(fabric, plan, before, works, outcomes)
         if len(comparisons) > 1 and found.results is not None:
-            print(f"report: {reports.write_report(plan_.out, found.results)}")
+            print(f"report: {reports.write_report(plan.out, found.results)}")
     diverged = [record for found in measured.values() for record in found.diverged]
     if all(found.results is not None for found in measured.values()):  # rank 0
         summarise(config, preset, measured, time.perf_counter() - started, reports)
@@ -147,19 +148,19 @@ def prepared(config: Config) -> tuple[Fabric, Plan, dict]:
     hardware = config.hardware
     fabric = make_fabric(hardware.accelerator, hardware.devices, hardware.num_nodes, hardware.strategy,
                          hardware.precision, launch=False)
-    plan_ = plan(config, fabric)
-    warn_small_steps(fabric, plan_.train.batch_size, min(plan_.schedule.lengths))
+    plan = make_plan(config, fabric)
+    warn_small_steps(fabric, plan.train.batch_size, min(plan.schedule.lengths))
     # rows are named by the spec as the user wrote it, like the runs; at the length the models are evaluated at
-    positions = [{**position_row(objective, plan_.schedule.final), "objective": spec}
-                 for spec, objective in zip(plan_.specs, plan_.objectives)]
-    bayes = bayes_references(plan_)
+    positions = [{**position_row(objective, plan.schedule.final), "objective": spec}
+                 for spec, objective in zip(plan.specs, plan.objectives)]
+    bayes = bayes_references(plan)
     launch_processes(fabric)
-    plan_ = replace(plan_, out=agree_on_folder(fabric, plan_.out))
-    write_settings(fabric, plan_)
-    return fabric, plan_, {"positions": positions, "bayes": bayes}
+    plan = replace(plan, out=agree_on_folder(fabric, plan.out))
+    write_settings(fabric, plan)
+    return fabric, plan, {"positions": positions, "bayes": bayes}
 
 
-def measurement(fabric: Fabric, plan_: Plan, before: dict, works: list[Work], outcomes: list[list]) -> Measurement:
+def measurement(fabric: Fabric, plan: Plan, before: dict, works: list[Work], outcomes: list[list]) -> Measurement:
     """What one comparison measured: its finished runs, the diverged ones and the controls, in objective-then-seed
     order, and (on rank 0) its results (its report is the caller's)."""
     runs, diverged, controls = [], [], []
@@ -172,80 +173,80 @@ def measurement(fabric: Fabric, plan_: Plan, before: dict, works: list[Work], ou
             else:
                 runs.append(result)
     if not fabric.is_global_zero:
-        return Measurement(None, diverged, plan_, fabric)
-    config, bayes = plan_.config, before["bayes"]
-    measured = Measured(setup_facts(plan_, runs, fabric), before["positions"], runs,
-                        config.training.budget, plan_.schedule.final, plan_.specs[0], bayes, diverged,
-                        plan_.downstream.describe() if plan_.downstream else None, plan_.accounting, controls)
-    return Measurement(build_results(measured), diverged, plan_, fabric)
+        return Measurement(None, diverged, plan, fabric)
+    config, bayes = plan.config, before["bayes"]
+    measured = Measured(setup_facts(plan, runs, fabric), before["positions"], runs,
+                        config.training.budget, plan.schedule.final, plan.specs[0], bayes, diverged,
+                        plan.downstream.describe() if plan.downstream else None, plan.accounting, controls)
+    return Measurement(build_results(measured), diverged, plan, fabric)
 
 
-def write_settings(fabric: Fabric, plan_: Plan) -> None:
+def write_settings(fabric: Fabric, plan: Plan) -> None:
     if not fabric.is_global_zero:
         return
     try:
-        write_json(plan_.out / "config.json", plan_.settings)
-        if plan_.corpus.text_tokenizer is not None:  # bench.downstream --run tokenizes new tasks with it
-            write_atomic(plan_.out / "tokenizer.json", plan_.corpus.text_tokenizer.to_str())
+        write_json(plan.out / "config.json", plan.settings)
+        if plan.corpus.text_tokenizer is not None:  # bench.downstream --run tokenizes new tasks with it
+            write_atomic(plan.out / "tokenizer.json", plan.corpus.text_tokenizer.to_str())
     except OSError as error:
-        raise ConfigError(f"cannot write to --out {plan_.out}: {error.strerror}") from None
+        raise ConfigError(f"cannot write to --out {plan.out}: {error.strerror}") from None
 
 
-def control_works(plan_: Plan) -> list[Work]:
+def control_works(plan: Plan) -> list[Work]:
     """Every seed's untrained controls (bench.training.runs.control_run) as works; none when no yardstick runs."""
-    if not plan_.yardsticks:
+    if not plan.yardsticks:
         return []
-    return [Work("control", spec, (seed,), plan_.train, (plan_.out / "runs" / run_name(name, seed),),
-                 plan_.config.output.resume)
-            for name, spec in plan_.control_specs().items() for seed in range(plan_.config.training.seeds)]
+    return [Work("control", spec, (seed,), plan.train, (plan.out / "runs" / run_name(name, seed),),
+                 plan.config.output.resume)
+            for name, spec in plan.control_specs().items() for seed in range(plan.config.training.seeds)]
 
 
-def run_works(plan_: Plan) -> list[Work]:
+def run_works(plan: Plan) -> list[Work]:
     """The runs as works: one per objective and seed."""
-    config, works = plan_.config, []
+    config, works = plan.config, []
     seeds, reuse = range(config.training.seeds), config.output.resume
-    for spec in plan_.specs:
-        train, dirs = replace(plan_.train, lr=plan_.learning_rates[spec]), [plan_.out / "runs" / run_name(spec, seed)
+    for spec in plan.specs:
+        train, dirs = replace(plan.train, lr=plan.learning_rates[spec]), [plan.out / "runs" / run_name(spec, seed)
                                                                              for seed in seeds]
         works += [Work("run", spec, (seed,), train, (run_dir,), reuse) for seed, run_dir in zip(seeds, dirs)]
     return works
 
 
-def job_context(plan_: Plan) -> Context:
+def job_context(plan: Plan) -> Context:
     """What every work of the comparison reads besides its own (bench.jobs sets the threads where it runs them)."""
-    hardware = plan_.config.hardware
-    return Context(plan_.corpus, tuple(plan_.yardsticks), hardware.accelerator, hardware.precision, None)
+    hardware = plan.config.hardware
+    return Context(plan.corpus, tuple(plan.yardsticks), hardware.accelerator, hardware.precision, None)
 
 
-def bayes_references(plan_: Plan) -> dict | None:
+def bayes_references(plan: Plan) -> dict | None:
     """On the embedded language the true distribution is known: the Bayes floor of every objective's held-out
     metrics on exactly its evaluation batches, and the probes' ceilings on their test windows."""
-    corpus, probe = plan_.corpus, plan_.probe
+    corpus, probe = plan.corpus, plan.probe
     if corpus.language is None:
         return None
-    pairs = list(zip(plan_.specs, plan_.objectives))
-    batches = {spec: eval_batches(objective, corpus, plan_.train) for spec, objective in pairs}
+    pairs = list(zip(plan.specs, plan.objectives))
+    batches = {spec: eval_batches(objective, corpus, plan.train) for spec, objective in pairs}
     return {"floors": {spec: loss_floors(objective, batches[spec], corpus) for spec, objective in pairs},
             "unigram": {spec: unigram_losses(objective, batches[spec], corpus) for spec, objective in pairs},
             "ceilings": probe_ceilings(corpus, probe) if probe else None,
             "input_only": input_only_controls(corpus, probe) if probe else None}
 
 
-def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric) -> dict:
+def setup_facts(plan: Plan, runs: list[RunRecord], fabric: Fabric) -> dict:
     """What the report's setup table says (bench.report.setup.setup_table words it), as facts."""
-    config, corpus, train = plan_.config, plan_.corpus, plan_.train
+    config, corpus, train = plan.config, plan.corpus, plan.train
     summary, vocab = corpus.summary(), corpus.vocab
     return {
-        "command": list(config.command), "objectives": plan_.specs, "seeds": config.training.seeds,
+        "command": list(config.command), "objectives": plan.specs, "seeds": config.training.seeds,
         "budget": config.training.budget, "model": config.model.model,
-        "shape": plan_.settings["derived"]["model_shape"],
+        "shape": plan.settings["derived"]["model_shape"],
         "runs": {"tokens": sum(r.tokens for r in runs) / len(runs),
                  "backbone_parameters": runs[0].backbone_parameters} if runs else None,
-        "sequence_length": plan_.schedule.final if plan_.schedule.is_fixed else plan_.schedule.describe(),
-        "batch_size": config.training.batch_size, "flops": train.flops, "rates": plan_.learning_rates,
+        "sequence_length": plan.schedule.final if plan.schedule.is_fixed else plan.schedule.describe(),
+        "batch_size": config.training.batch_size, "flops": train.flops, "rates": plan.learning_rates,
         "rate_source": provenance(config.training.lr, Config().training.lr, {
             "budget": config.training.budget, "seq_len": config.model.seq_len, "model": config.model.model,
-            "batch_size": config.training.batch_size, "data": config.data.data}, plan_.specs),
+            "batch_size": config.training.batch_size, "data": config.data.data}, plan.specs),
         "corpus": {"name": corpus.name, "description": corpus.description, "train_tokens": summary["train_tokens"],
                    "train_windows": len(corpus.train), "heldout_windows": len(corpus.heldout),
                    "evaluated": min(train.eval_windows, len(corpus.heldout)), "tokenizer": corpus.tokenizer,
@@ -253,12 +254,12 @@ def setup_facts(plan_: Plan, runs: list[RunRecord], fabric: Fabric) -> dict:
                    "sentinels": vocab.num_sentinels},
         "device": device_name(fabric.device, runs), "world_size": fabric.world_size,
         "precision": config.hardware.precision,
-        "versions": package_versions(), "versions_note": plan_.versions_note, "log_every": train.log_every,
-        "revision": code_revision(), "stale": list(plan_.stale),
+        "versions": package_versions(), "versions_note": plan.versions_note, "log_every": train.log_every,
+        "revision": code_revision(), "stale": list(plan.stale),
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "downstream": describe_recipe(plan_.downstream, runs) if plan_.downstream else None,
-        "probe": vars(plan_.probe) if plan_.probe else None,
-        "controls": plan_.control_specs() if plan_.yardsticks else None}
+        "downstream": describe_recipe(plan.downstream, runs) if plan.downstream else None,
+        "probe": vars(plan.probe) if plan.probe else None,
+        "controls": plan.control_specs() if plan.yardsticks else None}
 
 
 def device_name(device: torch.device, runs: list[RunRecord]) -> str:

@@ -6,7 +6,6 @@ rates, config.json's record, and what a --resume continues.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -15,15 +14,15 @@ from pathlib import Path
 import torch
 from lightning_fabric import Fabric
 
-from backbone import ConfigError, Transformer, resolve_model
-from backbone.fused_loss import chunk_rows
+from backbone import ConfigError, resolve_model
 from bench.analysis.density import build_on_meta
 from bench.config import EXECUTION, SETTING, Config, changed_settings
 from bench.data.corpus import Corpus, load_corpus
 from bench.data.text import TextOptions
 from bench.environment import code_revision, package_versions, version_note
 from bench.files import read_json
-from bench.training.config import (SeqLenSchedule, TrainConfig, check_batch_split, check_config, parse_seq_len,
+from bench.memory import check_memory
+from bench.training.config import (RunConfig, SeqLenSchedule, check_batch_split, check_config, parse_seq_len,
                                    predict_phases, tf32_matmuls)
 from bench.training.state import Yardstick
 from bench.training.runs import control_name
@@ -38,7 +37,7 @@ from objectives import Objective, Vocab, parse_objective_list
 CONFIG_SCHEMA = 2  # config.json's layout (bench.config's sections); a folder of another is refused
 # the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
 NEUTRAL_SYNTHETIC_TASKS = "synthetic:states,synthetic:agreement"
-FIXED = ("warmup", "cooldown", "weight_decay", "grad_clip", "first_eval", "eval_windows")  # TrainConfig's
+FIXED = ("warmup", "cooldown", "weight_decay", "grad_clip", "first_eval", "eval_windows")  # RunConfig's
 
 
 @dataclass(frozen=True)
@@ -47,7 +46,7 @@ class Plan:
 
     config: Config
     specs: list[str]
-    train: TrainConfig
+    train: RunConfig
     corpus: Corpus
     objectives: list[Objective]  # on the meta device, for counts, FLOPs and Bayes references
     probe: ProbeConfig | None
@@ -97,9 +96,9 @@ def task_specs(given: str | None, data: str) -> str | None:
     return NEUTRAL_SYNTHETIC_TASKS if data.partition(":")[0] == "synthetic" else None
 
 
-def train_config(config: Config, fabric: Fabric, schedule: SeqLenSchedule) -> TrainConfig:
+def run_config(config: Config, fabric: Fabric, schedule: SeqLenSchedule) -> RunConfig:
     training, hardware = config.training, config.hardware
-    found = TrainConfig(budget_flops=training.budget, model=config.model.model, batch_size=training.batch_size,
+    found = RunConfig(budget_flops=training.budget, model=config.model.model, batch_size=training.batch_size,
                         eval_points=training.eval_points, probe_every_eval=not config.yardsticks.no_probe_curves,
                         compile=training.compile, micro_batch=hardware.micro_batch,
                         activation_checkpointing=hardware.activation_checkpointing,
@@ -170,7 +169,7 @@ def one_protocol(tuned: tuple[tuple[str, str, float], ...], readers: list[str],
     return tuned if all((reader, task) in covered for reader in readers for task in tasks) else ()
 
 
-def plan(config: Config, fabric: Fabric) -> Plan:
+def make_plan(config: Config, fabric: Fabric) -> Plan:
     specs, schedule = parse_objective_list(config.training.objectives), parse_seq_len(config.model.seq_len)
     longest = schedule.longest  # the corpus's windows and the model's max_seq_len; the shorter phases cut them
     check_batch_split(config.training.batch_size, fabric.world_size, config.hardware.micro_batch)
@@ -180,7 +179,7 @@ def plan(config: Config, fabric: Fabric) -> Plan:
     missing = [spec for spec in specs if spec not in rates]
     if missing:
         raise ConfigError(f"--config recorded no peak rate for {', '.join(missing)}: give --lr")
-    train = train_config(config, fabric, schedule)
+    train = run_config(config, fabric, schedule)
     out = output_folder(config.output.out)
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file, not a folder")
@@ -199,7 +198,7 @@ def plan(config: Config, fabric: Fabric) -> Plan:
                 downstream, schedule, accounting, versions_note, tuple(stale))
 
 
-def record(config: Config, train: TrainConfig, objectives: list[Objective], rates: dict, probe: ProbeConfig | None,
+def record(config: Config, train: RunConfig, objectives: list[Objective], rates: dict, probe: ProbeConfig | None,
            downstream: Downstream | None) -> dict:
     """config.json: the settings (bench.config), what they resolved to, this version's fixed constants, and how
     the steps run (execution, which may change between sessions)."""
@@ -256,7 +255,7 @@ def record_versions(settings: dict, saved: dict | None, out: Path, rerun_of: Pat
 
 
 def schedule_accounting(specs: list[str], objectives: list[Objective], schedule: SeqLenSchedule,
-                        config: TrainConfig) -> dict | None:
+                        config: RunConfig) -> dict | None:
     """For a schedule, per objective: the steps, positions and FLOPs each phase is predicted to get, and what the
     final length throughout would give for the same FLOPs. A phase that would get no step is refused here."""
     for spec, objective in zip(specs, objectives):  # every phase, of the lengths and of an objective schedule
@@ -282,7 +281,7 @@ def schedule_accounting(specs: list[str], objectives: list[Objective], schedule:
     return {"schedule": schedule.text, "final_seq_len": schedule.final, "objectives": found}
 
 
-def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: TrainConfig) -> list[dict]:
+def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: RunConfig) -> list[dict]:
     """The predicted phases of `schedule`, each piece of an objective schedule at its own cost per sequence."""
     pieces = [objective.piece(k) for k in range(len(objective.starts))]
     return [asdict(phase) for phase in predict_phases(schedule, config.budget_flops, config.batch_size,
@@ -354,79 +353,3 @@ def learning_rates(text: str, specs: list[str], strict: bool = True) -> dict[str
     if default is None and missing:
         raise ConfigError(f"--lr {text!r} gives no rate for {', '.join(missing)}: add a plain number for the rest")
     return {s: named.get(s, named.get(s.split(":")[0], default)) for s in specs}
-
-
-# --- Will a training step fit on the device? An analytic estimate of what a step keeps (activations, heads, one chunk
-# of logits, the optimizer state), checked against free memory before anything is launched.
-
-
-def device_memory_bytes(device: torch.device) -> int:
-    """Memory free for this process now: on CUDA what the driver reports free (this process's context, other
-    processes' use and the allocator's reserve already taken), on a CPU the kernel's MemAvailable."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as meminfo:
-            fields = dict(line.split(":", 1) for line in meminfo)
-        return int(fields["MemAvailable"].split()[0]) * 1024
-    except (OSError, KeyError, ValueError):
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
-
-
-ALLOCATOR_SLACK = 1.10  # the caching allocator's fragmentation on top of the live tensors, about 5-15 % in training
-
-
-@dataclass(frozen=True)
-class StepMemory:
-    """What one training step holds at its peak, in bytes, as check_memory estimates it."""
-
-    activations: int  # what the transformer stacks keep for the backward pass
-    heads: int  # what the heads and the fused vocabulary loss keep (its gradient buffers)
-    chunk: int  # the fused loss's chunk of logits, alive while the loss is computed
-    state: int  # fp32 weights, gradients and AdamW's two moments, and autocast's half copies of the weights
-
-    @property
-    def saved(self) -> int:
-        """What autograd holds for the backward pass (tests/training/test_train.py measures it)."""
-        return self.activations + self.heads
-
-    @property
-    def total(self) -> int:
-        # DDP adds no gradient copy: the gradients are views of its all-reduce buckets (ddp_settings)
-        return int((self.saved + self.chunk) * ALLOCATOR_SLACK) + self.state
-
-
-def step_memory(objective: Objective, windows: int, seq_len: int, precision: str, device: torch.device,
-                checkpointing: bool = False) -> StepMemory:
-    """The peak memory of a training step of `windows` windows per forward; the objective may be on the meta
-    device. Bounds rather than guesses where an objective's shape is not known here: each stack's head is counted
-    as a vocabulary loss (ELECTRA's discriminator has a smaller one) with every position supervised."""
-    value_bytes = 8 if precision.startswith("64") else 2 if "16" in precision else 4
-    mixed = precision.endswith("-mixed")
-    stacks = [stack for stack in objective.modules() if isinstance(stack, Transformer)]
-    activations = sum(stack.activation_bytes(windows, seq_len, value_bytes, mixed, checkpointing) for stack in stacks)
-    vocab = stacks[0].config.vocab_size
-    float_bytes = max(4, value_bytes)  # the loss's buffers are fp32 at least (backbone.fused_loss)
-    # the head's input and output, the gradients of the hidden rows and of the projection the loss keeps, and one
-    # chunk of fp32 logits with their gradient cast to the compute dtype: no more rows than the step has positions
-    # (a GPU's chunk, 2^28 bytes of fp32 logits and their gradient, counted 384 MiB at vocabulary 8,192: more than a
-    # whole step of 4,096 positions peaked at on an H200, 275-323 MiB)
-    heads = sum(float_bytes * (3 * windows * seq_len + vocab) * stack.config.d_model for stack in stacks)
-    chunk = min(chunk_rows(device, vocab), windows * seq_len) * vocab * (float_bytes + value_bytes)
-    parameters = sum(p.numel() for p in objective.parameters())
-    state = (4 * value_bytes if not mixed else 16 + 2) * parameters
-    return StepMemory(activations, heads, chunk, state)
-
-
-def check_memory(objective: Objective, windows: int, seq_len: int, precision: str, device: torch.device,
-                 checkpointing: bool = False) -> None:
-    """Refuse, before anything runs, a step whose activations, weights and optimizer state cannot fit the device's
-    free memory: an out-of-memory shape would otherwise swap or hang for minutes. `windows`: those in one forward
-    (the micro-batch, or a process's whole share of the batch). The objective may be on the meta device."""
-    needed = step_memory(objective, windows, seq_len, precision, device, checkpointing)
-    available = device_memory_bytes(device)
-    if needed.total > available:
-        raise ConfigError(f"{objective.spec()}: one training step needs about {needed.total / 2 ** 30:,.1f} GiB "
-                          f"({needed.activations / 2 ** 30:,.1f} GiB of activations at {windows} windows per forward, "
-                          f"T = {seq_len}) but the {device.type} has {available / 2 ** 30:,.1f} GiB free; lower "
-                          "--micro-batch, --seq-len or --model, or add --activation-checkpointing")

@@ -43,10 +43,10 @@ from bench.cli import run
 from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
-from bench.jobs import Work, executed
+from bench.jobs import executed
 from bench.pipeline import job_context
 from bench.report.tuning import tuning_report
-from bench.planning import plan
+from bench.planning import make_plan
 from bench.stopping import stop_on_signals
 from bench.training.batches import build_run_objective
 from bench.training.config import run_name
@@ -54,6 +54,7 @@ from bench.training.distributed import make_fabric
 from bench.training.state import RunContext, restore, setup_run
 from bench.tuned import DEFAULTS_FILE
 from bench.tuned_setting import setting_of
+from bench.works import Work
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 
@@ -123,58 +124,58 @@ def tune(config: Config, ladder_max: float = MAX_LADDER, transfer: float = TRANS
     fabric = make_fabric(config.hardware.accelerator, config.hardware.devices, config.hardware.num_nodes,
                          config.hardware.strategy, config.hardware.precision, launch=False)
     out = config.output.out
-    plan_ = plan(config.with_flags(out=out / "trials"), fabric)
-    if plan_.downstream is None:
+    plan = make_plan(config.with_flags(out=out / "trials"), fabric)
+    if plan.downstream is None:
         raise ConfigError("bench.tune picks by the neutral tasks' dev split: give --downstream tasks")
-    validation = validation_view(plan_.downstream, FINETUNE_RATES)
-    plan_ = replace(plan_, probe=None, downstream=FrozenOnDev(validation))
-    tried = {spec: trials(spec) for spec in plan_.specs}
-    trained_on = {signal for objective in plan_.objectives for signal in objective.signals}
+    validation = validation_view(plan.downstream, FINETUNE_RATES)
+    plan = replace(plan, probe=None, downstream=FrozenOnDev(validation))
+    tried = {spec: trials(spec) for spec in plan.specs}
+    trained_on = {signal for objective in plan.objectives for signal in objective.signals}
     neutral = [task.name for task in validation.tasks if not set(task.copies) & trained_on]
     if not neutral:
         raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
                           "training signal")
-    budget = plan_.train.budget_flops
-    scored = trained_rows(fabric, plan_, [trial for spec in plan_.specs for trial in tried[spec]], budget, neutral,
+    budget = plan.train.budget_flops
+    scored = trained_rows(fabric, plan, [trial for spec in plan.specs for trial in tried[spec]], budget, neutral,
                           config.output.resume)
     found: dict = {"setting": setting_of(config), "revision": code_revision(), "seeds": list(TUNING_SEEDS),
                    "finetune_rates": list(FINETUNE_RATES), "objectives": {}, "controls": {}}
-    for spec in plan_.specs:
+    for spec in plan.specs:
         rows = [scored[trial] for trial in tried[spec]]
         best = picked(spec, rows)
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
         others = sorted((row for row in rows if row is not best and row["validation"] is not None),
                         key=lambda row: -row["validation"])
-        backbones = [picked_backbone(fabric, plan_, best["trial"], best["lr"], budget, seed) for seed in TUNING_SEEDS]
+        backbones = [picked_backbone(fabric, plan, best["trial"], best["lr"], budget, seed) for seed in TUNING_SEEDS]
         found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
                                      "at_edge": edge(rates, best["lr"]),
                                      "margin": margin(best, others[0]) if others else None,
                                      **finetune_picks(fine_tuned_on_dev(validation, backbones))}
-    for name, spec in plan_.control_specs().items():
+    for name, spec in plan.control_specs().items():
         untrained = []
         for seed in TUNING_SEEDS:
             with torch.random.fork_rng(devices=[]):  # the backbone a run of this seed starts from, as control_run
                 fabric.seed_everything(seed, verbose=False)
-                untrained.append(build_run_objective(spec, plan_.train, plan_.corpus).to(fabric.device))
+                untrained.append(build_run_objective(spec, plan.train, plan.corpus).to(fabric.device))
         found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
     if transfer:
-        found["transfer"] = transfer_check(fabric, plan_, found, tried, budget * transfer, neutral,
+        found["transfer"] = transfer_check(fabric, plan, found, tried, budget * transfer, neutral,
                                            config.output.resume)
     if "electra" in found["objectives"]:
         chosen = found["objectives"]["electra"]["picked"]
-        found["electra_ladder"] = ladder(fabric, plan_, chosen["objective"], chosen["lr"], config.output.resume,
+        found["electra_ladder"] = ladder(fabric, plan, chosen["objective"], chosen["lr"], config.output.resume,
                                          ladder_max)
     return found
 
 
-def trained_rows(fabric, plan_, tried: list[tuple[str, float]], budget: float, neutral: list[str],
+def trained_rows(fabric, plan, tried: list[tuple[str, float]], budget: float, neutral: list[str],
                  resume: bool) -> dict[tuple[str, float], dict]:
     """Each trial trained on every tuning seed at `budget` (all at once, as the pool allows), read frozen on dev."""
-    train = replace(plan_.train, budget_flops=budget, eval_points=1, probe_every_eval=False)
+    train = replace(plan.train, budget_flops=budget, eval_points=1, probe_every_eval=False)
     works = [Work("run", trained, (seed,), replace(train, lr=rate),
-                  (trial_dir(plan_.out, trained, rate, seed, budget, plan_.train.budget_flops),), resume)
+                  (trial_dir(plan.out, trained, rate, seed, budget, plan.train.budget_flops),), resume)
              for trained, rate in tried for seed in TUNING_SEEDS]
-    outcomes = iter(executed(fabric, works, job_context(plan_), not plan_.config.output.quiet, plan_))
+    outcomes = iter(executed(fabric, works, job_context(plan), not plan.config.output.quiet, plan))
     rows = {}
     for trained, rate in tried:
         runs = [next(outcomes)[0] for _ in TUNING_SEEDS]
@@ -182,7 +183,7 @@ def trained_rows(fabric, plan_, tried: list[tuple[str, float]], budget: float, n
     return rows
 
 
-def transfer_check(fabric, plan_, found: dict, tried: dict, budget: float, neutral: list[str],
+def transfer_check(fabric, plan, found: dict, tried: dict, budget: float, neutral: list[str],
                    resume: bool) -> dict:
     """Whether each pick still wins at `budget`: the picked setting and its neighbours in rate (the same setting's
     trials either side on the grid), trained on the tuning seeds at that budget and read on dev as the trials were."""
@@ -192,7 +193,7 @@ def transfer_check(fabric, plan_, found: dict, tried: dict, budget: float, neutr
         same = [rate for trained, rate in tried[spec] if trained == chosen["objective"]]
         at = same.index(chosen["lr"])
         compared[spec] = [(chosen["objective"], rate) for rate in same[max(0, at - 1):at + 2]]
-    scored = trained_rows(fabric, plan_, [trial for trials_ in compared.values() for trial in trials_], budget,
+    scored = trained_rows(fabric, plan, [trial for trials_ in compared.values() for trial in trials_], budget,
                           neutral, resume)
     checks = {}
     for spec, trials_ in compared.items():
@@ -206,11 +207,11 @@ def transfer_check(fabric, plan_, found: dict, tried: dict, budget: float, neutr
     return {"budget": budget, "checks": checks}
 
 
-def picked_backbone(fabric, plan_, trained: str, lr: float, budget: float, seed: int) -> Objective:
+def picked_backbone(fabric, plan, trained: str, lr: float, budget: float, seed: int) -> Objective:
     """A trial's final weights, read back from its run folder."""
-    train = replace(plan_.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
-    run = setup_run(fabric, RunContext(trained, seed, plan_.corpus, train,
-                                       trial_dir(plan_.out, trained, lr, seed, budget, plan_.train.budget_flops)))
+    train = replace(plan.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
+    run = setup_run(fabric, RunContext(trained, seed, plan.corpus, train,
+                                       trial_dir(plan.out, trained, lr, seed, budget, plan.train.budget_flops)))
     restore(fabric, run)
     return run.objective
 
@@ -225,14 +226,14 @@ def ladder_budgets(budget: float, top: float = MAX_LADDER) -> list[float]:
     return budgets + [top] if budgets[-1] < top else budgets
 
 
-def ladder(fabric, plan_, spec: str, lr: float, resume: bool, top: float = MAX_LADDER) -> list[dict]:
+def ladder(fabric, plan, spec: str, lr: float, resume: bool, top: float = MAX_LADDER) -> list[dict]:
     """ELECTRA's picked setting on TUNING_SEEDS at each budget of ladder_budgets, until every seed's discriminator
     closed at least LEARNED_TASK of its gap (held-out, at the budget; no yardstick is read): each rung's shares."""
-    plain = replace(plan_, probe=None, downstream=None)  # its own task only: the held-out evaluation at the end
+    plain = replace(plan, probe=None, downstream=None)  # its own task only: the held-out evaluation at the end
     rows = []
-    for budget in ladder_budgets(plan_.train.budget_flops, top):
-        train = replace(plan_.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
-        works = [Work("run", spec, (seed,), train, (plan_.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}",),
+    for budget in ladder_budgets(plan.train.budget_flops, top):
+        train = replace(plan.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
+        works = [Work("run", spec, (seed,), train, (plan.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}",),
                       resume) for seed in TUNING_SEEDS]
         outcomes = executed(fabric, works, job_context(plain), not plain.config.output.quiet, plain)
         closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")

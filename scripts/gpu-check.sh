@@ -50,16 +50,16 @@ from pathlib import Path
 import torch
 from bench.data.corpus import load_corpus
 from bench.training.batches import local_counts, training_batch
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.training.distributed import make_fabric, step_counts
 from bench.training.loop import train_step
-from bench.planning import step_memory
+from bench.memory import step_memory
 from bench.training.state import RunContext, setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")
 corpus = load_corpus("synthetic", 128)
 for spec in ("mlm", "ar", "electra", "span"):
-    run = setup_run(fabric, RunContext(spec, 0, corpus, TrainConfig(budget_flops=1e12, model="small", batch_size=32,
+    run = setup_run(fabric, RunContext(spec, 0, corpus, RunConfig(budget_flops=1e12, model="small", batch_size=32,
                                                                     lr=1e-3), Path("/tmp/gpu-check-step")))
     rows = training_batch(run.objective, corpus.windows("train"), 0, 0, 32, slice(0, 32)).pin_memory()
     spent = step_counts(fabric, local_counts(run.objective, rows))
@@ -97,7 +97,7 @@ from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
 from bench.training.state import RunContext
-from bench.perf import steps_config
+from bench.perf_throughput import steps_config
 
 STEPS = 600
 

@@ -1,3 +1,3 @@
 """The data stage: --data specs into windows of tokens (corpus), text read and tokenized (text), and the embedded
-language with its exact inference (synthetic).
+language (synthetic) with its exact inference (inference).
 """

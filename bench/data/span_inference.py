@@ -19,14 +19,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from bench.data import synthetic
+from bench.data import inference, synthetic
 
 
 def span_nll(language: synthetic.Language, words: Tensor, noise: Tensor) -> Tensor:
     """(N,): -log p(targets | inputs) of span corruption in nats, summed over each sequence's targets. `words` (N, R)
     are the raw words, `noise` (N, R) bool the noise mask: segments alternate visible, noise, ..., starting visible
     and ending with noise, every row with the same noise count and the same number of spans."""
-    synthetic._check_words(words, language.emission.shape[-1])
+    inference._check_words(words, language.emission.shape[-1])
     if noise.shape != words.shape or noise.dtype != torch.bool:
         raise ValueError(f"noise must be a bool tensor of the words' shape {tuple(words.shape)}")
     batch, raw = words.shape
@@ -41,7 +41,7 @@ def span_nll(language: synthetic.Language, words: Tensor, noise: Tensor) -> Tens
     # A_i: visible words before span i starts, the only places a span may begin
     boundaries = (~noise).cumsum(1)[span_starts].view(batch, -1)  # (batch, spans)
     last_boundary = boundaries[:, -1:]
-    return -synthetic.log_likelihood_from(language, words) + _log_visible(language, visible, boundaries,
+    return -inference.log_likelihood_from(language, words) + _log_visible(language, visible, boundaries,
                                                                           last_boundary, total_noise)
 
 

@@ -16,8 +16,8 @@ from bench.analysis.summaries import MultiplierAt, Sweep, SweepYardstick, Unread
 from bench.files import write_atomic, write_json
 from bench.report.paper import paper_text
 from bench.report.plots import plt, save_figure
-from bench.report.sections import fmt, table
 from bench.report.setup import sweep_setup_table
+from bench.report.tables import fmt, table
 from bench.report.wording import answer_sentence, estimable, listing, meeting_text, placed_text, sweep_text
 
 

@@ -15,9 +15,10 @@ from bench.files import write_atomic, write_json
 from bench.report.plots import write_plots
 from bench.report.wording import answer_sentence
 from bench.report.paper import paper_text
-from bench.report.sections import (answer_section, compute_section, density_section, diverged_section,
-                                   downstream_table, floor_table, loss_table, objective_schedule_section,
-                                   own_task_table, probe_table, schedule_section, setup_section, verdict_section)
+from bench.report.sections import (compute_section, density_section, diverged_section, floor_table, loss_table,
+                                   objective_schedule_section, own_task_table, schedule_section, setup_section)
+from bench.report.verdict_tables import answer_section, verdict_section
+from bench.report.yardstick_tables import downstream_table, probe_table
 
 
 def render(results: Results, plots: list[str]) -> str:

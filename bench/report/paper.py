@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bench.analysis.findings import NOT_MEASURABLE
 from bench.analysis.paper_findings import CrossoverFinding, MultiplierTest, Paper, PaperFinding, Setting, Unmeasured
-from bench.report.sections import fmt, table
+from bench.report.tables import fmt, table
 from bench.report.wording import (estimate_text, family_text, listing, meeting_text, multiplier_text, p_text,
                                   tested_text)
 

@@ -14,7 +14,7 @@ from torch import Tensor
 from backbone import Backbone, ConfigError, resolve_model
 from bench.data.corpus import Corpus
 from bench.seeds import derive_seed
-from bench.training.config import EVAL_SEED, SeqLenSchedule, TrainConfig
+from bench.training.config import EVAL_SEED, RunConfig, SeqLenSchedule
 from objectives import Corrupted, Objective, build_objective
 from objectives.draws import RowGenerators
 
@@ -100,7 +100,7 @@ class Prefetcher:
         self.executor.shutdown(wait=True, cancel_futures=True)
 
 
-def run_schedule(config: TrainConfig, corpus: Corpus) -> SeqLenSchedule:
+def run_schedule(config: RunConfig, corpus: Corpus) -> SeqLenSchedule:
     """The run's sequence-length schedule: the config's, whose longest length must be the corpus's windows (the
     shorter phases' windows are cut from them), or the corpus's window length throughout."""
     schedule = config.seq_len_schedule or SeqLenSchedule.fixed(corpus.seq_len)
@@ -113,7 +113,7 @@ def run_schedule(config: TrainConfig, corpus: Corpus) -> SeqLenSchedule:
     return schedule
 
 
-def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objective:
+def build_run_objective(spec: str, config: RunConfig, corpus: Corpus) -> Objective:
     backbone = Backbone(resolve_model(config.model, corpus.vocab.size, max_seq_len=corpus.seq_len))
     backbone.flops_convention = config.flops  # what the budget is charged in
     objective = build_objective(spec, backbone, corpus.vocab)
@@ -122,7 +122,7 @@ def build_run_objective(spec: str, config: TrainConfig, corpus: Corpus) -> Objec
     return objective
 
 
-def eval_batches(objective: Objective, corpus: Corpus, config: TrainConfig) -> list[Corrupted]:
+def eval_batches(objective: Objective, corpus: Corpus, config: RunConfig) -> list[Corrupted]:
     """The held-out evaluation batches of an objective: the same windows and masks for every seed and world size.
     Under a sequence-length schedule, windows of its last phase's length, the one the model is judged at: a
     schedule that ends at the corpus's length is evaluated on exactly the batches of a run at that length

@@ -1,4 +1,4 @@
-"""What a run is told (TrainConfig) and what follows from it alone: the optimizer, the learning rate as a function
+"""What a run is told (RunConfig) and what follows from it alone: the optimizer, the learning rate as a function
 of the FLOPs spent, the evaluation grid, matmul precision, and the sequence-length schedule (--seq-len) with its
 accounting.
 """
@@ -21,12 +21,12 @@ EVAL_SEED = 1234  # held-out corruption is the same for every run: differences a
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """What a run computes, as the plan (bench.planning.train_config) builds it from the command's configuration;
+class RunConfig:
+    """What a run computes, as the plan (bench.planning.run_config) builds it from the command's configuration;
     the defaults below are the command's too (bench.config reads them), and the training recipe's own."""
 
     budget_flops: float
-    model: str  # a size of backbone.MODELS, with options
+    model: str  # a size of backbone.MODEL_SIZES, with options
     batch_size: int = 32  # global, the same for every objective
     lr: float | None = None  # the spec's peak rate, which the plan gives each spec (Plan.learning_rates); None: unset
     warmup: float = 0.05  # share of the budget spent warming up
@@ -65,8 +65,8 @@ def check_batch_split(batch_size: int, world_size: int, micro_batch: int | None 
                           f"(--batch-size {batch_size} over {world_size} processes)")
 
 
-def check_config(config: TrainConfig, world_size: int) -> None:
-    """The mistakes a TrainConfig can hold that no flag parser sees, as one-line ConfigErrors."""
+def check_config(config: RunConfig, world_size: int) -> None:
+    """The mistakes a RunConfig can hold that no flag parser sees, as one-line ConfigErrors."""
     check_batch_split(config.batch_size, world_size, config.micro_batch)
     if config.log_every < 0:
         raise ConfigError(f"--log-every must be >= 0 steps, got {config.log_every}")
@@ -92,12 +92,12 @@ def configure_matmuls(device: torch.device, tf32: bool) -> None:
         torch.set_float32_matmul_precision("high" if tf32 else "highest")
 
 
-def make_optimizer(module: torch.nn.Module, config: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(module: torch.nn.Module, config: RunConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW; on CUDA its fused kernel (one launch for all parameters, and no host reads of the step counts). On
     CPU the foreach implementation, whose numbers are the default one's to the last bit (every CPU result so far was
     made with that one; CPU's fused kernel rounds differently)."""
     if config.lr is None:  # a silent default rate would train every spec at a rate nobody chose
-        raise ValueError("a run's TrainConfig needs its spec's learning rate (lr)")
+        raise ValueError("a run's RunConfig needs its spec's learning rate (lr)")
     return torch.optim.AdamW(optimizer_groups(module, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6,
                              fused=fused_on(device), foreach=foreach_on(device))
 
@@ -124,7 +124,7 @@ def match_optimizer_to_device(optimizer: torch.optim.Optimizer, device: torch.de
                 state["step"] = state["step"].to(parameter.device if fused else "cpu", torch.float32)
 
 
-def eval_grid(config: TrainConfig) -> list[float]:
+def eval_grid(config: RunConfig) -> list[float]:
     """FLOP checkpoints, log-spaced from first_eval · budget to the budget."""
     if config.eval_points == 1:
         return [config.budget_flops]
@@ -133,7 +133,7 @@ def eval_grid(config: TrainConfig) -> list[float]:
     return grid[:-1] + [config.budget_flops]
 
 
-def learning_rate(flops: float, budget: float, config: TrainConfig) -> float:
+def learning_rate(flops: float, budget: float, config: RunConfig) -> float:
     """Warmup-stable-decay (Hägele et al. 2024, "Scaling Laws and Compute-Optimal Training Beyond Fixed Training
     Durations"; MiniCPM) after `flops` FLOPs of a run that ends at `budget`: a linear warm-up over the first `warmup`
     share of the full budget (in FLOPs, the same for every budget), the peak rate, then a linear cool-down to zero
@@ -146,7 +146,7 @@ def learning_rate(flops: float, budget: float, config: TrainConfig) -> float:
     return config.lr * max(0.0, min(1.0, warm, cool))
 
 
-def cooldown_start(checkpoint: float, config: TrainConfig) -> float:
+def cooldown_start(checkpoint: float, config: RunConfig) -> float:
     """The FLOPs from which a run ending at `checkpoint` takes a lower rate than one ending later."""
     return (1 - config.cooldown) * checkpoint
 

@@ -11,97 +11,26 @@ from __future__ import annotations
 
 import copy
 import math
-import re
-import resource
-import sys
 import time
 from contextlib import closing
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from lightning_fabric import Fabric
-from lightning_fabric.loggers import CSVLogger, Logger
-from lightning_fabric.utilities.throughput import get_available_flops
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from bench.data import synthetic
-from bench.data.synthetic import Language
 from bench.files import append_jsonl
 from bench.seeds import derive_seed
 from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
-from bench.training.config import (EVAL_SEED, cooldown_start, eval_grid, learning_rate, match_optimizer_to_device,
-                                   run_name)
-from bench.stopping import PhaseStopped, RunStopped, StopRequest, check_stop, stop_on_signals
+from bench.training.config import cooldown_start, eval_grid, learning_rate, match_optimizer_to_device, run_name
+from bench.stopping import PhaseStopped, RunStopped, StopRequest, stop_on_signals
 from bench.training.distributed import Agreement, agree, any_process, step_counts, stop_agreed, stop_message
+from bench.training.evaluation import evaluate
+from bench.training.live_metrics import LiveMetrics
 from bench.training.records import curve_row
 from bench.training.state import Run, save_checkpoint
 from objectives import Corrupted, Objective, Output
-
-
-@torch.no_grad()
-def evaluate(fabric: Fabric, module: torch.nn.Module, batches: list[Corrupted], objective: Objective,
-             language: Language | None = None) -> dict[str, float]:
-    """The objective's own loss and metrics, averaged over supervised positions, its pooled metrics, and, on the
-    embedded language, the Bayes reference answer to its question where that depends on the model (ELECTRA's
-    discriminator); every rank computes the same. Unlike a training step, this reads every batch's numbers from the
-    device. A stop signal ends it between two batches (PhaseStopped)."""
-    was_training = module.training
-    module.eval()
-    totals: dict[str, float] = {}
-    outputs, stories = [], []
-    weight = 0  # supervised positions; a batch without any carries no loss and is skipped
-    devices = [fabric.device] if fabric.device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):  # ELECTRA samples; leave the training RNG where it was
-        torch.manual_seed(EVAL_SEED)
-        try:
-            for batch in batches:
-                check_stop()
-                batch = batch.to(fabric.device)
-                with fabric.autocast():
-                    output = module(batch)
-                if output.supervised_positions == 0:
-                    continue
-                outputs.append(output)
-                stories.append(objective.replacement_story(batch) if language is not None else None)
-                for key, value in {"loss": output.loss, **output.metrics}.items():
-                    totals[key] = totals.get(key, 0.0) + float(value) * output.supervised_positions
-                weight += output.supervised_positions
-        finally:
-            module.train(was_training)
-    if weight == 0:
-        return {"loss": float("nan")}
-    metrics = {**{key: value / weight for key, value in totals.items()}, **objective.pooled_metrics(outputs)}
-    if any(story is not None for story in stories):
-        metrics |= bayes_discriminator(language, objective.vocab.first_ordinary, outputs, stories, metrics)
-    return metrics
-
-
-def bayes_discriminator(language: Language, first_ordinary: int, outputs: list[Output],
-                        stories: list[tuple[Tensor, float]], metrics: dict[str, float]) -> dict[str, float]:
-    """The Bayes reference discriminator on exactly these held-out windows, given the generator's distributions
-    (synthetic.replaced_token_posterior): its loss, and the share of the gap between "all original" (the labels'
-    entropy) and it that the model's discriminator closed. It is exact for a story in which each position is drawn
-    independently and a kept position shows its word; the real corruption draws exactly round(rate·T) positions and
-    samples a kept one too, so once the generator is nearly the language's own (the gap a few thousandths of a nat)
-    a discriminator can come slightly below it (measured: 0.190 against 0.195 at 1e13 FLOPs), and the share passes 1."""
-    total, count = 0.0, 0
-    V = language.emission.shape[-1]
-    for output, (distributions, resample) in zip(outputs, stories):
-        words = output.tensors["discriminator_inputs"].cpu() - first_ordinary
-        words = torch.where((words >= 0) & (words < V), words, -1)  # a drawn special token is no word
-        replaced = synthetic.replaced_token_posterior(
-            language, words, distributions.cpu()[..., first_ordinary:first_ordinary + V], resample)
-        labels = output.tensors["discriminator_labels"].cpu().double()
-        total += F.binary_cross_entropy(replaced.clamp(1e-12, 1 - 1e-12), labels, reduction="sum").item()
-        count += labels.numel()
-    bayes = total / count
-    gap = metrics["label_entropy"] - bayes
-    return {"discriminator_bayes_loss": bayes,
-            "discriminator_closed": (metrics["label_entropy"] - metrics["discriminator_loss"]) / gap if gap > 0
-            else float("nan")}
 
 
 class TrainingDiverged(RuntimeError):
@@ -417,119 +346,3 @@ def stopped(fabric: Fabric, run: Run, signal_name: str | None) -> RunStopped:
     """Say (once, on rank 0) that the state is saved and how to go on; the exception ends the command."""
     return stop_message(fabric, f"after step {run.counters.step} of {run.spec} seed {run.seed}: the state is saved "
                                 f"in {run.checkpoint_path}", signal_name)
-
-
-# --- Live metrics of a training run, so a long run can be watched: every `log_every` steps, the loss, learning rate,
-# gradient norm, throughput (tokens/s per device, the whole step timed, data included), model FLOPs utilisation against
-# the device's dense peak (the suite's table of datasheet figures, then Lightning's), peak memory and the loss scale,
-# written through Fabric's loggers: CSV always (runs/NAME/logs/from-step-S/metrics.csv, one file per session so a
-# resumed run never overwrites what was logged), TensorBoard where it is installed (`pip install -e ".[tensorboard]"`).
-# Rank 0 writes; nothing here synchronises more than the step already does (the loss was read by then), except the
-# gradient norm, read at logging steps only.
-# Dense peak FLOP/s of the matrix units per device and the dtype each precision's matmuls run in (32-true runs in TF32
-# on CUDA: bench.training.config.tf32_matmuls; 64-true on the FP64 tensor cores), from NVIDIA's datasheets, never the
-# "with sparsity" figures: H100 and H200 Tensor Core GPU datasheets (SXM, PCIe, NVL), A100 (SXM and PCIe alike), L4,
-# L40S, L40, A10 / A10G, V100 (SXM2; no TF32 or bf16) and T4 (no TF32 or bf16). Lightning's own table names H200 only as
-# "h200 sxm1" / "h200 nvl1" (the datasheet's footnote marks), while the device reports "NVIDIA H200", and gives H100 NVL
-# its sparse figure: the suite's table comes first, Lightning's is the fallback. Patterns are tried in order against the
-# lower-cased device name, the more specific first.
-
-
-PEAKS: tuple[tuple[str, dict[str, float]], ...] = (
-    (r"h200.*nvl", {"bf16": 835e12, "fp16": 835e12, "tf32": 417.5e12, "fp64": 60e12}),
-    (r"h200", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp64": 67e12}),
-    (r"h100.*nvl", {"bf16": 835e12, "fp16": 835e12, "tf32": 417.5e12, "fp64": 60e12}),
-    (r"h100.*pcie", {"bf16": 756e12, "fp16": 756e12, "tf32": 378e12, "fp64": 51e12}),
-    (r"h100", {"bf16": 989.4e12, "fp16": 989.4e12, "tf32": 494.7e12, "fp64": 67e12}),  # SXM: "NVIDIA H100 80GB HBM3"
-    (r"a100", {"bf16": 312e12, "fp16": 312e12, "tf32": 156e12, "fp64": 19.5e12}),
-    (r"l40s", {"bf16": 362.05e12, "fp16": 362.05e12, "tf32": 183e12}),
-    (r"\bl40\b", {"bf16": 181.05e12, "fp16": 181.05e12, "tf32": 90.5e12}),
-    (r"\bl4\b", {"bf16": 121e12, "fp16": 121e12, "tf32": 60e12}),
-    (r"\ba10g?\b", {"bf16": 125e12, "fp16": 125e12, "tf32": 62.5e12}),
-    (r"v100", {"fp16": 125e12, "tf32": 15.7e12, "fp64": 7.8e12}),  # no TF32: 32-true runs on the fp32 units
-    (r"\bt4\b", {"fp16": 65e12, "tf32": 8.1e12}),  # likewise
-)
-MATMUL_DTYPE = {"bf16-mixed": "bf16", "16-mixed": "fp16", "32-true": "tf32", "64-true": "fp64"}
-
-
-def peak_flops(device_name: str, precision: str) -> float | None:
-    """The dense peak FLOP/s of a GPU named `device_name` (as torch.cuda.get_device_name gives it) for the matmuls
-    of `precision`, from the suite's table; None where it has no entry."""
-    name = device_name.lower()
-    for pattern, peaks in PEAKS:
-        if re.search(pattern, name):
-            return peaks.get(MATMUL_DTYPE.get(precision, ""))
-    return None
-
-
-def device_peak(device: torch.device, precision: str) -> tuple[float, str] | None:
-    """(peak FLOP/s, where it comes from) for the device a run is on: the suite's table, then Lightning's; None on
-    CPUs and unknown GPUs, where MFU is then not reported rather than guessed."""
-    if device.type != "cuda":
-        return None
-    found = peak_flops(torch.cuda.get_device_name(device), precision)
-    if found:
-        return found, "the suite's table"
-    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "64-true": torch.float64}.get(precision,
-                                                                                                   "tfloat32")
-    flops = get_available_flops(device, dtype)
-    return (float(flops), "Lightning's table") if flops else None
-
-
-def peak_memory_gib(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2 ** 30
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # the process's peak resident size (KiB on Linux)
-    return kib / (2 ** 30 if sys.platform == "darwin" else 2 ** 20)
-
-
-def open_loggers(run_dir: Path, first_step: int) -> list[Logger]:
-    folder = f"from-step-{first_step}"
-    loggers: list[Logger] = [CSVLogger(run_dir, name="logs", version=folder, flush_logs_every_n_steps=1)]
-    try:
-        import tensorboard  # noqa: F401  (TensorBoardLogger needs it, or tensorboardX, to write anything)
-        from lightning_fabric.loggers import TensorBoardLogger
-        loggers.append(TensorBoardLogger(run_dir, name="tensorboard", version=folder))
-    except ImportError:
-        pass
-    return loggers
-
-
-class LiveMetrics:
-    """What fit() calls after each step; writes a row every `every` steps on rank 0."""
-
-    def __init__(self, run_dir: Path, first_step: int, every: int, device: torch.device, precision: str,
-                 world_size: int, enabled: bool) -> None:
-        self.every, self.device, self.world_size = every, device, world_size
-        self.loggers = open_loggers(run_dir, first_step) if enabled and every > 0 else []
-        self.peak = (device_peak(device, precision) or (None,))[0]
-        self.since = time.perf_counter()
-        self.tokens = self.flops = 0
-
-    def restart(self) -> None:
-        """Leave out what happened since the last step (an evaluation): throughput is of training steps."""
-        self.since, self.tokens, self.flops = time.perf_counter(), 0, 0
-
-    def step(self, step: int, loss: float, lr: float, tokens: int, flops: int, grad_norm: torch.Tensor | None,
-             scaler: object | None) -> None:
-        self.tokens += tokens
-        self.flops += flops
-        if not self.loggers or step % self.every:
-            return
-        seconds = time.perf_counter() - self.since
-        per_device_flops = self.flops / seconds / self.world_size
-        row = {"loss": loss, "lr": lr, "tokens_per_second_per_device": self.tokens / seconds / self.world_size,
-               "flops_per_second_per_device": per_device_flops, "peak_memory_gib": peak_memory_gib(self.device)}
-        if grad_norm is not None:
-            row["grad_norm"] = float(grad_norm)
-        if self.peak:
-            row["mfu"] = per_device_flops / self.peak
-        if scaler is not None:  # 16-mixed's dynamic loss scale
-            row["loss_scale"] = float(scaler.get_scale())
-        for logger in self.loggers:
-            logger.log_metrics(row, step=step)
-        self.restart()
-
-    def close(self) -> None:
-        for logger in self.loggers:
-            logger.finalize("success")

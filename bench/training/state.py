@@ -21,7 +21,7 @@ from bench.data.synthetic import Language
 from bench.environment import code_revision
 from bench.files import dumps, read_jsonl, write_atomic
 from bench.training.batches import build_run_objective, run_schedule
-from bench.training.config import (Phase, SeqLenSchedule, TrainConfig, check_config, configure_matmuls, make_optimizer,
+from bench.training.config import (Phase, RunConfig, SeqLenSchedule, check_config, configure_matmuls, make_optimizer,
                                    match_optimizer_to_device)
 from bench.training.records import Counters, PhaseCounters
 from objectives import Objective
@@ -50,7 +50,7 @@ class RunContext:
     spec: str
     seed: int
     corpus: Corpus
-    config: TrainConfig
+    config: RunConfig
     run_dir: Path
     yardsticks: Sequence[Yardstick] = ()
     progress: bool = True  # a progress bar (rank 0's)
@@ -82,7 +82,7 @@ class Run:
         return self.context.seed
 
     @property
-    def config(self) -> TrainConfig:
+    def config(self) -> RunConfig:
         return self.context.config
 
     @property

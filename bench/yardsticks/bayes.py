@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from bench.data import synthetic
+from bench.data import inference, synthetic
 from bench.data.corpus import Corpus
 from bench.data.span_inference import span_nll
 from bench.stopping import check_stop
@@ -34,7 +34,7 @@ def _masked_token_floor(language: synthetic.Language, batches: list[Corrupted], 
         words = batch.original - vocab.first_ordinary
         observed = torch.where(batch.inputs == vocab.MASK, -1, batch.inputs - vocab.first_ordinary)
         selected = batch.targets != IGNORE
-        nll = synthetic.masked_token_nll(language, words, observed, selected, floor.keep, floor.random, floor.mask)
+        nll = inference.masked_token_nll(language, words, observed, selected, floor.keep, floor.random, floor.mask)
         total += nll[selected].sum().item()
         count += int(selected.sum())
     return total / count
@@ -42,7 +42,7 @@ def _masked_token_floor(language: synthetic.Language, batches: list[Corrupted], 
 
 def _next_token_floor(language: synthetic.Language, batches: list[Corrupted], vocab: Vocab, floor: FloorSpec) -> float:
     words = torch.cat([batch.original for batch in batches]) - vocab.first_ordinary
-    return synthetic.next_token_nll(language, words).mean().item()
+    return inference.next_token_nll(language, words).mean().item()
 
 
 def _span_floor(language: synthetic.Language, batches: list[Corrupted], vocab: Vocab, floor: FloorSpec) -> float:
@@ -71,7 +71,7 @@ def unigram_losses(objective: Objective, batches: list[Corrupted], corpus: Corpu
     if not objective.bayes_floors():
         return {}
     # over the windows' own length: a sequence-length schedule evaluates at its last phase's, not the corpus's
-    log_p = synthetic.unigram(corpus.language, batches[0].original.shape[1]).log()
+    log_p = inference.unigram(corpus.language, batches[0].original.shape[1]).log()
     unigram_of = {"span_tokens": _span_unigram}
     return {floor.metric: unigram_of.get(floor.task, _word_unigram)(log_p, batches, corpus.vocab)
             for floor in objective.bayes_floors()}

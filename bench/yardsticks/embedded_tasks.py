@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from backbone import ConfigError
-from bench.data import synthetic
+from bench.data import inference, synthetic
 from bench.seeds import derive_seed
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task, TaskContext, TaskOptions, encode, encode_tagged
@@ -27,7 +27,7 @@ from objectives.pairs import EMBEDDED_TASK_OF, make_pairs, pair_layout
 SYNTHETIC_TASKS = ("states", "agreement", "topic", "order", "same-source")
 TAGGING = ("states", "agreement")  # token-level tasks, each a label of the hidden state
 PAIR_TASK_OF = {task: pair for pair, task in EMBEDDED_TASK_OF.items()}  # the pair mode each pair task asks about
-PAIR_POSTERIORS = {"order": synthetic.order_posterior, "same-source": synthetic.same_source_posterior}
+PAIR_POSTERIORS = {"order": inference.order_posterior, "same-source": inference.same_source_posterior}
 # the training signal each pair task copies (objectives.base.SIGNALS): the pair objective that trains on it
 PAIR_SIGNALS = {"order": "sentence_order", "same-source": "next_sentence"}
 # a position is asked about when its word's best guess at the label is right at most half the time: a word that
@@ -90,7 +90,7 @@ def by_label(probabilities: Tensor, labels: Tensor, dim: int) -> Tensor:
 
 def word_evidence(language: synthetic.Language, window: int) -> Tensor:
     """(S, V): p(state | the word alone), states weighted by how often they occur over a window, topics summed out."""
-    marginals = synthetic.state_marginals(language, window - 1)  # (window, K, S)
+    marginals = inference.state_marginals(language, window - 1)  # (window, K, S)
     frequency = language.prior[:, None] * marginals.sum(0)  # (K, S)
     joint = (frequency[..., None] * language.emission).sum(0)  # (S, V)
     return joint / joint.sum(0, keepdim=True)
@@ -120,7 +120,7 @@ def _tagging(name: str, count: int, seed: int, context: TaskContext, test: bool)
     split = Split(drawn.words + context.vocab.first_ordinary, torch.full((count,), window), labels)
     if not test:
         return split, {}
-    smoothing, filtering = synthetic.state_posteriors(language, drawn.words)
+    smoothing, filtering = inference.state_posteriors(language, drawn.words)
     per_label = lambda p: by_label(p.unflatten(-1, (-1, S)).sum(-2), labels_of_states, -1)  # noqa: E731
     return split, {"smoothing": per_label(smoothing).amax(-1)[asked].mean().item(),
                    "filtering": per_label(filtering).amax(-1)[asked].mean().item()}
@@ -135,7 +135,7 @@ def _topic(name: str, count: int, seed: int, context: TaskContext, test: bool) -
     split = Split(drawn.words + context.vocab.first_ordinary, torch.full((count,), context.seq_len), drawn.components)
     if not test:
         return split, {}
-    ceiling = synthetic.component_posterior(context.language, drawn.words).amax(-1).mean().item()
+    ceiling = inference.component_posterior(context.language, drawn.words).amax(-1).mean().item()
     return split, dict.fromkeys(READERS, ceiling)
 
 
@@ -155,7 +155,7 @@ def _pairs(name: str, count: int, seed: int, context: TaskContext, test: bool) -
     # from the pairs as shown: words in shown order and where the separator falls
     posterior = PAIR_POSTERIORS[name](context.language, pairs.content - vocab.first_ordinary, pairs.first_length,
                                       window)
-    return split, dict.fromkeys(READERS, synthetic.binary_ceiling(posterior))
+    return split, dict.fromkeys(READERS, inference.binary_ceiling(posterior))
 
 
 # --- what the input alone gives (Hewitt & Liang's control) ------------------------------------------------------------

@@ -9,7 +9,7 @@ an objective did its own homework and cannot rank objectives (bench.analysis.mea
   frequencies (ELECTRA's task, and the input of masked LM's random replacements).
 Linear probes (L-BFGS, standardised features) answer each; a short fine-tuning probe trains the backbone on the
 replaced-word question: both through bench.yardsticks.readout, as the downstream tasks are. Every question has an exact
-Bayes ceiling (bench.data.synthetic) and a control of what the input alone gives (`input_only_controls`). Probes read
+Bayes ceiling (bench.data.inference) and a control of what the input alone gives (`input_only_controls`). Probes read
 the final backbones only; probe compute is reported, never charged to the budget.
 """
 
@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from backbone import Backbone
-from bench.data import synthetic
+from bench.data import inference
 from bench.data.corpus import Corpus
 from bench.yardsticks import readout
 from bench.files import pack_counts
@@ -74,7 +74,7 @@ def probe_data(corpus: Corpus, config: ProbeConfig) -> ProbeData:
     chosen = torch.rand(tokens.shape, generator=generator) < config.chosen_rate
     replaced = chosen & (torch.rand(tokens.shape, generator=generator) < 0.5)
     # the word frequencies over the window: a replaced word is as common as a kept one, so only context tells them
-    replacement = synthetic.unigram(language, tokens.shape[1])
+    replacement = inference.unigram(language, tokens.shape[1])
     drawn = torch.multinomial(replacement.float(), tokens.numel(), replacement=True, generator=generator)
     shown = torch.where(replaced, drawn.reshape(tokens.shape) + first, tokens)
     return ProbeData(tokens, tokens - first, heldout["states"] % states, chosen, shown,
@@ -107,13 +107,13 @@ def probe_ceilings(corpus: Corpus, config: ProbeConfig) -> dict[str, float]:
     found = {}
     for sees in SEES:
         if sees == "filtering":
-            posterior = synthetic.next_state_posterior(language, words)[:, 1:][chosen[:, 1:]]
+            posterior = inference.next_state_posterior(language, words)[:, 1:][chosen[:, 1:]]
         else:
-            posterior = synthetic.hidden_state_posterior(language, words, chosen)[chosen]
+            posterior = inference.hidden_state_posterior(language, words, chosen)[chosen]
         found[f"hidden_state_{sees}"] = posterior.amax(-1).mean().item()
-        kept = synthetic.kept_word_posterior(language, data.shown[test] - data.first, chosen,
+        kept = inference.kept_word_posterior(language, data.shown[test] - data.first, chosen,
                                              data.replacement, sees == "filtering")
-        found[f"replaced_word_{sees}"] = synthetic.binary_ceiling(kept[chosen])
+        found[f"replaced_word_{sees}"] = inference.binary_ceiling(kept[chosen])
     return found
 
 

@@ -14,7 +14,8 @@ from bench.analysis.results import (SCHEMA, Measured, build_results, compute_sum
 from bench.analysis.summaries import Compute, Floor, ObjectiveSummary, Results
 from bench.files import write_json
 from bench.report.markdown import worded
-from bench.report.sections import compute_section, fmt, loss_table, table
+from bench.report.sections import compute_section, loss_table
+from bench.report.tables import fmt, table
 from bench.training.records import RUN_SCHEMA, ControlRecord, RunRecord, from_json
 from bench.training.runs import finished_result
 

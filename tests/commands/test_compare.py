@@ -212,7 +212,7 @@ def test_resume_may_change_how_steps_run_but_not_what_they_compute(comparison, t
 
 def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(comparison, tmp_path):
     from bench.compare import parse_config
-    from bench.planning import plan
+    from bench.planning import make_plan
     from bench.training.distributed import make_fabric
 
     saved = json.loads((comparison / "config.json").read_text())
@@ -220,13 +220,13 @@ def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(c
     config = parse_config(["--config", str(comparison), "--out", str(tmp_path / "again")])
     assert config.training.seeds == 2  # recorded with how the steps ran
     assert dict(config.training.rates) == saved["derived"]["learning_rates"]  # the rates it ran with
-    settings = plan(config, make_fabric("cpu", launch=False)).settings
+    settings = make_plan(config, make_fabric("cpu", launch=False)).settings
     assert settings["derived"] == saved["derived"]
     unrated = lambda section: {k: v for k, v in section.items() if k != "rates"}  # noqa: E731
     assert unrated(settings["config"]["training"]) == unrated(saved["config"]["training"])
     config = parse_config(["--config", str(comparison / "config.json"), "--budget", "1e9", "--seeds", "1",
                            "--out", str(tmp_path / "changed")])
-    changed = plan(config, make_fabric("cpu", launch=False)).settings
+    changed = make_plan(config, make_fabric("cpu", launch=False)).settings
     assert config.training.seeds == 1 and changed["config"]["training"]["budget"] == 1e9
     with pytest.raises(ConfigError, match="not a comparison's config.json"):
         parse_config(["--config", str(comparison / "report.md")])
@@ -369,7 +369,7 @@ def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
 
 def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, capsys):
     from bench.compare import parse_config
-    from bench.planning import plan
+    from bench.planning import make_plan
     from bench.training.distributed import make_fabric
 
     out = tmp_path / "schedule"
@@ -395,7 +395,7 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
     assert "| sequence length     | 16:0.6,32:0.4: T = 16 for 0.6, then T = 32 for 0.4 of each run's FLOPs" in report
     # --config reruns it with the same settings; --resume keeps the finished runs; another schedule is refused
     config = parse_config(["--config", str(out), "--out", str(tmp_path / "again")])
-    rerun = plan(config, make_fabric("cpu", launch=False)).settings
+    rerun = make_plan(config, make_fabric("cpu", launch=False)).settings
     assert rerun["derived"] == settings["derived"] and rerun["config"]["model"] == settings["config"]["model"]
     before = results["runs"]
     main([*flags, "--out", str(out), "--resume"])
@@ -465,7 +465,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
                                                                                                   monkeypatch):
     # the handler lives for the whole command: a SIGTERM during a run's final probes, the Bayes references or a
     # control is honoured at the next batch, fit or step, and the phase's unfinished work is dropped
-    import bench.jobs
+    import bench.works
     import bench.pipeline
     import bench.yardsticks.probes
 
@@ -492,7 +492,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     # during the first untrained control (after the runs): it stops at its first fit, and nothing of it is written
     with monkeypatch.context() as patch:
-        patch.setattr(bench.jobs, "control_run", signalling(bench.jobs.control_run))
+        patch.setattr(bench.works, "control_run", signalling(bench.works.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     runs = stopped / "runs"

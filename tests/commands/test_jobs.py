@@ -15,13 +15,14 @@ import torch
 
 from bench.cli import run
 from bench.compare import main, parse_config
-from bench.jobs import (Context, Slots, Work, _pooled, _pools, auto_jobs, choose_slots, context_file, pool, run_pooled,
-                        signals_held)
+from bench.jobs import auto_jobs, choose_slots
 from bench.pipeline import control_works, measurement, run_works
-from bench.planning import plan
-from bench.training.config import TrainConfig
+from bench.planning import make_plan
+from bench.pool import Slots, _pooled, _pools, context_file, pool, run_pooled, signals_held
+from bench.training.config import RunConfig
 from bench.stopping import EXIT_STOPPED
 from bench.training.distributed import make_fabric
+from bench.works import Context, Work
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--accelerator", "cpu",
@@ -99,8 +100,8 @@ def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path
     monkeypatch.setattr("bench.jobs.cpu_cores", lambda: 8)
     fabric = make_fabric("cpu", launch=False)
     for budget, jobs in (("3e8", 1), ("1e12", 4)):  # the workers' start would cost more than 4 short runs gain
-        plan_ = plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
-        assert choose_slots(plan_, fabric.device, run_works(plan_)).jobs == jobs
+        plan = make_plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
+        assert choose_slots(plan, fabric.device, run_works(plan)).jobs == jobs
 
 
 def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch):
@@ -111,7 +112,7 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
     class Queued(Exception):
         pass
 
-    def executed(fabric, works, context, progress, plan_):
+    def executed(fabric, works, context, progress, plan):
         queued.append([work.name for work in works])
         raise Queued
 
@@ -122,12 +123,12 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
                        "untrained-bidirectional-seed1", "untrained-causal-seed0", "untrained-causal-seed1"]]
     # the outcomes come back in the queue's order: runs, the diverged ones apart, then the controls
     fabric = make_fabric("cpu", launch=False)
-    plan_ = plan(parse_config([*TINY, "--out", str(tmp_path / "split")]), fabric)
-    works = run_works(plan_) + control_works(plan_)
+    plan = make_plan(parse_config([*TINY, "--out", str(tmp_path / "split")]), fabric)
+    works = run_works(plan) + control_works(plan)
     outcomes = [[(f"{work.kind} {work.name}", {"diverged": True} if work.name == "ar-seed1" else None)]
                 for work in works]
     monkeypatch.setattr(type(fabric), "is_global_zero", property(lambda self: False))
-    assert measurement(fabric, plan_, {}, works, outcomes).diverged == [{"diverged": True}]
+    assert measurement(fabric, plan, {}, works, outcomes).diverged == [{"diverged": True}]
 
 
 @pytest.mark.parametrize("cores, free_gib, jobs", [(16, 140, 16), (64, 140, 16), (4, 140, 4), (16, 2.5, 4), (16, 1, 2)])
@@ -138,8 +139,8 @@ def test_on_gpus_small_runs_share_a_device_up_to_the_cores_and_memory(cores, fre
     monkeypatch.setattr("bench.jobs.device_memory_bytes", lambda device: int(free_gib * 2 ** 30))
     monkeypatch.setattr("bench.jobs.step_memory", lambda *args, **kwargs: type("Need", (), {"total": 2 ** 28}))
     fabric = make_fabric("cpu", launch=False)
-    plan_ = plan(parse_config([*TINY, "--budget", "1e12", "--batch-size", "64", "--out", str(tmp_path)]), fabric)
-    assert auto_jobs(plan_, torch.device("cuda"), ("0", "1")) == jobs
+    plan = make_plan(parse_config([*TINY, "--budget", "1e12", "--batch-size", "64", "--out", str(tmp_path)]), fabric)
+    assert auto_jobs(plan, torch.device("cuda"), ("0", "1")) == jobs
 
 
 @pytest.mark.slow
@@ -169,7 +170,7 @@ UNREAD = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-tr
 
 
 def mlm_work(seed: int, folder: Path) -> Work:
-    return Work("run", "mlm", (seed,), TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3),
+    return Work("run", "mlm", (seed,), RunConfig(budget_flops=1.0, model="tiny", lr=1e-3),
                 (folder / f"mlm-seed{seed}",), reuse=False)
 
 

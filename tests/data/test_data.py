@@ -15,7 +15,7 @@ from bench.compare import main
 from bench.data.corpus import load_corpus, speller
 from bench.data.text import PACKED_DOCUMENTS, TextOptions, pack, train_tokenizer
 from bench.training.batches import build_run_objective, training_batch
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from objectives import IGNORE, SPECIAL_TOKENS, Vocab
 from objectives.masking import exact_count, select_spans, span_length_distribution
 
@@ -148,7 +148,7 @@ def test_synthetic_text_has_multi_piece_words_and_whole_word_masking_keeps_them_
     windows = synthetic_text.windows("train")[:64]
     starts = vocab.word_starts(windows)
     assert 0.2 < 1 - starts.float().mean() < 0.8  # many tokens continue a word
-    objective = build_run_objective("mlm:whole_word=true", TrainConfig(budget_flops=1, model="tiny"), synthetic_text)
+    objective = build_run_objective("mlm:whole_word=true", RunConfig(budget_flops=1, model="tiny"), synthetic_text)
     batch = objective.corrupt(windows, torch.Generator().manual_seed(0))
     selected = batch.targets != IGNORE
     words = starts.long().cumsum(1)
@@ -164,7 +164,7 @@ def test_synthetic_text_has_multi_piece_words_and_whole_word_masking_keeps_them_
 def test_whole_word_masking_on_single_token_words_is_the_exact_rule():
     vocab = Vocab.for_words(50)
     tokens = torch.randint(4, 54, (20, 64), generator=torch.Generator().manual_seed(1))
-    objective = build_run_objective("mlm:whole_word=true", TrainConfig(budget_flops=1, model="tiny"),
+    objective = build_run_objective("mlm:whole_word=true", RunConfig(budget_flops=1, model="tiny"),
                                     type("C", (), {"vocab": vocab, "seq_len": 64})())
     batch = objective.corrupt(tokens, torch.Generator().manual_seed(2))
     assert ((batch.targets != IGNORE).sum(1) == 10).all()
@@ -192,7 +192,7 @@ def test_span_lengths_follow_the_clipped_geometric_law():
 
 
 def test_span_masking_decides_80_10_10_per_span():
-    objective = build_run_objective("mlm:span=geometric", TrainConfig(budget_flops=1, model="tiny"),
+    objective = build_run_objective("mlm:span=geometric", RunConfig(budget_flops=1, model="tiny"),
                                     type("C", (), {"vocab": Vocab.for_words(50), "seq_len": 256})())
     batch = objective.corrupt(torch.randint(4, 54, (50, 256), generator=torch.Generator().manual_seed(4)),
                               torch.Generator().manual_seed(4))
@@ -212,7 +212,7 @@ def test_span_masking_decides_80_10_10_per_span():
 def test_static_masking_repeats_exactly_static_ways(static, expected):
     vocab = Vocab.for_words(50)
     spec = f"mlm:static={static}" if static else "mlm"
-    objective = build_run_objective(spec, TrainConfig(budget_flops=1, model="tiny"),
+    objective = build_run_objective(spec, RunConfig(budget_flops=1, model="tiny"),
                                     type("C", (), {"vocab": vocab, "seq_len": 32})())
     windows = torch.randint(4, 54, (8, 32), generator=torch.Generator().manual_seed(5))
     masks = {i: set() for i in range(8)}
@@ -299,7 +299,7 @@ def test_foreign_tokenizers_are_refused(tmp_path, text_file):
 
 
 def test_span_masking_at_full_rate_on_short_windows():
-    objective = build_run_objective("mlm:span=geometric,rate=1.0", TrainConfig(budget_flops=1, model="tiny"),
+    objective = build_run_objective("mlm:span=geometric,rate=1.0", RunConfig(budget_flops=1, model="tiny"),
                                     type("C", (), {"vocab": Vocab.for_words(50), "seq_len": 16})())
     for seed in range(20):  # many rounds are needed to fill a budget of every position
         batch = objective.corrupt(torch.randint(4, 54, (8, 16), generator=torch.Generator().manual_seed(seed)),

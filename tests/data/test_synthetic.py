@@ -1,4 +1,5 @@
-"""Tests for bench.data.synthetic: exact inference against brute-force enumeration, and the sampler against the model.
+"""Tests for bench.data.synthetic and bench.data.inference: exact inference against brute-force enumeration, and the
+sampler against the model.
 
 The brute-force references below enumerate every (component, state path) and, for the masked floor, every unknown
 word, in plain Python over lists; they share no code with the forward-backward implementation.
@@ -11,10 +12,10 @@ from dataclasses import replace
 import pytest
 import torch
 
-from bench.data.synthetic import (Language, LanguageConfig, component_posterior, hidden_state_posterior,
-                                  kept_word_posterior, log_likelihood_from, make_language, masked_token_nll,
-                                  replaced_token_posterior,
-                                  next_state_posterior, next_token_nll, sample, state_posteriors)
+from bench.data.inference import (component_posterior, hidden_state_posterior, kept_word_posterior,
+                                  log_likelihood_from, masked_token_nll, next_state_posterior, next_token_nll,
+                                  replaced_token_posterior, state_posteriors)
+from bench.data.synthetic import Language, LanguageConfig, make_language, sample
 from tests.helpers import (enumerated_posterior, enumerated_probability, joint_probability, language_lists,
                            path_probabilities)
 
@@ -303,7 +304,8 @@ def test_bad_config_raises(field, value):
 def test_unigram_is_the_marginal_over_window_positions_by_enumeration():
     import itertools
 
-    from bench.data.synthetic import log_likelihood_from, make_language, unigram
+    from bench.data.inference import log_likelihood_from, unigram
+    from bench.data.synthetic import make_language
     language = make_language(replace(TINY, seed=5))
     length = 3
     sequences = torch.tensor(list(itertools.product(range(TINY.words), repeat=length)))

@@ -11,7 +11,7 @@ import bench.training.loop
 from backbone import Backbone, ConfigError, preset
 from bench.planning import predicted_phases
 from bench.training.batches import build_run_objective, eval_batches
-from bench.training.config import Phase, TrainConfig, learning_rate, parse_seq_len
+from bench.training.config import Phase, RunConfig, learning_rate, parse_seq_len
 from bench.training.runs import train_run
 from bench.training.state import RunContext
 from objectives import ObjectiveSchedule, Vocab, build_objective, parse_objective_list
@@ -21,8 +21,8 @@ SEQ_LEN, BATCH = 32, 4
 TIMINGS = ("wall_seconds", "train_seconds", "tokens_per_second")
 
 
-def config(**overrides) -> TrainConfig:
-    return TrainConfig(budget_flops=4e8, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=3, lr=3e-3,
+def config(**overrides) -> RunConfig:
+    return RunConfig(budget_flops=4e8, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=3, lr=3e-3,
                        **overrides)
 
 

@@ -20,7 +20,7 @@ from lightning_fabric import Fabric
 import bench.yardsticks.probes
 from backbone import ConfigError
 from bench.data.corpus import load_corpus
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.stopping import RunStopped
 from bench.training.distributed import agree_on_folder
 from bench.training.loop import TrainingDiverged
@@ -38,8 +38,8 @@ RUNS = {"mlm": ("mlm", None), "ar": ("ar", None), "span": ("span", None), "berno
         "electra-micro": ("electra", 1), "schedule": ("ar>mlm:rule=bernoulli@0.5", None)}
 
 
-def config(micro_batch: int | None = None) -> TrainConfig:
-    return TrainConfig(budget_flops=1e8, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=2, lr=3e-3,
+def config(micro_batch: int | None = None) -> RunConfig:
+    return RunConfig(budget_flops=1e8, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=2, lr=3e-3,
                        micro_batch=micro_batch)
 
 

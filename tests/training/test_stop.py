@@ -12,7 +12,7 @@ import pytest
 import bench.yardsticks.readout
 from bench.data.corpus import load_corpus
 from bench.stopping import EXIT_STOPPED, PhaseStopped, RunStopped, check_stop, stop_on_signals
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.training.runs import control_run
 from bench.training.state import RunContext
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
@@ -21,7 +21,7 @@ from bench.yardsticks.probes import ProbeConfig, Probes
 from bench.yardsticks.tasks import load_task
 
 STEPS = 4  # fine-tuning steps per rate; two rates
-CONFIG = TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3)
+CONFIG = RunConfig(budget_flops=1.0, model="tiny", lr=1e-3)
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import backbone.flops
-import bench.planning
+import bench.memory
 import bench.training.distributed
 import bench.training.loop
 import bench.training.runs
@@ -23,12 +23,11 @@ import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
 from bench.files import read_jsonl
-from bench.jobs import threads
-from bench.planning import check_memory
+from bench.memory import check_memory
 from bench.seeds import derive_seed
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
                                     training_batch)
-from bench.training.config import (TrainConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
+from bench.training.config import (RunConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
                                    eval_grid, learning_rate, make_optimizer, parse_seq_len, predict_phases,
                                    tf32_matmuls)
 from bench.stopping import EXIT_STOPPED, RunStopped
@@ -37,6 +36,7 @@ from bench.training.loop import TrainingDiverged, train_step
 from bench.training.records import COUNTERS_SCHEMA, RunRecord, from_json
 from bench.training.runs import train_run
 from bench.training.state import RunContext, setup_run
+from bench.works import threads
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -55,8 +55,8 @@ def checkpoint_task(corpus) -> Downstream:
                       FinetuneConfig(steps=2, batch=2, lrs=(1e-3,), probe=ProbeConfig(iterations=3)))
 
 
-def config(budget: float = 4e8, **overrides) -> TrainConfig:
-    return TrainConfig(budget_flops=budget, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=3,
+def config(budget: float = 4e8, **overrides) -> RunConfig:
+    return RunConfig(budget_flops=budget, model="tiny", batch_size=BATCH, eval_windows=8, eval_points=3,
                        lr=3e-3, **overrides)
 
 
@@ -65,15 +65,15 @@ def without_timings(result: RunRecord) -> dict:
 
 
 def test_eval_grid_is_log_spaced_and_ends_at_the_budget():
-    grid = eval_grid(TrainConfig(budget_flops=1e12, model="tiny", eval_points=5, first_eval=0.01))
+    grid = eval_grid(RunConfig(budget_flops=1e12, model="tiny", eval_points=5, first_eval=0.01))
     assert grid[0] == pytest.approx(1e10) and grid[-1] == 1e12
     ratios = [b / a for a, b in zip(grid, grid[1:])]
     assert ratios == pytest.approx([10 ** 0.5] * 4, rel=1e-5)
-    assert eval_grid(TrainConfig(budget_flops=3e9, model="tiny", eval_points=1)) == [3e9]
+    assert eval_grid(RunConfig(budget_flops=3e9, model="tiny", eval_points=1)) == [3e9]
 
 
 def test_schedule_warms_up_holds_and_cools_down_to_zero_at_the_budget_it_ends_at():
-    c = TrainConfig(budget_flops=100.0, model="tiny", lr=1e-3, warmup=0.1, cooldown=0.2)
+    c = RunConfig(budget_flops=100.0, model="tiny", lr=1e-3, warmup=0.1, cooldown=0.2)
     assert learning_rate(5, 100, c) == pytest.approx(0.5e-3)  # half-way up the warm-up (10 FLOPs)
     assert learning_rate(10, 100, c) == learning_rate(80, 100, c) == pytest.approx(1e-3)  # stable
     assert learning_rate(90, 100, c) == pytest.approx(0.5e-3)  # half-way down the cool-down
@@ -266,7 +266,7 @@ ROW_SPECS = ["mlm", "mlm:rule=bernoulli", "ar", "electra", "span", "mlm:whole_wo
 def worded_objective(spec: str):
     """`spec` on a vocabulary where a third of the ids continue a word, so whole words and spans have words."""
     vocab = Vocab.for_tokenizer(60, continuation=torch.arange(160) % 3 == 0)
-    return build_run_objective(spec, TrainConfig(budget_flops=1, model="tiny"),
+    return build_run_objective(spec, RunConfig(budget_flops=1, model="tiny"),
                                type("C", (), {"vocab": vocab, "seq_len": 48})())
 
 
@@ -334,16 +334,16 @@ def test_a_micro_batch_must_divide_each_process_share():
         with pytest.raises(ConfigError, match=f"--micro-batch {micro} does not divide the 4 windows each process"):
             check_batch_split(8, 2, micro)
     with pytest.raises(ConfigError, match="--checkpoint-every must be a positive"):
-        check_config(TrainConfig(budget_flops=1.0, model="tiny", checkpoint_every=0.0), 1)
+        check_config(RunConfig(budget_flops=1.0, model="tiny", checkpoint_every=0.0), 1)
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
-    from bench.planning import step_memory
+    from bench.memory import step_memory
     vocab = Vocab.for_words(64)
     objective = build_on_meta("mlm", preset("tiny", vocab.size, max_seq_len=512, n_layer=8), vocab)
     cpu = torch.device("cpu")
     # room for a step of 8 windows, but not of 32
-    monkeypatch.setattr(bench.planning, "device_memory_bytes",
+    monkeypatch.setattr(bench.memory, "device_memory_bytes",
                         lambda device: step_memory(objective, 8, 512, "32-true", cpu).total)
     with pytest.raises(ConfigError, match="at 32 windows per forward"):
         check_memory(objective, 32, 512, "32-true", cpu)
@@ -376,10 +376,10 @@ def saved_bytes(objective, batch, precision: str) -> int:
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:pair=nsp"])
 def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     # under bf16 autocast the residual stream stays fp32: 2 bytes per value alone fell 20-30 % short of this
-    from bench.planning import ALLOCATOR_SLACK, step_memory
+    from bench.memory import ALLOCATOR_SLACK, step_memory
     vocab = Vocab.for_words(512)
     corpus = type("C", (), {"vocab": vocab, "seq_len": 128})()
-    objective = build_run_objective(spec, TrainConfig(budget_flops=1, model="mini"), corpus).train()
+    objective = build_run_objective(spec, RunConfig(budget_flops=1, model="mini"), corpus).train()
     windows = torch.randint(5, vocab.size, (8, 128), generator=torch.Generator().manual_seed(0))
     measured = saved_bytes(objective, training_batch(objective, windows, 0, 0, 8), precision)
     estimate = step_memory(objective, 8, 128, precision, torch.device("cpu")).saved
@@ -393,10 +393,10 @@ def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(de
     # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer.
     # Counted whole (384 MiB at vocabulary 8,192), it put an H200 step that peaked at 275-323 MiB (small, T = 128,
     # batch 32, bf16) at 685-742 MiB
-    from bench.planning import step_memory
+    from bench.memory import step_memory
     from backbone.fused_loss import chunk_rows
     vocab = Vocab.for_words(512)
-    objective = build_run_objective("ar", TrainConfig(budget_flops=1, model="mini"),
+    objective = build_run_objective("ar", RunConfig(budget_flops=1, model="mini"),
                                     type("C", (), {"vocab": vocab, "seq_len": 128})())
     assert chunk_rows(torch.device(device), vocab.size) > windows * 128  # the chunk the device allows is longer
     for precision, value_bytes in (("32-true", 4), ("bf16-mixed", 2)):
@@ -543,11 +543,11 @@ def test_on_cuda_adamw_is_fused_and_fp32_matmuls_run_in_tf32(monkeypatch):
     options = []
     monkeypatch.setattr(torch.optim, "AdamW", lambda groups, **kwargs: options.append(kwargs))
     module = torch.nn.Linear(2, 2)
-    make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), cuda)
-    make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3), cpu)
+    make_optimizer(module, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), cuda)
+    make_optimizer(module, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), cpu)
     assert [o["fused"] for o in options] == [True, None]
     with pytest.raises(ValueError, match="learning rate"):  # a rate nobody chose is refused, never defaulted
-        make_optimizer(module, TrainConfig(budget_flops=1.0, model="tiny"), cpu)
+        make_optimizer(module, RunConfig(budget_flops=1.0, model="tiny"), cpu)
 
 
 @pytest.mark.slow
@@ -586,29 +586,29 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     ("NVIDIA GeForce GTX 1080", "bf16-mixed", None),  # not listed
 ])
 def test_peak_flops_are_the_datasheets_dense_figures(name, precision, expected):
-    import bench.training.loop
+    from bench.training import live_metrics
 
-    assert bench.training.loop.peak_flops(name, precision) == expected
+    assert live_metrics.peak_flops(name, precision) == expected
 
 
 def test_mfu_uses_the_suites_peak_then_lightnings(monkeypatch):
-    import bench.training.loop
+    from bench.training import live_metrics
 
     asked, cuda = [], torch.device("cuda", 0)
-    monkeypatch.setattr(bench.training.loop, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
+    monkeypatch.setattr(live_metrics, "get_available_flops", lambda device, dtype: asked.append(dtype) or 1e15)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
-    assert bench.training.loop.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
+    assert live_metrics.device_peak(cuda, "bf16-mixed") == (989.4e12, "the suite's table") and asked == []
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA Some Future GPU")
-    assert bench.training.loop.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
-    assert bench.training.loop.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
+    assert live_metrics.device_peak(cuda, "bf16-mixed") == (1e15, "Lightning's table")
+    assert live_metrics.device_peak(cuda, "32-true") == (1e15, "Lightning's table")
     assert asked == [torch.bfloat16, "tfloat32"]
-    assert bench.training.loop.device_peak(torch.device("cpu"), "32-true") is None
+    assert live_metrics.device_peak(torch.device("cpu"), "32-true") is None
 
 
 SCHEDULE = "16:0.6,32:0.4"  # the switch comes after about 23 steps of the tiny model, before the last evaluation
 
 
-def schedule_config(text: str = SCHEDULE, **overrides) -> TrainConfig:
+def schedule_config(text: str = SCHEDULE, **overrides) -> RunConfig:
     return config(seq_len_schedule=parse_seq_len(text), **overrides)
 
 
@@ -852,7 +852,7 @@ def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypa
 
 
 def test_the_memory_check_compares_with_free_memory(monkeypatch):
-    from bench.planning import device_memory_bytes
+    from bench.memory import device_memory_bytes
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (30 * 2 ** 30, 80 * 2 ** 30))
     assert device_memory_bytes(torch.device("cuda", 0)) == 30 * 2 ** 30  # another process holds the other 50 GiB
     with open("/proc/meminfo") as meminfo:
@@ -889,7 +889,7 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
         monkeypatch.setattr(bench.training.runs, name, lambda *args: "run")
     monkeypatch.setattr(bench.training.runs, "fit", diverging)
     one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
-    config = TrainConfig(budget_flops=1.0, model="tiny")
+    config = RunConfig(budget_flops=1.0, model="tiny")
     with pytest.raises(TrainingDiverged) as diverged:
         train_run(one, RunContext("mlm", 0, None, config, tmp_path), reuse=True)
     record = diverged.value.record

@@ -7,9 +7,9 @@ import torch
 
 from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective, eval_batches
-from bench.training.config import TrainConfig
-from bench.data.synthetic import next_token_nll
-from bench.data.synthetic import unigram as synthetic_unigram
+from bench.training.config import RunConfig
+from bench.data.inference import next_token_nll
+from bench.data.inference import unigram as synthetic_unigram
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE
@@ -26,7 +26,7 @@ def corpus():
 
 
 def batches_for(spec: str, corpus):
-    config = TrainConfig(budget_flops=1.0, model="tiny", batch_size=8, eval_windows=40)
+    config = RunConfig(budget_flops=1.0, model="tiny", batch_size=8, eval_windows=40)
     objective = build_run_objective(spec, config, corpus)
     return objective, eval_batches(objective, corpus, config)
 

@@ -15,9 +15,10 @@ import torch
 
 from bench.analysis.findings import Stat
 from bench.analysis.summaries import DownstreamSummary, TaskFlops, TaskRow, TaskSummary
-from bench.data.synthetic import (Language, LanguageConfig, binary_ceiling, component_posterior,
-                                  log_likelihood_from, make_language, order_posterior, same_source_posterior, sample)
-from bench.report.sections import downstream_table
+from bench.data.inference import (binary_ceiling, component_posterior, log_likelihood_from, order_posterior,
+                                  same_source_posterior)
+from bench.data.synthetic import Language, LanguageConfig, make_language, sample
+from bench.report.yardstick_tables import downstream_table
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.tasks import load_task
 from objectives import Vocab

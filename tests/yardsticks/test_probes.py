@@ -12,7 +12,7 @@ import torch
 from backbone import measure_flops
 from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective
-from bench.training.config import TrainConfig
+from bench.training.config import RunConfig
 from bench.yardsticks.probes import (ProbeConfig, Probes, features, input_only_controls, probe_ceilings, probe_data,
                                      question, run_probes)
 from bench.yardsticks.readout import fit_linear_probe, majority_accuracy
@@ -26,7 +26,7 @@ def corpus():
 
 
 def objective_for(spec, corpus):
-    return build_run_objective(spec, TrainConfig(budget_flops=1.0, model="tiny"), corpus)
+    return build_run_objective(spec, RunConfig(budget_flops=1.0, model="tiny"), corpus)
 
 
 def test_linear_probe_recovers_a_linear_code_and_not_noise():
@@ -95,7 +95,7 @@ def test_probes_are_bounded_deterministic_and_leave_model_and_rng_alone(spec, co
 def test_the_fine_tuned_probe_of_a_backbone_with_dropout_does_not_depend_on_the_global_generator(corpus):
     """Dropout draws from torch's global generator, which holds whatever the run (or the process, for a control)
     did before: the fine-tuned probe starts it from its own seed, so a score depends on the backbone alone."""
-    objective = build_run_objective("mlm", TrainConfig(budget_flops=1.0, model="tiny:dropout=0.1"), corpus)
+    objective = build_run_objective("mlm", RunConfig(budget_flops=1.0, model="tiny:dropout=0.1"), corpus)
     scores = []
     for seed in (1, 2):
         torch.manual_seed(seed)
@@ -113,7 +113,7 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
     from bench.training.state import RunContext, setup_run
     from bench.yardsticks.examples import TaskContext
 
-    fabric, config = make_fabric("cpu"), TrainConfig(budget_flops=1.0, model="tiny", lr=1e-3)
+    fabric, config = make_fabric("cpu"), RunConfig(budget_flops=1.0, model="tiny", lr=1e-3)
     controls = {spec: control_run(fabric, RunContext(spec, 1, corpus, config, tmp_path / spec, [Probes(corpus, CONFIG)],
                                                      progress=False))
                 for spec in ("mlm", "electra", "ar")}
@@ -166,7 +166,7 @@ def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
     config = ProbeConfig(train_windows=128, test_windows=64, iterations=30)
     fabric = make_fabric("cpu")
     with tempfile.TemporaryDirectory() as folder:
-        train = TrainConfig(budget_flops=8e10, model="tiny", lr=3e-3, eval_points=1)
+        train = RunConfig(budget_flops=8e10, model="tiny", lr=3e-3, eval_points=1)
         run = setup_run(fabric, RunContext("mlm", 0, corpus, train, Path(folder), progress=False))
         before = run_probes(run.objective, corpus, config, finetune=False)
         fit(fabric, run)

@@ -1,0 +1,88 @@
+"""What a worker executes, wherever it runs (bench.jobs decides where): a Work (a run or an untrained control), the
+Context every work of a comparison reads besides its own, and running works in this process, one after another.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import torch
+
+from bench.data.corpus import Corpus
+from bench.stopping import current_stop_request
+from bench.training.config import RunConfig
+from bench.training.distributed import stop_agreed, stop_message
+from bench.training.loop import TrainingDiverged
+from bench.training.runs import control_run, train_run
+from bench.training.state import RunContext
+
+
+Outcome = tuple  # (result, None), or (None, the divergence record) for a run that diverged
+
+
+@dataclass(frozen=True)
+class Work:
+    """One unit a worker executes: a run ("run") or an untrained control ("control")."""
+
+    kind: str
+    spec: str
+    seeds: tuple[int, ...]
+    train: RunConfig
+    run_dirs: tuple[Path, ...]
+    reuse: bool
+
+    @property
+    def name(self) -> str:
+        return ", ".join(run_dir.name for run_dir in self.run_dirs)
+
+    def finished(self) -> bool:
+        """Whether --resume would only read this work back (every folder holds its result or divergence)."""
+        return self.reuse and all((d / "result.json").exists() or (d / "diverged.json").exists()
+                                  for d in self.run_dirs)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every run of a comparison reads besides its own work, and how its process is set up."""
+
+    corpus: Corpus
+    yardsticks: tuple
+    accelerator: str
+    precision: str
+    threads: int | None  # torch threads per run on a CPU (None: torch's default)
+
+
+@contextmanager
+def threads(count: int | None) -> Iterator[None]:
+    """torch's threads set to `count` (None: left as they are) for the block, as before them after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count or before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_here(fabric, works: Sequence[Work], context: Context, progress: bool,
+             thread_count: int | None) -> list[list[Outcome]]:
+    """Each work's outcomes, run in this process one after another on `thread_count` torch threads (None: as they
+    are): what a comparison does with one job at a time, and what a pool's worker or a Slurm job does with its one
+    work. A work that finished before is read back where --resume asked; a run that diverged is its record, and the
+    others go on."""
+    request, found = current_stop_request(), []
+    with threads(thread_count):
+        for work in works:
+            if stop_agreed(fabric, request):  # e.g. during the Bayes references, or the report of a preset variant
+                raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
+            read = control_run if work.kind == "control" else train_run
+            try:
+                asked = RunContext(work.spec, work.seeds[0], context.corpus, work.train, work.run_dirs[0],
+                                   context.yardsticks, progress)
+                found.append([(read(fabric, asked, reuse=work.reuse), None)])
+            except TrainingDiverged as error:
+                found.append([(None, error.record)])
+    return found
+
