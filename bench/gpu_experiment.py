@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
+from bench.gpu_feed import PREDICTED_MFU, host_feed, host_rate, threads
 
 OBJECTIVES = ("mlm", "ar", "electra")  # electra: the paper's λ = 50 and generator at ¼ width (ElectraOptions)
 # ELECTRA-Small's shape (Clark et al. 2020, Table 6): 12 layers of width 256, 4 heads, T = 128; its peak rate 5e-4
@@ -120,8 +121,6 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
         run_seconds, tokens, flops = timed(steps)
         objective = build_run_objective(spec, steps_config(spec, corpus, 1, shape["model"], shape["batch_size"]),
                                         corpus)
-        from bench.gpu_plan import host_rate, threads
-
         with threads(1):  # as the loop's one background thread builds them
             host = host_rate(objective, corpus.windows("train"), shape["batch_size"], shape["seq_len"], repeats=3)
         found[spec] = {"steps": steps, "seconds": run_seconds, "tokens_per_s": tokens / run_seconds,
@@ -136,6 +135,52 @@ def device_name() -> str:
     from bench.pipeline import cpu_model
 
     return f"CPU ({cpu_model()})"
+
+
+# --- what a lease is predicted to take ------------------------------------------------------------------------------
+
+def write_plan(path: Path, data: Path, limit: float) -> None:
+    """The predicted phases of a first lease of `limit` seconds on an H200 and the host's feed, as a page."""
+    feed = host_feed(data, SHAPE, OBJECTIVES)
+    lines = ["# The GPU experiment, predicted", "",
+             f"Written by `python -m bench.gpu_experiment --plan` on {device_name()} ({torch.__version__}), at the "
+             f"experiment's shape ({SHAPE['model']}, T = {SHAPE['seq_len']}, batch {SHAPE['batch_size']}, "
+             f"{SHAPE['precision']}) on the bundle's corpus. Nothing here ran on a GPU: the device's side is predicted "
+             f"from each objective's FLOPs per step at {PREDICTED_MFU:.0%} of the H200's dense bf16 peak, plus the "
+             "per-step overhead of the one H200 measurement (the default shape, launch-bound), taken as it is or "
+             "scaled by depth: the two ends of each range.", "",
+             "## Does the host keep the device fed?", "",
+             "Tokens/s the host builds training batches at (the loop's own builder, on one thread, as its background "
+             f"thread runs it; the fastest of 7 builds, with a load average of {os.getloadavg()[0]:.1f} on "
+             f"{os.cpu_count()} cores) against the tokens/s the device consumes:", "",
+             "| objective | host, one thread | device at the predicted MFU | device, launch-bound range | margin |",
+             "|---|---|---|---|---|"]
+    for spec, f in feed.items():
+        fast = f["device_tokens_per_s"]  # the most the device asks for: compute alone, no overhead
+        slow = SHAPE["batch_size"] * SHAPE["seq_len"] / f["step_seconds"][1]
+        lines.append(f"| {spec} | {f['host_tokens_per_s']:,.0f} | {f['device_tokens_per_s']:,.0f} | "
+                     f"{slow:,.0f} to {SHAPE['batch_size'] * SHAPE['seq_len'] / f['step_seconds'][0]:,.0f} | "
+                     f"{f['host_tokens_per_s'] / fast:.1f}x |")
+    rates = {spec: {"flops_per_s": f["flops_per_step"] / f["step_seconds"][1]} for spec, f in feed.items()}
+    fast_rates = {spec: {"flops_per_s": f["flops_per_step"] / f["step_seconds"][0]} for spec, f in feed.items()}
+    training = limit - 60 - STARTUP_SECONDS - MARGIN_SECONDS
+    budgets = [choose({}, training / OVERHEAD, r, TARGET_SEEDS, None)[0] for r in (rates, fast_rates)]
+    lines += ["", "Where the margin is under 2x, the device may wait for the host: build batches on the device or in "
+              "loader workers.", "", f"## A first lease of {limit:.0f} s", "",
+              "| phase | predicted seconds |", "|---|---|",
+              "| unpack the bundle, install the missing wheels, import | 30 to 60 |",
+              "| throughput measurement (each objective, two short runs) | 60 |",
+              f"| bench.compare's start (imports, tokenizing the corpus on {SHAPE['num_proc']} processes, tasks) | "
+              f"{STARTUP_SECONDS} |",
+              f"| training: mlm, ar, electra x {SEEDS_FIRST} seeds | {training / OVERHEAD:.0f} |",
+              f"| evaluations, controls, fine-tuning, report (taken as {OVERHEAD - 1:g}x training until measured) | "
+              f"{training - training / OVERHEAD:.0f} |", f"| left for the stop's save and the copy back | "
+              f"{MARGIN_SECONDS} |", "",
+              f"The budget point it would choose: {budgets[0]:.2g} to {budgets[1]:.2g} FLOPs per run "
+              f"(launch-bound per layer, and fixed), {SEEDS_FIRST} seeds of each objective."]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"plan: {path}")
 
 
 # --- what a lease runs ----------------------------------------------------------------------------------------------
@@ -264,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
         raise ConfigError(f"no bundle data in {args.data} ({missing[0]} is missing): build it with python "
                           "scripts/build_gpu_bundle.py; scripts/gpu-experiment.sh unpacks its data.tar.xz")
     if args.plan is not None:
-        from bench.gpu_plan import write_plan
-
         write_plan(args.plan, data, args.limit)
         return 0
     if args.out.exists() and any(args.out.iterdir()) and not args.resume:

@@ -15,6 +15,7 @@ tree the reports' revision is read from.
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
 import shutil
@@ -27,11 +28,17 @@ DOCS = "/tmp/docs"  # examples/docs_corpus.py's output, where the docs reports' 
 DOCS_TASKS = f"{DOCS}/library.jsonl,{DOCS}/order.jsonl,{DOCS}/continues.jsonl,text_pair=text_pair"
 PRESETS = ("bert-table8", "corruption-rate", "electra-efficiency", "electra-table5", "masking-units", "mlm-vs-clm",
            "nsp-sop", "seq-len-schedule", "static-vs-dynamic")
-# folder under reports/ -> its command's flags besides --out and --quiet (bench.compare's, but for the tuning's): the
+# span corruption's comparison runs at the rate its own tuning picked: read when its command is made, after
+# reports/tuning-span is regenerated before it
+SPAN_RATE = "SPAN_RATE"
+# folder under reports/ -> its command's flags besides --out and --quiet (bench.compare's, but for the tunings'): the
 # tuning first, since it writes the default's settings (bench/tuned.json): commit that before the others run
 REPORTS: dict[str, list[str]] = {
-    "tuning": ["--write-defaults"],
+    # ELECTRA's ladder to 4e12, 8x the default's budget: to 1e13 it is a third of the tuning's time
+    "tuning": ["--write-defaults", "--ladder-max", "4e12"],
     "example": [],
+    "tuning-span": ["--objectives", "span"],
+    "span": ["--objectives", "span", "--lr", SPAN_RATE],
     "frontier": ["--objectives", "mlm,ar,electra,ar>mlm@0.25", "--budgets", "1e11,4e11,1.6e12", "--no-probe-curves"],
     **{f"presets/{name}": ["--preset", name] for name in PRESETS},
     "downstream-docs": ["--data", f"text:{DOCS}/corpus.jsonl", "--vocab-size", "2048", "--budget", "2e12",
@@ -59,8 +66,14 @@ def with_this_code(revisions: set[str]) -> bool:
 
 
 def command(name: str) -> list[str]:
-    return ["-m", "bench.tune" if name == "tuning" else "bench.compare", *REPORTS[name], "--out", f"reports/{name}",
+    flags = [span_rate() if flag == SPAN_RATE else flag for flag in REPORTS[name]]
+    return ["-m", "bench.tune" if name.startswith("tuning") else "bench.compare", *flags, "--out", f"reports/{name}",
             "--quiet"]
+
+
+def span_rate() -> str:
+    picked = json.loads((ROOT / "reports" / "tuning-span" / "results.json").read_text())["objectives"]["span"]["picked"]
+    return f"{picked['lr']:g}"
 
 
 def git(*args: str) -> str:
