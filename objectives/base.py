@@ -175,10 +175,12 @@ class FloorSpec:
     """Which Bayes floor bounds one of an objective's held-out metrics, stated as the task the metric measures, so
     the bench computes floors without knowing objectives. "next_token": predict every next token from the left
     context. "masked_token": predict the chosen positions, each corrupted independently: [MASK] with probability
-    `mask`, a uniformly random ordinary token with `random`, left as it is with `keep`."""
+    `mask`, a uniformly random ordinary token with `random`, left as it is with `keep`. "span_tokens": T5's span
+    corruption, each span of a uniform composition of the noise replaced by one sentinel, the targets each span's
+    sentinel and words, then EOS (the batch's info holds the noise mask)."""
 
     metric: str  # the held-out metric it bounds, e.g. "loss" or "generator_loss"
-    task: str  # "next_token" | "masked_token"
+    task: str  # "next_token" | "masked_token" | "span_tokens"
     keep: float = 0.0
     random: float = 0.0
     mask: float = 1.0

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from backbone import ConfigError
-from objectives.base import IGNORE, Corrupted, Objective, Output, lm_flops, lm_forward
+from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Output, lm_flops, lm_forward
 from objectives.options import Options, check_fraction
 from objectives.draws import Randomness, uniform
 
@@ -137,6 +137,9 @@ class SpanCorruption(Objective):
         n = self.lengths(seq_len)
         return {"noise_tokens": n.noise, "spans": n.spans, "raw_tokens": n.raw, "input_positions": n.inputs,
                 "padding": n.padding, "parts": f"{n.noise} noise tokens in {n.spans} spans of {n.raw} raw tokens"}
+
+    def bayes_floors(self) -> list[FloorSpec]:
+        return [FloorSpec("loss", "span_tokens")]
 
     @property
     def signals(self) -> frozenset[str]:

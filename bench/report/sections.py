@@ -268,11 +268,12 @@ def floor_table(results: Results) -> str:
             "evaluation batches, computed by exact inference in the language that generated them (for masked "
             "tokens the predictor also knows which positions were chosen, which no model does, so the floor is "
             "a lower bound rather than always reachable). Only the excess is comparable across objectives, and only "
-            "in kind: each floor belongs to its own task. An objective without a floor here (span corruption, "
-            "span masking) has a corruption the per-position model cannot express; ELECTRA's floor is its "
-            "generator's, since its discriminator's best loss depends on the generator. The unigram loss is "
-            "the best loss without context; \"closed\" is the share of the learnable range, unigram → floor, "
-            "that the model has covered.\n\n"
+            "in kind: each floor belongs to its own task. An objective without a floor here (MLM's span masking "
+            "or sentence pairs) has a corruption the exact inference here cannot express; span corruption's "
+            "counts its sentinels and EOS as targets, its unigram giving each its share of them; ELECTRA's "
+            "floor is its generator's, since its discriminator's best loss depends on the generator. The unigram "
+            "loss is the best loss without context; \"closed\" is the share of the learnable range, unigram → "
+            "floor, that the model has covered.\n\n"
             + table(rows, ["objective", "metric", "unigram", "held-out", "Bayes floor", "excess", "closed"])
             + objective_notes(results))
 

@@ -8,7 +8,9 @@ import torch
 from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective, eval_batches
 from bench.training.config import TrainConfig
-from bench.yardsticks.bayes import loss_floors
+from bench.data.synthetic import next_token_nll
+from bench.data.synthetic import unigram as synthetic_unigram
+from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE
 from tests.helpers import enumerated_posterior, enumerated_probability, language_lists
@@ -77,10 +79,39 @@ def test_span_masked_mlm_has_no_floor(corpus):
     assert loss_floors(objective, batches, corpus) == {}
 
 
-def test_span_has_no_floor_and_ceilings_are_ordered(corpus):
+def test_span_floor_on_its_own_batches(corpus):
+    """At T = 12 span corruption hides one word, the last raw one, behind one sentinel: its Bayes loss over the three
+    targets (sentinel, word, EOS) is then the next-token loss of that word alone (the sentinel and EOS are certain)."""
     longer = load_corpus(TINY_DATA, 12)
     objective, batches = batches_for("span", longer)
-    assert loss_floors(objective, batches, longer) == {}
+    lengths = objective.lengths(12)
+    assert (lengths.noise, lengths.spans, lengths.targets) == (1, 1, 3)
+    words = torch.cat([batch.original[:, :lengths.raw] for batch in batches]) - longer.vocab.first_ordinary
+    expected = next_token_nll(longer.language, words)[:, -1].sum().item() / (len(words) * lengths.targets)
+    floor = loss_floors(objective, batches, longer)["loss"]
+    assert floor == pytest.approx(expected, abs=1e-10)
+    assert floor < unigram_losses(objective, batches, longer)["loss"]
+
+
+def test_span_unigram_gives_the_markers_their_share(corpus):
+    """The context-free start of span corruption's range: sentinel and EOS each one of a sequence's targets, the
+    words the noise's share times the unigram, computed here from the definition over the batch's targets."""
+    longer = load_corpus(TINY_DATA, 12)
+    objective, batches = batches_for("span:density=0.4,mean_span=1", longer)
+    vocab, lengths = longer.vocab, objective.lengths(12)
+    unigram = synthetic_unigram(longer.language, 12)
+    losses = []
+    for batch in batches:
+        for row in batch.targets.tolist():
+            for token in (t for t in row if t != IGNORE):
+                if vocab.first_ordinary <= token < vocab.end_ordinary:
+                    losses.append(-math.log(lengths.noise / lengths.targets * unigram[token - vocab.first_ordinary]))
+                else:
+                    losses.append(math.log(lengths.targets))
+    assert unigram_losses(objective, batches, longer)["loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-10)
+
+
+def test_probe_ceilings_are_ordered():
     # a reader of the whole window sees everything a causal one does, and more: in expectation its replaced-word
     # ceiling is the higher; enough windows that the sample mean shows it
     many = load_corpus(TINY_DATA.replace("heldout=40", "heldout=400"), 12)
