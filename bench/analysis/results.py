@@ -91,7 +91,7 @@ LEARNED_TASK = 0.5
 def own_task_closed(summary: ObjectiveSummary) -> float | None:
     """The mean share of its own task's learnable range an objective's runs closed at the budget: its discriminator's
     for ELECTRA (the backbone's task; its generator's loss is a helper's), its loss's for the others; None where the
-    task has no Bayes reference (text, span corruption): whether it learned is then not known."""
+    task has no Bayes reference (text, MLM's span masking): whether it learned is then not known."""
     if "discriminator_closed" in summary.metrics:
         return summary.metrics["discriminator_closed"].mean
     floor = summary.floors.get("loss")
