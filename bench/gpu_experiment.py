@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
+from bench.files import write_atomic
 from bench.gpu_feed import PREDICTED_MFU, host_feed, host_rate, threads
 
 OBJECTIVES = ("mlm", "ar", "electra")  # electra: the paper's λ = 50 and generator at ¼ width (ElectraOptions)
@@ -179,7 +180,7 @@ def write_plan(path: Path, data: Path, limit: float) -> None:
               f"The budget point it would choose: {budgets[0]:.2g} to {budgets[1]:.2g} FLOPs per run "
               f"(launch-bound per layer, and fixed), {SEEDS_FIRST} seeds of each objective."]
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n")
     print(f"plan: {path}")
 
 
@@ -296,7 +297,7 @@ def write_index(out: Path, leases: list[dict]) -> None:
         lines.append(f"| {lease['lease']} | {lease['device']} | {lease['started']} | [{lease['point']}]"
                      f"({lease['point']}/report.md) | {lease['seeds']} | {rates} | {lease['exit']} | "
                      f"{lease['seconds']:.0f} |")
-    (out / "report.md").write_text("\n".join(lines) + "\n")
+    write_atomic(out / "report.md", "\n".join(lines) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -349,10 +350,10 @@ def main(argv: list[str] | None = None) -> int:
                    "seconds": seconds, "finished": made, "command": command[1:],
                    # only a finished comparison tells what its evaluations cost beside training
                    "overhead": seconds / trained if status == 0 and trained > 0 else None})
-    (args.out / "leases.json").write_text(json.dumps(leases, indent=2) + "\n")
+    write_atomic(args.out / "leases.json", json.dumps(leases, indent=2) + "\n")
     report = point / "report.md"
     if status == 0 and report.exists():
-        report.write_text(report.read_text() + lease_section(leases, point))
+        write_atomic(report, report.read_text() + lease_section(leases, point))
     write_index(args.out, leases)
     for checkpoint in args.out.rglob("*.pt"):  # too large to travel back; a later lease retrains unfinished runs
         checkpoint.unlink()
