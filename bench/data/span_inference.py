@@ -40,13 +40,10 @@ def span_nll(language: synthetic.Language, words: Tensor, noise: Tensor) -> Tens
     visible = words[~noise].view(batch, raw - total_noise)
     # A_i: visible words before span i starts, the only places a span may begin
     boundaries = (~noise).cumsum(1)[span_starts].view(batch, -1)  # (batch, spans)
-    last_boundary = boundaries[:, -1:]
-    return -synthetic.log_likelihood_from(language, words) + _log_visible(language, visible, boundaries,
-                                                                          last_boundary, total_noise)
+    return -synthetic.log_likelihood_from(language, words) + _log_visible(language, visible, boundaries, total_noise)
 
 
-def _log_visible(language: synthetic.Language, visible: Tensor, boundaries: Tensor, last_boundary: Tensor,
-                 total_noise: int) -> Tensor:
+def _log_visible(language: synthetic.Language, visible: Tensor, boundaries: Tensor, total_noise: int) -> Tensor:
     """(N,): log sum_c p(the visible words at the positions composition c gives them), by a forward pass over the
     raw positions whose state is (noise so far n, last position hidden h, component k, HMM state s)."""
     batch, shown = visible.shape
@@ -63,7 +60,7 @@ def _log_visible(language: synthetic.Language, visible: Tensor, boundaries: Tens
         predicted = torch.einsum("bnhks,kst->bnhkt", joint, language.transition)
         shown_before = t - noise_so_far[None, :]  # (1, n+1): visible words before position t on each path
         at_boundary = (shown_before[..., None] == boundaries[:, None, :]).any(-1)  # (batch, n+1)
-        after_last = shown_before == last_boundary  # every visible word shown: only noise remains
+        after_last = shown_before == shown  # every visible word shown (the last span ends the row): only noise remains
         word = visible.gather(1, shown_before.clamp(0, shown - 1).expand(batch, -1))  # (batch, n+1)
         emit = emission[:, word].permute(1, 2, 0, 3)  # (batch, n+1, K, S)
         shown_state, hidden_state = predicted[:, :, 0], predicted[:, :, 1]
