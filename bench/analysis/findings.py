@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from bench.analysis.uncertainty import Estimate
+
 # outcomes of a comparison of A and B, read for A (bench.analysis.claims)
 AHEAD, BEHIND, NOT_SEPARATED, NOT_MEASURABLE = "ahead", "behind", "not separated", "not measurable"
 
@@ -85,50 +87,29 @@ class ScoredExamples:
     units: int
 
 
-@dataclass(frozen=True)
-class Mean:
+@dataclass(frozen=True, kw_only=True)
+class Mean(Estimate):
     """One objective's mean on a yardstick, its interval over seeds and test examples (uncertainty.Estimate)."""
 
     objective: str
-    estimate: float
-    ci_low: float | None
-    ci_high: float | None
-    p: float | None
-    se: float
-    df: float | None
-    test_sampling: bool
     seeds: int
 
 
-@dataclass(frozen=True)
-class ControlMean:
+@dataclass(frozen=True, kw_only=True)
+class ControlMean(Estimate):
     """An untrained control's mean on a yardstick, as Mean."""
 
     control: str
-    estimate: float
-    ci_low: float | None
-    ci_high: float | None
-    p: float | None
-    se: float
-    df: float | None
-    test_sampling: bool
     seeds: int
 
 
-@dataclass(frozen=True)
-class Gain:
+@dataclass(frozen=True, kw_only=True)
+class Gain(Estimate):
     """An objective's gain over its own untrained control (positive: an improvement, whatever the direction), Holm
     within the yardstick's gain family; the share of the gain the Bayes ceiling leaves available; ρ of its curve."""
 
     objective: str
     control: str
-    estimate: float
-    ci_low: float | None
-    ci_high: float | None
-    p: float | None
-    se: float
-    df: float | None
-    test_sampling: bool
     share_of_gain: float | None
     rise: float | None = omitted()
     p_holm: float | None = None
@@ -159,21 +140,14 @@ class RawDifference:
     ci_high: float | None
 
 
-@dataclass(frozen=True)
-class Comparison:
+@dataclass(frozen=True, kw_only=True)
+class Comparison(Estimate):
     """A judged comparison of two objectives that both beat their controls: the first's difference (positive: it is
     better), Holm within the yardstick's comparison family, and its outcome for the first. Where the two have
     different untrained controls (a bidirectional and a causal backbone), the difference is of their gains over
     their own controls, what pretraining added, and `raw` holds the difference of their scores beside it."""
 
     objectives: list[str]
-    estimate: float
-    ci_low: float | None
-    ci_high: float | None
-    p: float | None
-    se: float
-    df: float | None
-    test_sampling: bool
     p_holm: float | None = None
     family: str | None = None
     outcome: str = ""

@@ -11,12 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bench.analysis.findings import Crossover, Family, Multiplier, Stat, from_json, omitted, to_json
+from bench.analysis.uncertainty import Estimate
 
 TESTS = ("beats", "comparable")  # the kinds of ClaimTest
 
 
-@dataclass(frozen=True)
-class ClaimTest:
+@dataclass(frozen=True, kw_only=True)
+class ClaimTest(Estimate):
     """"A beats B" or "A is comparable to B" on a yardstick: the difference first − second with its interval, both
     means, the non-inferiority margin ("comparable"), the p-value (None where it is not tested: one seed, or not
     measurable), Holm within the preset's family, and the outcome."""
@@ -26,13 +27,6 @@ class ClaimTest:
     objectives: list[str]
     yardstick: str
     mirrors: list[str]  # the sides whose own task the yardstick is (a diagnostic)
-    estimate: float
-    ci_low: float | None
-    ci_high: float | None
-    p: float | None
-    se: float
-    df: float | None
-    test_sampling: bool
     means: list[float]
     margin: float | None = omitted()
     p_holm: float | None = omitted()
