@@ -35,8 +35,8 @@ CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator r
 
 
 def executed(fabric, works: Sequence[Work], context: Context, progress: bool,
-             plan: Plan | None = None) -> list[list[Outcome]]:
-    """Each work's outcomes, however they run: `plan` (the comparison's) decides where, through submitit
+             plan: Plan | None = None) -> list[Outcome]:
+    """Each work's outcome, however they run: `plan` (the comparison's) decides where, through submitit
     (--launcher), in a pool of processes (more than one at once: choose_slots) or here, one after another, as a
     worker or a Slurm job (no plan) runs its work. A work that finished before is read back where --resume asked;
     a run that diverged is its record, and the others go on."""

@@ -34,7 +34,7 @@ from bench.training.config import run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.records import RunRecord
 from bench.tuned import provenance
-from bench.works import Context, Work
+from bench.works import Context, Outcome, Work
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -160,18 +160,17 @@ def prepared(config: Config) -> tuple[Fabric, Plan, dict]:
     return fabric, plan, {"positions": positions, "bayes": bayes}
 
 
-def measurement(fabric: Fabric, plan: Plan, before: dict, works: list[Work], outcomes: list[list]) -> Measurement:
+def measurement(fabric: Fabric, plan: Plan, before: dict, works: list[Work], outcomes: list[Outcome]) -> Measurement:
     """What one comparison measured: its finished runs, the diverged ones and the controls, in objective-then-seed
     order, and (on rank 0) its results (its report is the caller's)."""
     runs, diverged, controls = [], [], []
-    for work, found in zip(works, outcomes):
-        for result, record in found:
-            if work.kind == "control":
-                controls.append(result)
-            elif record is not None:
-                diverged.append(record)
-            else:
-                runs.append(result)
+    for work, (result, record) in zip(works, outcomes):
+        if work.kind == "control":
+            controls.append(result)
+        elif record is not None:
+            diverged.append(record)
+        else:
+            runs.append(result)
     if not fabric.is_global_zero:
         return Measurement(None, diverged, plan, fabric)
     config, bayes = plan.config, before["bayes"]
@@ -196,8 +195,7 @@ def control_works(plan: Plan) -> list[Work]:
     """Every seed's untrained controls (bench.training.runs.control_run) as works; none when no yardstick runs."""
     if not plan.yardsticks:
         return []
-    return [Work("control", spec, (seed,), plan.train, (plan.out / "runs" / run_name(name, seed),),
-                 plan.config.output.resume)
+    return [Work("control", spec, seed, plan.train, plan.out / "runs" / run_name(name, seed), plan.config.output.resume)
             for name, spec in plan.control_specs().items() for seed in range(plan.config.training.seeds)]
 
 
@@ -208,7 +206,7 @@ def run_works(plan: Plan) -> list[Work]:
     for spec in plan.specs:
         train, dirs = replace(plan.train, lr=plan.learning_rates[spec]), [plan.out / "runs" / run_name(spec, seed)
                                                                              for seed in seeds]
-        works += [Work("run", spec, (seed,), train, (run_dir,), reuse) for seed, run_dir in zip(seeds, dirs)]
+        works += [Work("run", spec, seed, train, run_dir, reuse) for seed, run_dir in zip(seeds, dirs)]
     return works
 
 

@@ -28,7 +28,7 @@ from bench.works import Context, Outcome, Work, run_here
 
 
 def run_isolated(context: Context, work: Work) -> tuple[str, object]:
-    """A work in a process of its own (a pool's worker or a Slurm job): ("done", outcomes), or ("stopped", message)
+    """A work in a process of its own (a pool's worker or a Slurm job): ("done", its outcome), or ("stopped", message)
     after a stop signal (its state saved; RunStopped itself does not pickle), or ("skipped", message) where the
     signal came before the work started."""
     if context.threads:
@@ -138,8 +138,8 @@ def context_file(context: Context) -> Iterator[str]:
         os.unlink(path)
 
 
-def run_pooled(works: Sequence[Work], context: Context, slots: Slots, quiet: bool) -> list[list[Outcome]]:
-    """Every work's outcomes, in the order given, `slots.jobs` at once; one line per finished work. A stop signal
+def run_pooled(works: Sequence[Work], context: Context, slots: Slots, quiet: bool) -> list[Outcome]:
+    """Every work's outcome, in the order given, `slots.jobs` at once; one line per finished work. A stop signal
     is passed on to the workers (each saves at the end of its step), the works not started are dropped, and
     RunStopped is raised once the others have stopped."""
     executor, request = pool(slots), current_stop_request()

@@ -47,8 +47,8 @@ def executor_for(hardware: HardwareConfig, out: Path):
 
 
 def submitted(fabric, works: list[Work], context: Context, hardware: HardwareConfig, out: Path,
-              quiet: bool) -> list[list[Outcome]]:
-    """Every work's outcomes: finished ones read back here, live jobs of an earlier session waited for, the others
+              quiet: bool) -> list[Outcome]:
+    """Every work's outcome: finished ones read back here, live jobs of an earlier session waited for, the others
     submitted (as one job array). Jobs that failed are listed once all are done, and the command exits 1."""
     finished = [index for index, work in enumerate(works) if work.finished()]
     outcomes: list = [None] * len(works)
@@ -77,7 +77,7 @@ def waiting(works: list[Work], outcomes: list, hardware: HardwareConfig) -> dict
     import submitit
     found = {}
     for index, work in enumerate(works):
-        record = work.run_dirs[0] / JOB_RECORD
+        record = work.run_dir / JOB_RECORD
         if outcomes[index] is None and work.reuse and record.exists():
             saved = read_json(record)
             job = submitit.SlurmJob(folder=saved["folder"], job_id=saved["job_id"])
@@ -96,8 +96,8 @@ def submit(works: list[Work], outcomes: list, live: set[int], context: Context, 
     with executor.batch():
         jobs = [executor.submit(run_job, context, works[index]) for index in todo]
     for job, index in zip(jobs, todo):
-        works[index].run_dirs[0].mkdir(parents=True, exist_ok=True)
-        write_json(works[index].run_dirs[0] / JOB_RECORD, {"job_id": job.job_id, "folder": str(executor.folder)})
+        works[index].run_dir.mkdir(parents=True, exist_ok=True)
+        write_json(works[index].run_dir / JOB_RECORD, {"job_id": job.job_id, "folder": str(executor.folder)})
     return dict(zip(jobs, todo))
 
 

@@ -173,13 +173,13 @@ def trained_rows(fabric, plan, tried: list[tuple[str, float]], budget: float, ne
                  resume: bool) -> dict[tuple[str, float], dict]:
     """Each trial trained on every tuning seed at `budget` (all at once, as the pool allows), read frozen on dev."""
     train = replace(plan.train, budget_flops=budget, eval_points=1, probe_every_eval=False)
-    works = [Work("run", trained, (seed,), replace(train, lr=rate),
-                  (trial_dir(plan.out, trained, rate, seed, budget, plan.train.budget_flops),), resume)
+    works = [Work("run", trained, seed, replace(train, lr=rate),
+                  trial_dir(plan.out, trained, rate, seed, budget, plan.train.budget_flops), resume)
              for trained, rate in tried for seed in TUNING_SEEDS]
     outcomes = iter(executed(fabric, works, job_context(plan), not plan.config.output.quiet, plan))
     rows = {}
     for trained, rate in tried:
-        runs = [next(outcomes)[0] for _ in TUNING_SEEDS]
+        runs = [next(outcomes) for _ in TUNING_SEEDS]
         rows[(trained, rate)] = trial_row(trained, rate, runs, neutral)
     return rows
 
@@ -234,11 +234,11 @@ def ladder(fabric, plan, spec: str, lr: float, resume: bool, top: float = MAX_LA
     rows = []
     for budget in ladder_budgets(plan.train.budget_flops, top):
         train = replace(plan.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
-        works = [Work("run", spec, (seed,), train, (plan.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}",),
-                      resume) for seed in TUNING_SEEDS]
+        works = [Work("run", spec, seed, train, plan.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}", resume)
+                 for seed in TUNING_SEEDS]
         outcomes = executed(fabric, works, job_context(plain), not plain.config.output.quiet, plain)
         closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")
-                  for ((record, diverged),) in outcomes]
+                  for record, diverged in outcomes]
         learned = all(share is not None and share >= LEARNED_TASK for share in closed)
         rows.append({"budget": budget, "top": top, "seeds": list(TUNING_SEEDS), "closed": closed,
                      "learned": learned})

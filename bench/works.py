@@ -29,19 +29,18 @@ class Work:
 
     kind: str
     spec: str
-    seeds: tuple[int, ...]
+    seed: int
     train: RunConfig
-    run_dirs: tuple[Path, ...]
+    run_dir: Path
     reuse: bool
 
     @property
     def name(self) -> str:
-        return ", ".join(run_dir.name for run_dir in self.run_dirs)
+        return self.run_dir.name
 
     def finished(self) -> bool:
-        """Whether --resume would only read this work back (every folder holds its result or divergence)."""
-        return self.reuse and all((d / "result.json").exists() or (d / "diverged.json").exists()
-                                  for d in self.run_dirs)
+        """Whether --resume would only read this work back (its folder holds its result or divergence)."""
+        return self.reuse and ((self.run_dir / "result.json").exists() or (self.run_dir / "diverged.json").exists())
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,8 @@ def threads(count: int | None) -> Iterator[None]:
 
 
 def run_here(fabric, works: Sequence[Work], context: Context, progress: bool,
-             thread_count: int | None) -> list[list[Outcome]]:
-    """Each work's outcomes, run in this process one after another on `thread_count` torch threads (None: as they
+             thread_count: int | None) -> list[Outcome]:
+    """Each work's outcome, run in this process one after another on `thread_count` torch threads (None: as they
     are): what a comparison does with one job at a time, and what a pool's worker or a Slurm job does with its one
     work. A work that finished before is read back where --resume asked; a run that diverged is its record, and the
     others go on."""
@@ -79,10 +78,10 @@ def run_here(fabric, works: Sequence[Work], context: Context, progress: bool,
                 raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
             read = control_run if work.kind == "control" else train_run
             try:
-                asked = RunContext(work.spec, work.seeds[0], context.corpus, work.train, work.run_dirs[0],
-                                   context.yardsticks, progress)
-                found.append([(read(fabric, asked, reuse=work.reuse), None)])
+                asked = RunContext(work.spec, work.seed, context.corpus, work.train, work.run_dir, context.yardsticks,
+                                   progress)
+                found.append((read(fabric, asked, reuse=work.reuse), None))
             except TrainingDiverged as error:
-                found.append([(None, error.record)])
+                found.append((None, error.record))
     return found
 

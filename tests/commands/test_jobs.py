@@ -125,7 +125,7 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
     fabric = make_fabric("cpu", launch=False)
     plan = make_plan(parse_config([*TINY, "--out", str(tmp_path / "split")]), fabric)
     works = run_works(plan) + control_works(plan)
-    outcomes = [[(f"{work.kind} {work.name}", {"diverged": True} if work.name == "ar-seed1" else None)]
+    outcomes = [(f"{work.kind} {work.name}", {"diverged": True} if work.name == "ar-seed1" else None)
                 for work in works]
     monkeypatch.setattr(type(fabric), "is_global_zero", property(lambda self: False))
     assert measurement(fabric, plan, {}, works, outcomes).diverged == [{"diverged": True}]
@@ -170,8 +170,8 @@ UNREAD = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-tr
 
 
 def mlm_work(seed: int, folder: Path) -> Work:
-    return Work("run", "mlm", (seed,), RunConfig(budget_flops=1.0, model="tiny", lr=1e-3),
-                (folder / f"mlm-seed{seed}",), reuse=False)
+    return Work("run", "mlm", seed, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), folder / f"mlm-seed{seed}",
+                reuse=False)
 
 
 @pytest.fixture
