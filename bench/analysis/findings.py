@@ -326,6 +326,9 @@ class Answer:
     # not separated: whether the multiplier table holds, against the baseline, the leader and each objective it is
     # not separated from (None: a record from before it was kept)
     tabled: bool | None = omitted()
+    # of did_not_learn_task, those that beat their control all the same (None: none, or a record from before it was
+    # kept): the answer says so, rather than that nothing beat its control
+    unlearned_beat_control: list[str] | None = omitted()
     sentence: str | None = omitted()
 
 

@@ -234,6 +234,9 @@ def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[Run
                       did_not_learn_task=list(did_not_learn))
     ranked = by_gain(item, [row.objective for row in item.rows if row.objective not in did_not_learn])
     beat = [spec for spec in ranked if beats_control(item.gain_of(spec))]
+    unlearned_beat = [spec for spec in by_gain(item, [row.objective for row in item.rows
+                                                      if row.objective in did_not_learn])
+                      if beats_control(item.gain_of(spec))]
     other = v.item(OTHER_READ[item.yardstick]) if item.yardstick in OTHER_READ else None
     other_read = None
     if other is not None:
@@ -248,7 +251,7 @@ def answer(v: Verdict, measured: dict[str, Measure], grouped: dict[str, list[Run
                    did_not_beat_control=[spec for spec in ranked if spec not in beat],
                    beat_control=beat, scale=scale, separated=False, not_separated_from=[], runner_up=None,
                    multiplier=None, family=item.comparison_family, did_not_learn_task=list(did_not_learn),
-                   other_read=other_read)
+                   other_read=other_read, unlearned_beat_control=unlearned_beat or None)
     if len(beat) < 2:
         return found
     leader, others = beat[0], beat[1:]

@@ -122,7 +122,12 @@ def answer_sentence(answer: Answer | None) -> str:
         return ("No neutral yardstick ran (a labelled task that copies no objective's training input or task), so "
                 "this comparison gives no answer: its yardsticks only diagnose each objective's own homework.")
     where = f"On the main yardstick, {answer.label}"
-    if answer.leader is None:
+    beat_unlearned = answer.unlearned_beat_control
+    if answer.leader is None and beat_unlearned:
+        one = len(beat_unlearned) == 1
+        text = (f"{where}, {listing(beat_unlearned)} beat{'s' if one else ''} {'its' if one else 'their'} untrained "
+                f"control (Holm p < {ALPHA}) but no objective that learned its own task does, so it names no leader")
+    elif answer.leader is None:
         text = (f"{where}, no objective beats its untrained control (Holm p < {ALPHA}): at this scale pretraining has "
                 "not paid on it, so it names no leader")
     elif not answer.runner_up:

@@ -166,6 +166,13 @@ def test_an_objective_that_did_not_learn_its_own_task_is_ranked_nowhere():
     assert "mlm" not in answer.beat_control + answer.did_not_beat_control and answer.runner_up is None
     from bench.report.wording import answer_sentence
     assert "mlm did not learn its own task" in answer_sentence(answer) and "ranked nowhere" in answer_sentence(answer)
+    assert answer.unlearned_beat_control == ["mlm"]
+    # neither learned its task, both beat their controls: the answer names no leader, and says they beat them
+    _, neither = verdict(*args, did_not_learn=("mlm", "ar"))
+    assert neither.leader is None and neither.unlearned_beat_control == ["mlm", "ar"]
+    sentence = answer_sentence(neither)
+    assert "mlm and ar beat their untrained control" in sentence and "no objective beats" not in sentence
+    assert "no objective that learned its own task does" in sentence
 
 
 def test_the_answer_says_first_when_the_frozen_and_fine_tuned_reads_disagree():
