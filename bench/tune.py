@@ -9,7 +9,9 @@ a seed that is also evaluated, or on the split that is reported, flatters whoeve
   budget: one seed picks within its own noise, and a pick's margin over its runner-up is only read against the
   seeds' spread (in standard errors of the paired difference);
 - the trial is chosen by the neutral tasks read frozen, the comparison's main yardstick, on their *dev* split (their
-  test split is never read), averaged over the tasks and the seeds;
+  test split is never read), averaged over the tasks and the seeds, among the trials that learned their own task on
+  every seed (bench.analysis.results.LEARNED_TASK: the rule by which a comparison ranks an objective at all), or
+  among all of them where none did;
 - whether the pick holds at TRANSFER times the budget: the picked setting and its neighbours in rate, trained again
   on the same seeds at that budget and read the same way (--transfer 0 skips it);
 - the chosen trial's backbones and every untrained control (each tuning seed's) are then fine-tuned on each task at
@@ -38,7 +40,7 @@ import torch
 
 from backbone import ConfigError
 from bench import compare
-from bench.analysis.results import LEARNED_TASK
+from bench.analysis.results import LEARNED_TASK, own_task
 from bench.cli import run
 from bench.config import Config
 from bench.environment import code_revision
@@ -48,13 +50,14 @@ from bench.pipeline import job_context
 from bench.report.tuning import tuning_report
 from bench.planning import make_plan
 from bench.stopping import stop_on_signals
-from bench.training.batches import build_run_objective
+from bench.training.batches import build_run_objective, eval_batches
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
 from bench.training.state import RunContext, restore, setup_run
 from bench.tuned import DEFAULTS_FILE
 from bench.tuned_setting import setting_of
 from bench.works import Work
+from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 
@@ -137,16 +140,17 @@ def tune(config: Config, ladder_max: float = MAX_LADDER, transfer: float = TRANS
         raise ConfigError("bench.tune picks by the neutral tasks: every --downstream task copies an objective's "
                           "training signal")
     budget = plan.train.budget_flops
+    references = own_task_references(plan, [trained for spec in plan.specs for trained, _ in tried[spec]])
     scored = trained_rows(fabric, plan, [trial for spec in plan.specs for trial in tried[spec]], budget, neutral,
-                          config.output.resume)
+                          config.output.resume, references)
     found: dict = {"setting": setting_of(config), "revision": code_revision(), "seeds": list(TUNING_SEEDS),
                    "finetune_rates": list(FINETUNE_RATES), "objectives": {}, "controls": {}}
     for spec in plan.specs:
         rows = [scored[trial] for trial in tried[spec]]
-        best = picked(spec, rows)
+        pool = candidates(spec, rows)
+        best = max(pool, key=lambda row: row["validation"])
         rates = [row["lr"] for row in rows if row["trial"] == best["trial"]]
-        others = sorted((row for row in rows if row is not best and row["validation"] is not None),
-                        key=lambda row: -row["validation"])
+        others = sorted((row for row in pool if row is not best), key=lambda row: -row["validation"])
         backbones = [picked_backbone(fabric, plan, best["trial"], best["lr"], budget, seed) for seed in TUNING_SEEDS]
         found["objectives"][spec] = {"trials": rows, "picked": {"objective": best["trial"], "lr": best["lr"]},
                                      "at_edge": edge(rates, best["lr"]),
@@ -161,7 +165,7 @@ def tune(config: Config, ladder_max: float = MAX_LADDER, transfer: float = TRANS
         found["controls"][name] = finetune_picks(fine_tuned_on_dev(validation, untrained))
     if transfer:
         found["transfer"] = transfer_check(fabric, plan, found, tried, budget * transfer, neutral,
-                                           config.output.resume)
+                                           config.output.resume, references)
     if "electra" in found["objectives"]:
         chosen = found["objectives"]["electra"]["picked"]
         found["electra_ladder"] = ladder(fabric, plan, chosen["objective"], chosen["lr"], config.output.resume,
@@ -170,7 +174,7 @@ def tune(config: Config, ladder_max: float = MAX_LADDER, transfer: float = TRANS
 
 
 def trained_rows(fabric, plan, tried: list[tuple[str, float]], budget: float, neutral: list[str],
-                 resume: bool) -> dict[tuple[str, float], dict]:
+                 resume: bool, references: dict | None = None) -> dict[tuple[str, float], dict]:
     """Each trial trained on every tuning seed at `budget` (all at once, as the pool allows), read frozen on dev."""
     train = replace(plan.train, budget_flops=budget, eval_points=1, probe_every_eval=False)
     works = [Work("run", trained, seed, replace(train, lr=rate),
@@ -180,14 +184,15 @@ def trained_rows(fabric, plan, tried: list[tuple[str, float]], budget: float, ne
     rows = {}
     for trained, rate in tried:
         runs = [next(outcomes) for _ in TUNING_SEEDS]
-        rows[(trained, rate)] = trial_row(trained, rate, runs, neutral)
+        rows[(trained, rate)] = trial_row(trained, rate, runs, neutral, (references or {}).get(trained))
     return rows
 
 
 def transfer_check(fabric, plan, found: dict, tried: dict, budget: float, neutral: list[str],
-                   resume: bool) -> dict:
+                   resume: bool, references: dict | None = None) -> dict:
     """Whether each pick still wins at `budget`: the picked setting and its neighbours in rate (the same setting's
-    trials either side on the grid), trained on the tuning seeds at that budget and read on dev as the trials were."""
+    trials either side on the grid), trained on the tuning seeds at that budget and read on dev as the trials were,
+    the winner again among those that learned their own task."""
     compared = {}
     for spec, tuned in found["objectives"].items():
         chosen = tuned["picked"]
@@ -195,12 +200,12 @@ def transfer_check(fabric, plan, found: dict, tried: dict, budget: float, neutra
         at = same.index(chosen["lr"])
         compared[spec] = [(chosen["objective"], rate) for rate in same[max(0, at - 1):at + 2]]
     scored = trained_rows(fabric, plan, [trial for trials_ in compared.values() for trial in trials_], budget,
-                          neutral, resume)
+                          neutral, resume, references)
     checks = {}
     for spec, trials_ in compared.items():
         rows = [scored[trial] for trial in trials_]
         chosen = found["objectives"][spec]["picked"]
-        best = picked(spec, rows)
+        best = max(candidates(spec, rows), key=lambda row: row["validation"])
         mine = next(row for row in rows if (row["trial"], row["lr"]) == (chosen["objective"], chosen["lr"]))
         others = [row for row in rows if row is not mine and row["validation"] is not None]
         checks[spec] = {"picked": chosen, "rows": rows, "holds": best is mine,
@@ -253,25 +258,48 @@ def trial_dir(out: Path, trained: str, rate: float, seed: int, budget: float, se
     return out / f"{run_name(trained, seed)}-lr{rate:g}{at}"
 
 
-def trial_row(trained: str, rate: float, runs: list, neutral: list[str]) -> dict:
+def own_task_references(plan, specs: list[str]) -> dict[str, tuple[dict, dict]]:
+    """Per trained spec, the Bayes floors and unigram losses of its held-out batches (what a comparison's
+    bench.pipeline.bayes_references gives it), from which own_task reads whether a trial learned its task; none on
+    text, where only ELECTRA's discriminator has a rule (its AUC), which needs no reference."""
+    corpus, found = plan.corpus, {}
+    if corpus.language is None:
+        return found
+    for spec in dict.fromkeys(specs):
+        objective = build_run_objective(spec, plan.train, corpus)
+        batches = eval_batches(objective, corpus, plan.train)
+        found[spec] = (loss_floors(objective, batches, corpus), unigram_losses(objective, batches, corpus))
+    return found
+
+
+def trial_row(trained: str, rate: float, runs: list, neutral: list[str],
+              references: tuple[dict, dict] | None = None) -> dict:
     """A trial over the tuning seeds: each seed's dev average (None where it diverged), their mean (None if any
-    diverged: a setting that diverges on a seed is not picked) and each task's mean."""
+    diverged: a setting that diverges on a seed is not picked), each task's mean, and each seed's share of its own
+    task's range closed with whether every seed learned it (the comparisons' rule; None where the task has no
+    reference)."""
     per_seed = [None if diverged else validation_score(record, neutral) for record, diverged in runs]
     finished = [record for record, diverged in runs if not diverged]
     tasks = {name: statistics.fmean(record.downstream[name]["frozen"]["score"] for record in finished)
              for name in (finished[0].downstream if finished else {})}
+    floors, unigram = references or ({}, {})
+    task = own_task(finished, floors, unigram, None) if finished and len(finished) == len(runs) else None
     return {"trial": trained, "lr": rate, "per_seed": per_seed,
             "validation": None if None in per_seed else statistics.fmean(per_seed),
             "se": None if None in per_seed or len(per_seed) < 2 else
-            statistics.stdev(per_seed) / len(per_seed) ** 0.5, "tasks": tasks}
+            statistics.stdev(per_seed) / len(per_seed) ** 0.5, "tasks": tasks,
+            "closed": None if task is None else task.closed_each, "learned": None if task is None else task.learned}
 
 
-def picked(spec: str, rows: list[dict]) -> dict:
-    """The trial with the best validation score (the first of equals); every trial diverging is a mistake."""
+def candidates(spec: str, rows: list[dict]) -> list[dict]:
+    """The trials the pick is made among: those that finished on every seed and learned their own task on every
+    seed, the rule by which a comparison ranks an objective at all (a backbone that failed its task is ranked nowhere,
+    however it scores on dev); every finished trial where none learned it (ELECTRA at small budgets: the report then
+    flags it). Every trial diverging is a mistake."""
     scored = [row for row in rows if row["validation"] is not None]
     if not scored:
         raise ConfigError(f"bench.tune: every trial of {spec} diverged on some seed; try lower rates")
-    return max(scored, key=lambda row: row["validation"])
+    return [row for row in scored if row.get("learned")] or scored
 
 
 def fine_tuned_on_dev(validation: Downstream, backbones: list[Objective]) -> list[dict[str, dict[str, float]]]:

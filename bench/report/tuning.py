@@ -16,8 +16,10 @@ def tuning_report(found: dict, barely_moves: float) -> str:
              f"| command      | `{found['command']}` |", f"| git revision | {found['revision']} |", "",
              f"Every objective: {trials} pretraining trials at the comparison's setting, each trained on seeds "
              f"{seeds} (never evaluated) and read frozen on the neutral tasks' dev split (their test split is never "
-             "read); the highest average over the tasks and the seeds picks the trial, and its margin over the "
-             "runner-up is given in standard errors of the seed-by-seed difference (the same seeds, so the "
+             "read); the highest average over the tasks and the seeds picks the trial among those that learned "
+             f"their own task on every seed (closed at least {LEARNED_TASK:g} of the range from its trivial answer "
+             "to its Bayes reference, the rule by which a comparison ranks an objective; among all trials where "
+             "none did), and its margin over the runner-up among them is given in standard errors of the seed-by-seed difference (the same seeds, so the "
              "difference is paired): below 2, the pick is within its noise. ELECTRA's trials vary its peak rate "
              "with λ and its generator's width. The picked backbones and every untrained control (one per seed) "
              "are then fine-tuned on each task's train split at every rate of "
@@ -36,15 +38,24 @@ def tuning_report(found: dict, barely_moves: float) -> str:
 
 def trial_table(rows: list[dict], chosen: dict) -> list[str]:
     tasks = list(next((row["tasks"] for row in rows if row["tasks"]), {}))
-    lines = ["| trial | peak rate | dev average (± se) | per seed | " + " | ".join(tasks) + " |",
-             "|---|---|---|---|" + "---|" * len(tasks)]
+    own = any(row.get("closed") is not None for row in rows)  # a tuning from before it was kept has no column
+    lines = ["| trial | peak rate | dev average (± se) | per seed | " + " | ".join(tasks) + " |"
+             + (" own task closed, per seed |" if own else ""),
+             "|---|---|---|---|" + "---|" * len(tasks) + ("---|" if own else "")]
     for row in rows:
         mark = " **(picked)**" if (row["trial"], row["lr"]) == (chosen["objective"], chosen["lr"]) else ""
         score = "diverged" if row["validation"] is None else f"{row['validation']:.4f} ± {row['se']:.4f}"
         seeds = ", ".join("diverged" if value is None else f"{value:.4f}" for value in row["per_seed"])
         lines.append(f"| `{row['trial']}`{mark} | {row['lr']:g} | {score} | {seeds} | "
-                     + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |")
+                     + " | ".join(f"{row['tasks'].get(t, float('nan')):.4f}" for t in tasks) + " |"
+                     + (f" {own_task_text(row)} |" if own else ""))
     return lines
+
+
+def own_task_text(row: dict) -> str:
+    if row.get("closed") is None:
+        return "no reference"
+    return " ".join(f"{share:.2f}" for share in row["closed"]) + ("" if row["learned"] else " (not learned)")
 
 
 def margin_text(found: dict | None) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bench.config import Config
-from bench.tune import TRIAL_RATES, TUNING_SEEDS, defaults, main, margin, trials, validation_view
+from bench.tune import TRIAL_RATES, TUNING_SEEDS, candidates, defaults, main, margin, trials, validation_view
 from bench.tuned import TUNED
 from bench.tuned_setting import finetune_rates, setting_of
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
@@ -40,6 +40,20 @@ def test_a_pick_s_margin_is_the_paired_difference_over_the_seeds_in_standard_err
     assert margin(best, {**other, "per_seed": [0.5, None, 0.5]}) is None  # a seed diverged: no paired difference
 
 
+def test_the_pick_is_made_among_the_trials_that_learned_their_own_task_on_every_seed():
+    """A comparison ranks an objective only when every seed learned its own task: the tuning picks by the same rule,
+    so a rate whose dev score is higher but whose runs failed their task on a seed is not the default's."""
+    row = lambda lr, validation, learned: {"trial": "mlm", "lr": lr, "validation": validation,  # noqa: E731
+                                          "learned": learned}
+    rows = [row(1e-3, 0.57, False), row(2e-3, 0.60, True), row(4e-3, 0.62, False), row(8e-3, None, None)]
+    assert candidates("mlm", rows) == [rows[1]]
+    # none learned (ELECTRA at small budgets) or no reference (text): every finished trial
+    unlearned = [row(1e-3, 0.5, False), row(2e-3, 0.52, None), row(4e-3, None, None)]
+    assert candidates("electra", unlearned) == unlearned[:2]
+    with pytest.raises(Exception, match="every trial of mlm diverged"):
+        candidates("mlm", [row(1e-3, None, None)])
+
+
 def test_the_validation_view_reads_the_dev_split_where_the_test_split_was(corpus):
     from bench.data.corpus import Corpus  # noqa: F401  (the fixture's type)
 
@@ -67,6 +81,9 @@ def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score_over_the_seeds(tmp_
     assert set(counts) == {"mlm", "ar", "electra"} and len(set(counts.values())) == 1
     for tuned in found["objectives"].values():
         scored = [row for row in tuned["trials"] if row["validation"] is not None]
+        for row in scored:  # each seed's share of its own task's range, and the comparisons' rule on it
+            assert len(row["closed"]) == len(TUNING_SEEDS) and row["learned"] == (min(row["closed"]) >= 0.5)
+        scored = [row for row in scored if row["learned"]] or scored  # picked among those that learned their task
         best = max(row["validation"] for row in scored)
         first = next(row for row in scored if row["validation"] == best)
         assert tuned["picked"] == {"objective": first["trial"], "lr": first["lr"]}
