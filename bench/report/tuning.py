@@ -60,7 +60,8 @@ def own_task_text(row: dict) -> str:
 
 def margin_text(found: dict | None) -> str:
     if found is None:
-        return "No runner-up finished on every seed: no margin."
+        return ("No other trial finished on every seed, and learned its own task on every seed where the pick did: no "
+                "runner-up, so no margin.")
     over = found["over"]
     return (f"Margin over the runner-up (`{over['objective']}` at {over['lr']:g}): {found['difference']:+.4f} "
             f"({found['in_se']:.1f} standard errors of the paired difference" +
