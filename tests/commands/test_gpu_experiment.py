@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# end to end: each test runs the command, or builds the bundle it reads, as a subprocess (the first lease ~45 s)
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 SUBJECTS = {"alpha-doc": "database table query index row column transaction", "beta-doc":
             "shell variable command pipe script expansion quote", "gamma-doc": "commit branch merge tree tag remote"}
@@ -93,7 +96,6 @@ def test_the_dry_run_measures_trains_evaluates_and_says_which_lease_made_each_ru
     assert "[budget-" in (experiment / "report.md").read_text()
 
 
-@pytest.mark.slow
 def test_a_second_lease_adds_seeds_to_the_same_point(bundle, first_lease, tmp_path):
     shutil.copytree(first_lease[0] / "gpu-experiment", tmp_path / "gpu-experiment")
     lease(bundle, tmp_path, "--lease", "second", "--resume")

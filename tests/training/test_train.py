@@ -147,6 +147,7 @@ def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     assert [row.metrics for row in unprobed.curve] == [row.metrics for row in straight.curve]
 
 
+@pytest.mark.slow  # three trainings per objective, 20-35 s each on 2 cores
 @pytest.mark.parametrize("spec", ["mlm", "electra"])
 def test_each_curve_point_is_the_run_trained_to_its_budget_to_the_last_bit(spec, corpus, fabric, tmp_path):
     """A checkpoint's cool-down branch takes the steps of a separate run whose budget is the checkpoint (the same

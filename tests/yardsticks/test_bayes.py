@@ -57,6 +57,7 @@ def test_ar_floor_is_the_next_token_loss_by_enumeration(corpus):
     assert loss_floors(objective, batches, corpus)["loss"] == pytest.approx(sum(losses) / len(losses), abs=1e-9)
 
 
+@pytest.mark.slow  # a brute force over every masked position's word, 10-30 s each on 2 cores
 @pytest.mark.parametrize("spec, shares", [("mlm:rate=0.4", (0.1, 0.1, 0.8)),
                                           ("mlm:rate=0.4,mask=0.2,random=0.5,keep=0.3", (0.3, 0.5, 0.2))])
 def test_mlm_floor_under_the_exact_corruption(spec, shares, corpus):
@@ -67,6 +68,7 @@ def test_mlm_floor_under_the_exact_corruption(spec, shares, corpus):
     assert loss_floors(objective, batches, corpus)["loss"] == pytest.approx(expected, abs=1e-9)
 
 
+@pytest.mark.slow  # the same brute force, ~20 s on 2 cores
 def test_electra_floor_is_its_generators(corpus):
     objective, batches = batches_for("electra:rate=0.4,mask=0.5", corpus)
     floors = loss_floors(objective, batches, corpus)
