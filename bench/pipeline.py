@@ -25,12 +25,13 @@ from bench.analysis.presets import Preset, get_preset, paper_section
 from bench.analysis.results import Measured, build_results
 from bench.analysis.summaries import Results, Sweep
 from bench.config import Config
+from bench.data.corpus import Corpus
 from bench.environment import code_revision, package_versions
 from bench.files import write_atomic, write_json
 from bench.jobs import SMALL_STEP_TOKENS, executed
 from bench.planning import Plan, make_plan, output_folder
 from bench.training.batches import eval_batches
-from bench.training.config import run_name
+from bench.training.config import RunConfig, run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.records import RunRecord
 from bench.tuned import provenance
@@ -38,6 +39,7 @@ from bench.works import Context, Outcome, Work
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
+from objectives import Objective
 
 
 @dataclass(frozen=True)
@@ -222,12 +224,18 @@ def bayes_references(plan: Plan) -> dict | None:
     corpus, probe = plan.corpus, plan.probe
     if corpus.language is None:
         return None
-    pairs = list(zip(plan.specs, plan.objectives))
-    batches = {spec: eval_batches(objective, corpus, plan.train) for spec, objective in pairs}
-    return {"floors": {spec: loss_floors(objective, batches[spec], corpus) for spec, objective in pairs},
-            "unigram": {spec: unigram_losses(objective, batches[spec], corpus) for spec, objective in pairs},
+    references = {spec: loss_references(objective, corpus, plan.train)
+                  for spec, objective in zip(plan.specs, plan.objectives)}
+    return {"floors": {spec: floors for spec, (floors, _) in references.items()},
+            "unigram": {spec: unigram for spec, (_, unigram) in references.items()},
             "ceilings": probe_ceilings(corpus, probe) if probe else None,
             "input_only": input_only_controls(corpus, probe) if probe else None}
+
+
+def loss_references(objective: Objective, corpus: Corpus, train: RunConfig) -> tuple[dict, dict]:
+    """(Bayes floors, unigram losses) of an objective's held-out metrics, on exactly its evaluation batches."""
+    batches = eval_batches(objective, corpus, train)
+    return loss_floors(objective, batches, corpus), unigram_losses(objective, batches, corpus)
 
 
 def setup_facts(plan: Plan, runs: list[RunRecord], fabric: Fabric) -> dict:

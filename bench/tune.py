@@ -46,18 +46,17 @@ from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
 from bench.jobs import executed
-from bench.pipeline import job_context
+from bench.pipeline import job_context, loss_references
 from bench.report.tuning import tuning_report
 from bench.planning import make_plan
 from bench.stopping import stop_on_signals
-from bench.training.batches import build_run_objective, eval_batches
+from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
 from bench.training.state import RunContext, restore, setup_run
 from bench.tuned import DEFAULTS_FILE
 from bench.tuned_setting import setting_of
 from bench.works import Work
-from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 
@@ -259,17 +258,13 @@ def trial_dir(out: Path, trained: str, rate: float, seed: int, budget: float, se
 
 
 def own_task_references(plan, specs: list[str]) -> dict[str, tuple[dict, dict]]:
-    """Per trained spec, the Bayes floors and unigram losses of its held-out batches (what a comparison's
-    bench.pipeline.bayes_references gives it), from which own_task reads whether a trial learned its task; none on
-    text, where only ELECTRA's discriminator has a rule (its AUC), which needs no reference."""
-    corpus, found = plan.corpus, {}
-    if corpus.language is None:
-        return found
-    for spec in dict.fromkeys(specs):
-        objective = build_run_objective(spec, plan.train, corpus)
-        batches = eval_batches(objective, corpus, plan.train)
-        found[spec] = (loss_floors(objective, batches, corpus), unigram_losses(objective, batches, corpus))
-    return found
+    """Per trained spec, the Bayes floors and unigram losses a comparison's bench.pipeline.bayes_references gives
+    it, from which own_task reads whether a trial learned its task; none on text, where only ELECTRA's discriminator
+    has a rule (its AUC), which needs no reference."""
+    if plan.corpus.language is None:
+        return {}
+    return {spec: loss_references(build_run_objective(spec, plan.train, plan.corpus), plan.corpus, plan.train)
+            for spec in dict.fromkeys(specs)}
 
 
 def trial_row(trained: str, rate: float, runs: list, neutral: list[str],
