@@ -58,9 +58,12 @@ def draws(groups: list[Group], resamples: int = RESAMPLES, seed: int = 0) -> dic
 @functools.lru_cache(maxsize=8)
 def multiplicities(sizes: tuple[tuple[str, int], ...], resamples: int, seed: int) -> dict[str, np.ndarray]:
     """The draws themselves, made once per plan: a verdict reads the same test sets dozens of times, and drawing
-    2,000 multinomials over 2,000 examples takes most of a second. Read-only, as every reader shares them."""
+    2,000 multinomials over 2,000 examples takes most of a second. Read-only, as every reader shares them. As floats
+    (whole numbers, so every sum of them is exact) so that weighting hits by them is a BLAS product, not numpy's far
+    slower integer one."""
     rng = np.random.default_rng(seed)
-    found = {name: rng.multinomial(size, np.full(size, 1 / size), size=resamples) for name, size in sizes}
+    found = {name: rng.multinomial(size, np.full(size, 1 / size), size=resamples).astype(np.float64)
+             for name, size in sizes}
     for drawn in found.values():
         drawn.setflags(write=False)
     return found
