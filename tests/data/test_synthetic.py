@@ -416,21 +416,25 @@ def test_replaced_token_posterior_matches_enumeration(tiny):
                                   dtype=torch.float64), -1)
     got = replaced_token_posterior(language, shown, q, rho)
     assert got.shape == shown.shape
+    q_lists = q.tolist()
     for n, f in enumerate(shown.tolist()):
         replaced, total = [0.0] * short, 0.0
         for k in range(K):
             for path in itertools.product(range(S), repeat=short):
                 p_path = prior[k] * initial[k][path[0]] * math.prod(
                     transition[k][path[t - 1]][path[t]] for t in range(1, short))
-                for originals in itertools.product(range(V), repeat=short):
-                    for drawn in itertools.product((False, True), repeat=short):
+                for drawn in itertools.product((False, True), repeat=short):
+                    # an undrawn position shows its original, so only originals equal to the shown word have weight
+                    # there: the terms left out are exactly 0
+                    choices = [range(V) if drawn[t] else ([f[t]] if f[t] >= 0 else []) for t in range(short)]
+                    for originals in itertools.product(*choices):
                         p = p_path
                         for t in range(short):
                             p *= emission[k][path[t]][originals[t]]
                             if drawn[t]:  # the shown word is the generator's draw, whatever the original
-                                p *= rho * (q[n, t, f[t]].item() if f[t] >= 0 else 1.0)
+                                p *= rho * (q_lists[n][t][f[t]] if f[t] >= 0 else 1.0)
                             else:  # the shown word is the original
-                                p *= (1 - rho) * (originals[t] == f[t])
+                                p *= 1 - rho
                         total += p
                         for t in range(short):
                             replaced[t] += p * (originals[t] != f[t])

@@ -49,6 +49,8 @@ def _lists(language):
 
 def _prob(P, seen):
     """p(the words of `seen` that are not None, at their positions) for a sequence of len(seen) words from time 0."""
+    while seen and seen[-1] is None:  # unseen words after the last seen one sum to one (transition rows sum to one)
+        seen = seen[:-1]
     if not seen:
         return 1.0
     prior, initial, transition, emission = P
