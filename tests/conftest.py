@@ -1,9 +1,16 @@
 """The fixtures every test folder shares; plain helpers live in tests/helpers.py."""
 
 import json
+import os
 
-import pytest
-import torch
+# Tiny shapes: a second thread (torch's, or numpy's BLAS) only adds its start-up and synchronisation, and on a busy
+# machine its spin-waits: the unit run took 8 minutes at the default of 2 threads while other work held both cores,
+# 2 at one. Set before torch and numpy load, which read it once; the tests about thread counts set their own, and
+# the processes the tests start inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 from bench.data.corpus import load_corpus
 from bench.environment import describe, package_versions

@@ -182,6 +182,7 @@ def no_pool() -> None:
     _pools.clear()
 
 
+@pytest.mark.slow  # a second process
 def test_a_worker_signalled_while_it_starts_skips_its_work_instead_of_breaking_the_pool(no_pool, tmp_path):
     # the driver forwards a stop to every worker; one still importing torch must not die of it (a broken pool
     # left the command waiting forever at exit): it starts with the signal held and answers once its handler is in

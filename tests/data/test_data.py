@@ -268,6 +268,7 @@ print(train_tokenizer(open(sys.argv[1]).read().splitlines(), 300).to_str())
 """
 
 
+@pytest.mark.slow  # a second process
 def test_two_trainings_of_the_tokenizer_on_one_corpus_give_the_same_file(tmp_path):
     # The library's own trainer numbers its "##" pieces in a hash map's order, seeded anew for every map: on this
     # corpus five plain trainings in one process gave five different files, and so did three processes.
