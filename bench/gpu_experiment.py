@@ -99,7 +99,7 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
     from bench.training.batches import build_run_objective
     from bench.training.distributed import make_fabric
     from bench.training.runs import train_run
-    from bench.training.state import RunContext
+    from bench.training.state import Context, Work
 
     corpus = load_corpus(f"text:{data / 'corpus.jsonl'}", shape["seq_len"],
                          TextOptions(tokenizer=str(data / "tokenizer.json"), num_proc=shape["num_proc"]))
@@ -111,7 +111,7 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
         def timed(steps: int) -> tuple[float, float, float]:
             config = steps_config(spec, corpus, steps, shape["model"], shape["batch_size"])
             with tempfile.TemporaryDirectory() as folder:
-                result = train_run(fabric, RunContext(spec, 0, corpus, config, Path(folder), progress=False))
+                result = train_run(fabric, Work(spec, 0, config, Path(folder)), Context(corpus))
             return result.train_seconds, result.tokens, result.flops
 
         first = timed(3)  # the device's first kernels, autotuning and allocations: not what a long run sees

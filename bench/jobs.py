@@ -20,7 +20,8 @@ from bench.memory import device_memory_bytes, step_memory
 from bench.planning import Plan
 from bench.pool import Slots, run_pooled
 from bench.slurm import submitted
-from bench.works import Context, Outcome, Work, run_here
+from bench.training.state import Context, Work
+from bench.works import Outcome, run_here
 
 # the training a command's runs must hold together for running them at once to pay: each worker's start (importing
 # torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:

@@ -20,7 +20,7 @@ from bench.training.config import RunConfig
 from bench.training.distributed import make_fabric
 from bench.training.records import RunRecord
 from bench.training.runs import train_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 from bench.works import threads
 
 
@@ -43,7 +43,7 @@ def totals(results: list[RunRecord], seconds: float) -> dict:
 def alone(spec: str, corpus: Corpus, config: RunConfig, thread_count: int, seed: int = 0) -> dict:
     """One run on `thread_count` threads."""
     with threads(thread_count), tempfile.TemporaryDirectory() as folder:
-        result = train_run(make_fabric(), RunContext(spec, seed, corpus, config, Path(folder), progress=False))
+        result = train_run(make_fabric(), Work(spec, seed, config, Path(folder)), Context(corpus))
     return totals([result], result.train_seconds)
 
 
@@ -73,7 +73,7 @@ def _worker(spec: str, corpus: Corpus, config: RunConfig, seed: int, ready, resu
         with tempfile.TemporaryDirectory() as folder:
             fabric = make_fabric()
             ready.wait(timeout=600)
-            result = train_run(fabric, RunContext(spec, seed, corpus, config, Path(folder), progress=False))
+            result = train_run(fabric, Work(spec, seed, config, Path(folder)), Context(corpus))
         results.put(result)
     except Exception as error:  # noqa: BLE001 - reported by the parent, which would otherwise wait for nothing
         results.put(f"{type(error).__name__}: {error}")

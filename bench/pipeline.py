@@ -34,8 +34,9 @@ from bench.training.batches import eval_batches
 from bench.training.config import RunConfig, run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.records import RunRecord
+from bench.training.state import Context, Work
 from bench.tuned import provenance
-from bench.works import Context, Outcome, Work
+from bench.works import Outcome
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -197,7 +198,7 @@ def control_works(plan: Plan) -> list[Work]:
     """Every seed's untrained controls (bench.training.runs.control_run) as works; none when no yardstick runs."""
     if not plan.yardsticks:
         return []
-    return [Work("control", spec, seed, plan.train, plan.out / "runs" / run_name(name, seed), plan.config.output.resume)
+    return [Work(spec, seed, plan.train, plan.out / "runs" / run_name(name, seed), "control", plan.config.output.resume)
             for name, spec in plan.control_specs().items() for seed in range(plan.config.training.seeds)]
 
 
@@ -208,7 +209,7 @@ def run_works(plan: Plan) -> list[Work]:
     for spec in plan.specs:
         train, dirs = replace(plan.train, lr=plan.learning_rates[spec]), [plan.out / "runs" / run_name(spec, seed)
                                                                              for seed in seeds]
-        works += [Work("run", spec, seed, train, run_dir, reuse) for seed, run_dir in zip(seeds, dirs)]
+        works += [Work(spec, seed, train, run_dir, reuse=reuse) for seed, run_dir in zip(seeds, dirs)]
     return works
 
 

@@ -24,7 +24,8 @@ import torch
 
 from bench.stopping import EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request, stop_on_signals
 from bench.training.distributed import make_fabric
-from bench.works import Context, Outcome, Work, run_here
+from bench.training.state import Context, Work
+from bench.works import Outcome, run_here
 
 
 def run_isolated(context: Context, work: Work) -> tuple[str, object]:

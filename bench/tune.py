@@ -53,10 +53,9 @@ from bench.stopping import stop_on_signals
 from bench.training.batches import build_run_objective
 from bench.training.config import run_name
 from bench.training.distributed import make_fabric
-from bench.training.state import RunContext, restore, setup_run
+from bench.training.state import Context, Work, restore, setup_run
 from bench.tuned import DEFAULTS_FILE
 from bench.tuned_setting import setting_of
-from bench.works import Work
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 
@@ -176,8 +175,8 @@ def trained_rows(fabric, plan, tried: list[tuple[str, float]], budget: float, ne
                  resume: bool, references: dict | None = None) -> dict[tuple[str, float], dict]:
     """Each trial trained on every tuning seed at `budget` (all at once, as the pool allows), read frozen on dev."""
     train = replace(plan.train, budget_flops=budget, eval_points=1, probe_every_eval=False)
-    works = [Work("run", trained, seed, replace(train, lr=rate),
-                  trial_dir(plan.out, trained, rate, seed, budget, plan.train.budget_flops), resume)
+    works = [Work(trained, seed, replace(train, lr=rate),
+                  trial_dir(plan.out, trained, rate, seed, budget, plan.train.budget_flops), reuse=resume)
              for trained, rate in tried for seed in TUNING_SEEDS]
     outcomes = iter(executed(fabric, works, job_context(plan), not plan.config.output.quiet, plan))
     rows = {}
@@ -215,8 +214,9 @@ def transfer_check(fabric, plan, found: dict, tried: dict, budget: float, neutra
 def picked_backbone(fabric, plan, trained: str, lr: float, budget: float, seed: int) -> Objective:
     """A trial's final weights, read back from its run folder."""
     train = replace(plan.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
-    run = setup_run(fabric, RunContext(trained, seed, plan.corpus, train,
-                                       trial_dir(plan.out, trained, lr, seed, budget, plan.train.budget_flops)))
+    run = setup_run(fabric, Work(trained, seed, train,
+                                 trial_dir(plan.out, trained, lr, seed, budget, plan.train.budget_flops)),
+                    Context(plan.corpus))
     restore(fabric, run)
     return run.objective
 
@@ -238,7 +238,7 @@ def ladder(fabric, plan, spec: str, lr: float, resume: bool, top: float = MAX_LA
     rows = []
     for budget in ladder_budgets(plan.train.budget_flops, top):
         train = replace(plan.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
-        works = [Work("run", spec, seed, train, plan.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}", resume)
+        works = [Work(spec, seed, train, plan.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}", reuse=resume)
                  for seed in TUNING_SEEDS]
         outcomes = executed(fabric, works, job_context(plain), not plain.config.output.quiet, plain)
         closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")

@@ -1,57 +1,23 @@
-"""What a worker executes, wherever it runs (bench.jobs decides where): a Work (a run or an untrained control), the
-Context every work of a comparison reads besides its own, and running works in this process, one after another.
+"""Running works (bench.training.state.Work: a run or an untrained control, beside the Context every work of a
+comparison shares) in this process, one after another: what a worker executes, wherever it runs (bench.jobs decides
+where).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator, Sequence
 
 import torch
 
-from bench.data.corpus import Corpus
 from bench.stopping import current_stop_request
-from bench.training.config import RunConfig
 from bench.training.distributed import stop_agreed, stop_message
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import control_run, train_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 
 
 Outcome = tuple  # (result, None), or (None, the divergence record) for a run that diverged
-
-
-@dataclass(frozen=True)
-class Work:
-    """One unit a worker executes: a run ("run") or an untrained control ("control")."""
-
-    kind: str
-    spec: str
-    seed: int
-    train: RunConfig
-    run_dir: Path
-    reuse: bool
-
-    @property
-    def name(self) -> str:
-        return self.run_dir.name
-
-    def finished(self) -> bool:
-        """Whether --resume would only read this work back (its folder holds its result or divergence)."""
-        return self.reuse and ((self.run_dir / "result.json").exists() or (self.run_dir / "diverged.json").exists())
-
-
-@dataclass(frozen=True)
-class Context:
-    """What every run of a comparison reads besides its own work, and how its process is set up."""
-
-    corpus: Corpus
-    yardsticks: tuple
-    accelerator: str
-    precision: str
-    threads: int | None  # torch threads per run on a CPU (None: torch's default)
 
 
 @contextmanager
@@ -78,9 +44,7 @@ def run_here(fabric, works: Sequence[Work], context: Context, progress: bool,
                 raise stop_message(fabric, f"before {work.name} (the finished runs are saved)", request.signal_name)
             read = control_run if work.kind == "control" else train_run
             try:
-                asked = RunContext(work.spec, work.seed, context.corpus, work.train, work.run_dir, context.yardsticks,
-                                   progress)
-                found.append((read(fabric, asked, reuse=work.reuse), None))
+                found.append((read(fabric, work, context, progress), None))
             except TrainingDiverged as error:
                 found.append((None, error.record))
     return found

@@ -54,13 +54,13 @@ from bench.training.config import RunConfig
 from bench.training.distributed import make_fabric, step_counts
 from bench.training.loop import train_step
 from bench.memory import step_memory
-from bench.training.state import RunContext, setup_run
+from bench.training.state import Context, Work, setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")
 corpus = load_corpus("synthetic", 128)
 for spec in ("mlm", "ar", "electra", "span"):
-    run = setup_run(fabric, RunContext(spec, 0, corpus, RunConfig(budget_flops=1e12, model="small", batch_size=32,
-                                                                    lr=1e-3), Path("/tmp/gpu-check-step")))
+    run = setup_run(fabric, Work(spec, 0, RunConfig(budget_flops=1e12, model="small", batch_size=32, lr=1e-3),
+                                 Path("/tmp/gpu-check-step")), Context(corpus))
     rows = training_batch(run.objective, corpus.windows("train"), 0, 0, 32, slice(0, 32)).pin_memory()
     spent = step_counts(fabric, local_counts(run.objective, rows))
     torch.cuda.reset_peak_memory_stats()
@@ -96,7 +96,7 @@ import torch
 from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 from bench.perf_throughput import steps_config
 
 STEPS = 600
@@ -107,7 +107,7 @@ def one(seed, ready, results):
     config = steps_config("mlm", corpus, STEPS, "mini", 32)
     with tempfile.TemporaryDirectory() as folder:
         ready.wait(timeout=600)
-        result = train_run(fabric, RunContext("mlm", seed, corpus, config, Path(folder), progress=False))
+        result = train_run(fabric, Work("mlm", seed, config, Path(folder)), Context(corpus))
     results.put((result.tokens, result.train_seconds, torch.cuda.max_memory_reserved()))
 
 

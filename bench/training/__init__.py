@@ -1,9 +1,9 @@
 """Train one objective until its accounted FLOPs reach the budget. Nine modules, read in this order: runs (a run or an
 untrained control from start to result.json: train_run, control_run), loop (`fit`, `train_step`, the checkpoints'
 cool-down branches and evaluations), evaluation (the held-out loss and metrics, ELECTRA's Bayes reference), live_metrics
-(loss, throughput and MFU as a run goes), state (what a run is asked to be, RunContext; build, restore and save it),
-batches (rows, seeds, prefetch, held-out batches), config (RunConfig, the optimizer, the learning rate by FLOPs, the
-evaluation grid, --seq-len schedules), distributed (Fabric, launchers, the one all-reduce, the shared folder, stop
+(loss, throughput and MFU as a run goes), state (what a run is asked to be, Work and Context; build, restore and save
+it), batches (rows, seeds, prefetch, held-out batches), config (RunConfig, the optimizer, the learning rate by FLOPs,
+the evaluation grid, --seq-len schedules), distributed (Fabric, launchers, the one all-reduce, the shared folder, stop
 signals) and records (what a run has spent, its curve, result.json typed).
 
 Everything that makes runs comparable lives here:

@@ -161,7 +161,7 @@ class TrainingLoop:
         self.windows = [corpus.windows("train", phase.seq_len) for phase in run.schedule.phases]
         self.heldout, self.grid = eval_batches(run.objective, corpus, config), eval_grid(config)
         self.bar = tqdm(total=100, desc=run_name(run.spec, run.seed), unit="% budget", leave=True, mininterval=0.5,
-                        disable=not (run.context.progress and fabric.is_global_zero),
+                        disable=not (run.progress and fabric.is_global_zero),
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}")
         self.bar.update(min(100.0, 100 * counters.flops / config.budget_flops))
         self.started, self.last_save = time.perf_counter() - counters.wall_seconds, time.monotonic()

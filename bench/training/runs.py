@@ -22,7 +22,7 @@ from bench.stopping import PhaseStopped, stop_on_signals
 from bench.training.distributed import stop_agreed, stop_message
 from bench.training.loop import TrainingDiverged, fit
 from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_curve, read_record
-from bench.training.state import Run, RunContext, Yardstick, mark_session, restore, setup_run
+from bench.training.state import Context, Run, Work, Yardstick, mark_session, restore, setup_run
 from objectives import Objective
 
 
@@ -65,21 +65,21 @@ def read_at_end(record: Record, yardsticks: Sequence[Yardstick], objective: Obje
     return record
 
 
-def train_run(fabric: Fabric, context: RunContext, stop_after_steps: int | None = None,
-              reuse: bool = False) -> RunRecord | None:
-    """Train the context's spec with its seed to the budget, writing curve.jsonl, checkpoint.pt and finally
-    result.json into its run_dir. Resumes from run_dir's checkpoint when there is one; with `reuse` (--resume), a
-    run that finished before is read back instead (rank 0 reads, so every process takes the same branch). Each
+def train_run(fabric: Fabric, work: Work, context: Context, progress: bool = False,
+              stop_after_steps: int | None = None) -> RunRecord | None:
+    """Train the work's spec with its seed to the budget, writing curve.jsonl, checkpoint.pt and finally
+    result.json into its run_dir. Resumes from run_dir's checkpoint when there is one; with `work.reuse` (--resume),
+    a run that finished before is read back instead (rank 0 reads, so every process takes the same branch). Each
     yardstick reads the final backbone (and, with config.probe_every_eval, the frozen backbone at every checkpoint).
     Returns the result, or None when stopped early by `stop_after_steps`. Raises TrainingDiverged when the loss stops
     being finite, after recording it in run_dir/diverged.json (a resumed comparison raises it again from there
     rather than train the run again); RunStopped after a stop signal: at the end of its step, or between two batches
     of an evaluation, or between two fits or steps of the final probes and tasks, whose unfinished work is dropped
     (the state is saved, so --resume evaluates and reads it again)."""
-    run_dir, name = context.run_dir, run_name(context.spec, context.seed)
+    run_dir, name = work.run_dir, run_name(work.spec, work.seed)
     diverged_path = run_dir / "diverged.json"
     diverged = finished = None
-    if reuse:  # every process was asked alike, so all of them take part in the broadcast or none does
+    if work.reuse:  # every process was asked alike, so all of them take part in the broadcast or none does
         diverged, finished = fabric.broadcast((read_json(diverged_path) if diverged_path.exists() else None,
                                                finished_result(run_dir)), src=0)
     if diverged is not None:
@@ -87,7 +87,7 @@ def train_run(fabric: Fabric, context: RunContext, stop_after_steps: int | None 
     if finished is not None:
         return finished
     with stop_on_signals() as request:  # the command's, when it installed one
-        run = setup_run(fabric, context)
+        run = setup_run(fabric, work, context, progress)
         restore(fabric, run)
         mark_session(fabric, run)
         try:
@@ -104,7 +104,7 @@ def train_run(fabric: Fabric, context: RunContext, stop_after_steps: int | None 
         try:
             with fabric.autocast():  # on the device, under the run's precision, as at every checkpoint
                 result = read_at_end(result, context.yardsticks if fabric.is_global_zero else (), run.objective,
-                                     context.progress, name)
+                                     progress, name)
         except PhaseStopped:  # their unfinished scores are dropped; the other processes learn of the stop below
             result = None
         if fabric.is_global_zero and result is not None:
@@ -125,19 +125,19 @@ def control_name(objective: Objective) -> str:
     return f"untrained, {'causal' if causal else 'bidirectional'}{segments}"
 
 
-def control_run(fabric: Fabric, context: RunContext, reuse: bool = False) -> ControlRecord | None:
-    """The untrained control of the context's seed: the very backbone a run of its spec starts from (the same
+def control_run(fabric: Fabric, work: Work, context: Context, progress: bool = False) -> ControlRecord | None:
+    """The untrained control of the work's seed: the very backbone a run of its spec starts from (the same
     seeding and construction as setup_run), through the yardsticks at 0 FLOPs, never trained. Writes
-    run_dir/result.json on rank 0 and returns it there (None elsewhere); with `reuse`, one read before is returned on
-    every rank. Its evaluation FLOPs are reported, never charged: it spends no training compute. Raises RunStopped
+    run_dir/result.json on rank 0 and returns it there (None elsewhere); with `work.reuse`, one read before is returned
+    on every rank. Its evaluation FLOPs are reported, never charged: it spends no training compute. Raises RunStopped
     after a stop signal, between two fits or steps of its yardsticks (nothing of it is written: --resume reads it
     again) or once its result.json is written."""
-    run_dir = context.run_dir
-    finished = fabric.broadcast(finished_result(run_dir), src=0) if reuse else None
+    run_dir = work.run_dir
+    finished = fabric.broadcast(finished_result(run_dir), src=0) if work.reuse else None
     if finished is not None:
         return finished
     with stop_on_signals() as request:  # the command's, when it installed one
-        result = read_control(fabric, context) if fabric.is_global_zero else None
+        result = read_control(fabric, work, context, progress) if fabric.is_global_zero else None
         fabric.barrier()
         if stop_agreed(fabric, request):
             where = f"after {run_dir.name} (its result.json is written)" if result is not None else (
@@ -146,25 +146,25 @@ def control_run(fabric: Fabric, context: RunContext, reuse: bool = False) -> Con
     return result
 
 
-def read_control(fabric: Fabric, context: RunContext) -> ControlRecord | None:
+def read_control(fabric: Fabric, work: Work, context: Context, progress: bool) -> ControlRecord | None:
     """The untrained backbone through the yardsticks, its result.json written; None where a stop signal came
     first."""
     tick = time.perf_counter()
-    configure_matmuls(fabric.device, context.config.tf32)
+    configure_matmuls(fabric.device, work.config.tf32)
     with torch.random.fork_rng(devices=[]):
-        fabric.seed_everything(context.seed, verbose=False)
-        objective = build_run_objective(context.spec, context.config, context.corpus).to(fabric.device)
-    result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=context.spec,
-                           seed=context.seed, attention=objective.attention, flops=0,
+        fabric.seed_everything(work.seed, verbose=False)
+        objective = build_run_objective(work.spec, work.config, context.corpus).to(fabric.device)
+    result = ControlRecord(schema=RUN_SCHEMA, control=control_name(objective), read_as=work.spec,
+                           seed=work.seed, attention=objective.attention, flops=0,
                            sees=objective.tagging_ceiling, revision=code_revision(), threads=torch.get_num_threads())
     try:
         with fabric.autocast():  # read as the runs are read
-            result = read_at_end(result, context.yardsticks, objective, context.progress, context.run_dir.name,
+            result = read_at_end(result, context.yardsticks, objective, progress, work.name,
                                  timed=False)
     except PhaseStopped:
         return None
     result = replace(result, wall_seconds=time.perf_counter() - tick)
-    write_json(context.run_dir / "result.json", result.to_json())
+    write_json(work.run_dir / "result.json", result.to_json())
     return result
 
 

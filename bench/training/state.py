@@ -1,5 +1,6 @@
-"""A run's state: what a run is asked to be (RunContext), what setup_run builds from it (model, optimizer, counters,
-schedule), how a checkpoint restores it exactly, and how it is saved (atomically).
+"""A run's state: what a run is asked to be (a Work, beside the Context every work of a comparison shares), what
+setup_run builds from them (model, optimizer, counters, schedule), how a checkpoint restores it exactly, and how it is
+saved (atomically).
 """
 
 from __future__ import annotations
@@ -43,17 +44,37 @@ class Yardstick(Protocol):
 
 
 @dataclass(frozen=True)
-class RunContext:
-    """One run, or the untrained control of one, as a comparison asks for it: the objective's spec and the seed, the
-    corpus, the settings, the folder it writes, and what reads its backbone besides its own loss."""
+class Work:
+    """One run, or the untrained control beside it ("control"), as a comparison asks for it: the objective's spec,
+    the seed, the settings, and the folder it writes. Small, so that it travels to a worker process or a Slurm job
+    on its own; what every work of a comparison shares is its Context."""
 
     spec: str
     seed: int
-    corpus: Corpus
     config: RunConfig
     run_dir: Path
+    kind: str = "run"  # or "control"
+    reuse: bool = False  # --resume: a work whose folder holds its result (or its divergence) is read back
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+    def finished(self) -> bool:
+        """Whether --resume would only read this work back (its folder holds its result or divergence)."""
+        return self.reuse and ((self.run_dir / "result.json").exists() or (self.run_dir / "diverged.json").exists())
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every work of a comparison reads besides its own (the corpus, and what reads a backbone besides its own
+    loss), and how a worker process sets itself up: sent to each process once, not with every work."""
+
+    corpus: Corpus
     yardsticks: Sequence[Yardstick] = ()
-    progress: bool = True  # a progress bar (rank 0's)
+    accelerator: str = "cpu"
+    precision: str = "32-true"
+    threads: int | None = None  # torch threads per run on a CPU (None: torch's default)
 
     @property
     def language(self) -> Language | None:
@@ -63,9 +84,11 @@ class RunContext:
 
 @dataclass
 class Run:
-    """One training run's moving parts: what setup_run builds from its context and the loop updates."""
+    """One training run's moving parts: what setup_run builds from its work and the loop updates."""
 
-    context: RunContext
+    work: Work
+    context: Context
+    progress: bool  # a progress bar (rank 0's)
     objective: Objective
     module: torch.nn.Module  # the objective as Fabric wrapped it
     optimizer: torch.optim.Optimizer
@@ -75,19 +98,19 @@ class Run:
 
     @property
     def spec(self) -> str:
-        return self.context.spec
+        return self.work.spec
 
     @property
     def seed(self) -> int:
-        return self.context.seed
+        return self.work.seed
 
     @property
     def config(self) -> RunConfig:
-        return self.context.config
+        return self.work.config
 
     @property
     def run_dir(self) -> Path:
-        return self.context.run_dir
+        return self.work.run_dir
 
     @property
     def curve_path(self) -> Path:
@@ -117,13 +140,13 @@ def fresh_compile_caches(blocks: int) -> None:
     setattr(config, name, max(getattr(config, name), 4 * blocks))
 
 
-def setup_run(fabric: Fabric, context: RunContext) -> Run:
+def setup_run(fabric: Fabric, work: Work, context: Context, progress: bool = False) -> Run:
     """Seed, build the objective, compile it if asked, and hand it to Fabric with its optimizer."""
-    config, corpus = context.config, context.corpus
+    config, corpus = work.config, context.corpus
     check_config(config, fabric.world_size)
     configure_matmuls(fabric.device, config.tf32)
-    fabric.seed_everything(context.seed, verbose=False)
-    objective = build_run_objective(context.spec, config, corpus)
+    fabric.seed_everything(work.seed, verbose=False)
+    objective = build_run_objective(work.spec, config, corpus)
     stacks = [m for m in objective.modules() if isinstance(m, Transformer)]
     if config.compile:
         fresh_compile_caches(sum(len(stack.blocks) for stack in stacks))
@@ -140,7 +163,7 @@ def setup_run(fabric: Fabric, context: RunContext) -> Run:
     schedule = run_schedule(config, corpus).split_at(objective.starts)  # a phase per length and objective piece
     counters = Counters([PhaseCounters(phase.seq_len, phase.share, piece_spec(objective, phase))
                          for phase in schedule.phases])
-    return Run(context, objective, module, optimizer, counters, schedule)
+    return Run(work, context, progress, objective, module, optimizer, counters, schedule)
 
 
 def piece_spec(objective: Objective, phase: Phase) -> str | None:

@@ -22,7 +22,7 @@ from bench.pool import Slots, _pooled, _pools, context_file, pool, run_pooled, s
 from bench.training.config import RunConfig
 from bench.stopping import EXIT_STOPPED
 from bench.training.distributed import make_fabric
-from bench.works import Context, Work
+from bench.training.state import Context, Work
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
         "--data", "synthetic:train=64,heldout=16,words=64,lexicon=8", "--quiet", "--accelerator", "cpu",
@@ -170,8 +170,7 @@ UNREAD = Context(corpus=None, yardsticks=(), accelerator="cpu", precision="32-tr
 
 
 def mlm_work(seed: int, folder: Path) -> Work:
-    return Work("run", "mlm", seed, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), folder / f"mlm-seed{seed}",
-                reuse=False)
+    return Work("mlm", seed, RunConfig(budget_flops=1.0, model="tiny", lr=1e-3), folder / f"mlm-seed{seed}")
 
 
 @pytest.fixture

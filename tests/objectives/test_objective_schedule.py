@@ -13,7 +13,7 @@ from bench.planning import predicted_phases
 from bench.training.batches import build_run_objective, eval_batches
 from bench.training.config import Phase, RunConfig, learning_rate, parse_seq_len
 from bench.training.runs import train_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 from objectives import ObjectiveSchedule, Vocab, build_objective, parse_objective_list
 from objectives.schedule import split_schedule
 
@@ -99,7 +99,7 @@ def test_a_length_schedule_is_cut_at_the_switches_into_phases_of_one_length_and_
 @pytest.mark.parametrize("spec", ["ar>mlm@0.25", "mlm>ar@0.5", "ar>mlm@0.25>electra@0.75"])
 def test_the_switch_is_exact_in_flops_and_the_accounting_predicts_every_piece(spec, corpus, fabric, tmp_path):
     c = config()
-    result = train_run(fabric, RunContext(spec, 0, corpus, c, tmp_path, progress=False))
+    result = train_run(fabric, Work(spec, 0, c, tmp_path), Context(corpus))
     objective = build_run_objective(spec, c, corpus)
     pieces = split_schedule(spec)[0]
     phases = result.phases
@@ -123,12 +123,12 @@ def test_the_switch_is_exact_in_flops_and_the_accounting_predicts_every_piece(sp
 def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(corpus, fabric, tmp_path,
                                                                                 monkeypatch):
     c = config(checkpoint_every=1e-9)  # minutes: the state is saved after every step
-    straight = train_run(fabric, RunContext("ar>mlm@0.5", 0, corpus, c, tmp_path / "straight", progress=False))
+    straight = train_run(fabric, Work("ar>mlm@0.5", 0, c, tmp_path / "straight"), Context(corpus))
     switch = straight.phases[0]["steps"]
     # the AR share is an AR run's first steps exactly: the same initialisation, batches and learning rates
-    train_run(fabric, RunContext("ar>mlm@0.5", 0, corpus, c, tmp_path / "first", progress=False),
+    train_run(fabric, Work("ar>mlm@0.5", 0, c, tmp_path / "first"), Context(corpus),
               stop_after_steps=switch)
-    train_run(fabric, RunContext("ar", 0, corpus, c, tmp_path / "ar", progress=False), stop_after_steps=switch)
+    train_run(fabric, Work("ar", 0, c, tmp_path / "ar"), Context(corpus), stop_after_steps=switch)
     first, ar = (torch.load(tmp_path / name / "checkpoint.pt", weights_only=True) for name in ("first", "ar"))
     ar_backbone = {k.removeprefix("backbone."): v for k, v in ar["model"].items()}
     shared = {k.removeprefix("pieces.0.backbone."): v for k, v in first["model"].items()
@@ -143,25 +143,25 @@ def test_at_the_switch_weights_optimizer_and_learning_rate_schedule_carry_over(c
     asked = []
     monkeypatch.setattr(bench.training.loop, "learning_rate",
                         lambda flops, budget, c: asked.append((flops, budget)) or learning_rate(flops, budget, c))
-    train_run(fabric, RunContext("ar>mlm@0.5", 0, corpus, c, tmp_path / "watched", progress=False))
+    train_run(fabric, Work("ar>mlm@0.5", 0, c, tmp_path / "watched"), Context(corpus))
     spent = [flops for flops, budget in dict.fromkeys(asked) if budget == c.budget_flops]  # not the branches'
     assert len(spent) == straight.steps and spent == sorted(spent) and spent[0] == 0
     assert spent[switch] == straight.phases[0]["flops"]
 
 
 def test_resume_after_a_kill_in_the_second_piece_equals_the_uninterrupted_run(corpus, fabric, tmp_path):
-    straight = train_run(fabric, RunContext("ar>mlm@0.25", 3, corpus, config(), tmp_path / "straight", progress=False))
+    straight = train_run(fabric, Work("ar>mlm@0.25", 3, config(), tmp_path / "straight"), Context(corpus))
     switch, total = straight.phases[0]["steps"], straight.steps
     stop = (switch + total) // 2  # in the middle of MLM's share, between checkpoints
     assert switch < stop < total
     c = config(checkpoint_every=1e-9)
-    assert train_run(fabric, RunContext("ar>mlm@0.25", 3, corpus, c, tmp_path / "resumed", progress=False),
+    assert train_run(fabric, Work("ar>mlm@0.25", 3, c, tmp_path / "resumed"), Context(corpus),
                      stop_after_steps=stop) is None
     state = torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)
     assert [phase["steps"] for phase in state["counters"]["phases"]] == [switch, stop - switch]
     with pytest.raises(ConfigError, match="another objective schedule"):
-        train_run(fabric, RunContext("ar>mlm@0.5", 3, corpus, c, tmp_path / "resumed", progress=False))
-    resumed = train_run(fabric, RunContext("ar>mlm@0.25", 3, corpus, c, tmp_path / "resumed", progress=False))
+        train_run(fabric, Work("ar>mlm@0.5", 3, c, tmp_path / "resumed"), Context(corpus))
+    resumed = train_run(fabric, Work("ar>mlm@0.25", 3, c, tmp_path / "resumed"), Context(corpus))
     strip = lambda result: {k: v for k, v in result.to_json().items() if k not in TIMINGS}  # noqa: E731
     assert strip(resumed) == strip(straight)
 

@@ -25,7 +25,7 @@ from bench.stopping import RunStopped
 from bench.training.distributed import agree_on_folder
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import train_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 from bench.yardsticks.probes import ProbeConfig, Probes
 from objectives import CausalLM, MaskedLM
 
@@ -88,14 +88,14 @@ def train(fabric: Fabric, out: Path) -> None:
     counting_collectives(seen)
     for name, (spec, micro_batch) in RUNS.items():
         seen.update(all_reduces=0, new_groups=0)
-        train_run(fabric, RunContext(spec, 0, data, config(micro_batch), out / name, progress=False))
+        train_run(fabric, Work(spec, 0, config(micro_batch), out / name), Context(data))
         (out / name / f"collectives-rank{fabric.global_rank}.json").write_text(json.dumps(seen))
     # probes at every checkpoint and at the end: counted per rank, run on rank 0 only
     calls, real = [], bench.yardsticks.probes.run_probes
     bench.yardsticks.probes.run_probes = lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs)
     probe = ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2, finetune_batch=4)
-    train_run(fabric, RunContext("mlm", 0, data, replace(config(), probe_every_eval=True), out / "probed",
-                                 [Probes(data, probe)], progress=False))
+    train_run(fabric, Work("mlm", 0, replace(config(), probe_every_eval=True), out / "probed"),
+              Context(data, [Probes(data, probe)]))
     (out / f"probes-rank{fabric.global_rank}.json").write_text(json.dumps({"calls": len(calls)}))
     wrapped = fabric.setup_module(torch.nn.Linear(2, 2))._forward_module  # the DDP module the suite's strategy builds
     (out / f"ddp-rank{fabric.global_rank}.json").write_text(json.dumps(
@@ -107,7 +107,7 @@ def stops(fabric: Fabric, out: Path) -> None:
     if rank == 1:  # a NaN loss on rank 1 only, at its third step
         on_training_forward(MaskedLM, 3, lambda output: setattr(output, "loss", output.loss * math.nan))
     try:
-        train_run(fabric, RunContext("mlm", 0, data, config(), out / "nan", progress=False))
+        train_run(fabric, Work("mlm", 0, config(), out / "nan"), Context(data))
         seen = {"outcome": "finished"}
     except TrainingDiverged as error:
         seen = {"outcome": "diverged", "message": str(error)}
@@ -116,7 +116,7 @@ def stops(fabric: Fabric, out: Path) -> None:
     if rank == 1:  # SIGUSR1 to rank 1 only, during its third step
         on_training_forward(CausalLM, 3, lambda output: os.kill(os.getpid(), signal.SIGUSR1))
     try:
-        train_run(fabric, RunContext("ar", 0, data, config(), out / "signal", progress=False))
+        train_run(fabric, Work("ar", 0, config(), out / "signal"), Context(data))
         seen = {"outcome": "finished"}
     except RunStopped as stop:
         saved = torch.load(out / "signal" / "checkpoint.pt", weights_only=True)["counters"]["step"]

@@ -17,7 +17,7 @@ from ddp_job import RUNS, config, corpus
 from bench.stopping import EXIT_STOPPED
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 
 pytestmark = pytest.mark.slow  # two processes under gloo DDP, in subprocesses
 
@@ -54,8 +54,7 @@ def test_two_processes_train_like_one(name, two_processes, tmp_path):
     # token-mean objectives: the same global batch, split over two processes, gives the same curve (ELECTRA's
     # samples and dropout are drawn per process, so it is compared only with itself, below)
     spec, micro_batch = RUNS[name]
-    one = train_run(make_fabric(), RunContext(spec, 0, corpus(), config(micro_batch), tmp_path,
-                                              progress=False)).to_json()
+    one = train_run(make_fabric(), Work(spec, 0, config(micro_batch), tmp_path), Context(corpus())).to_json()
     two = two_processes[name]  # as its result.json holds it
     assert {k: two[k] for k in COUNTS} == {k: one[k] for k in COUNTS}
     assert [row["step"] for row in two["curve"]] == [row["step"] for row in one["curve"]]

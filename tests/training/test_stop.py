@@ -6,6 +6,7 @@ long it took."""
 import json
 import os
 import signal
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from bench.data.corpus import load_corpus
 from bench.stopping import EXIT_STOPPED, PhaseStopped, RunStopped, check_stop, stop_on_signals
 from bench.training.config import RunConfig
 from bench.training.runs import control_run
-from bench.training.state import RunContext
+from bench.training.state import Context, Work
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -59,22 +60,21 @@ def test_a_signal_in_an_untrained_controls_fine_tuning_stops_it_after_that_step(
                                                                                   monkeypatch, capsys):
     # the control's fine-tuning over the rates is the longest phase a comparison runs outside training: before
     # bench.stopping, all of its 2 × STEPS steps and the probes ran, the result was written, and only then the stop
-    context = RunContext("mlm", 0, corpus, CONFIG, tmp_path / "control", yardsticks(corpus), progress=False)
-    straight = control_run(fabric, RunContext("mlm", 0, corpus, CONFIG, tmp_path / "straight", yardsticks(corpus),
-                                              progress=False))
+    work, context = Work("mlm", 0, CONFIG, tmp_path / "control"), Context(corpus, yardsticks(corpus))
+    straight = control_run(fabric, Work("mlm", 0, CONFIG, tmp_path / "straight"), Context(corpus, yardsticks(corpus)))
     before = signal.getsignal(signal.SIGTERM)
     with monkeypatch.context() as patch:
         steps = signalled_in_the_first_step(patch)
         with pytest.raises(RunStopped) as stopped:
-            control_run(fabric, context)
+            control_run(fabric, work, context)
     assert steps == [0]  # the step the signal arrived in, and no other
     assert stopped.value.code == EXIT_STOPPED and signal.getsignal(signal.SIGTERM) is before
     assert stopped.value.message.startswith("stopped by SIGTERM while control was read (nothing of it is written")
     assert capsys.readouterr().err.strip().splitlines() == [stopped.value.message]
-    assert not (context.run_dir / "result.json").exists()
+    assert not (work.run_dir / "result.json").exists()
     # --resume reads it again, from the start: the same control as one never stopped
-    resumed = control_run(fabric, context, reuse=True)
-    assert json.loads((context.run_dir / "result.json").read_text())["downstream"] == straight.to_json()["downstream"]
+    resumed = control_run(fabric, replace(work, reuse=True), context)
+    assert json.loads((work.run_dir / "result.json").read_text())["downstream"] == straight.to_json()["downstream"]
     assert resumed.probes == straight.probes
 
 

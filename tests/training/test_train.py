@@ -35,7 +35,7 @@ from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
 from bench.training.records import COUNTERS_SCHEMA, RunRecord, from_json
 from bench.training.runs import train_run
-from bench.training.state import RunContext, setup_run
+from bench.training.state import Context, Work, setup_run
 from bench.works import threads
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
@@ -92,7 +92,7 @@ def test_schedule_warms_up_holds_and_cools_down_to_zero_at_the_budget_it_ends_at
 @pytest.mark.slow
 def test_runs_stop_within_one_step_of_the_budget(spec, per_sequence, corpus, fabric, tmp_path):
     c = config()
-    result = train_run(fabric, RunContext(spec, 0, corpus, c, tmp_path, progress=False))
+    result = train_run(fabric, Work(spec, 0, c, tmp_path), Context(corpus))
     objective = build_run_objective(spec, c, corpus)
     step_flops = objective.expected_flops_per_sequence(SEQ_LEN) * BATCH  # exact-rule objectives: fixed per step
     assert c.budget_flops <= result.flops < c.budget_flops + step_flops
@@ -110,7 +110,7 @@ def test_runs_stop_within_one_step_of_the_budget(spec, per_sequence, corpus, fab
 
 def test_bernoulli_runs_count_what_they_executed(corpus, fabric, tmp_path):
     c = config()
-    result = train_run(fabric, RunContext("mlm:rule=bernoulli", 0, corpus, c, tmp_path, progress=False))
+    result = train_run(fabric, Work("mlm:rule=bernoulli", 0, c, tmp_path), Context(corpus))
     assert c.budget_flops <= result.flops
     # recount: corrupt each row of each step's windows afresh, alone, from (seed, step, row), and count the chosen
     objective, windows = build_run_objective("mlm:rule=bernoulli", c, corpus), corpus.windows("train")
@@ -123,10 +123,10 @@ def test_bernoulli_runs_count_what_they_executed(corpus, fabric, tmp_path):
 
 @pytest.mark.slow
 def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
-    a = train_run(fabric, RunContext("electra", 3, corpus, config(), tmp_path / "a", progress=False))
-    b = train_run(fabric, RunContext("electra", 3, corpus, config(), tmp_path / "b", progress=False))
+    a = train_run(fabric, Work("electra", 3, config(), tmp_path / "a"), Context(corpus))
+    b = train_run(fabric, Work("electra", 3, config(), tmp_path / "b"), Context(corpus))
     assert without_timings(a) == without_timings(b)
-    c = train_run(fabric, RunContext("electra", 4, corpus, config(), tmp_path / "c", progress=False))
+    c = train_run(fabric, Work("electra", 4, config(), tmp_path / "c"), Context(corpus))
     assert a.curve[-1].metrics["loss"] != c.curve[-1].metrics["loss"]
 
 
@@ -135,15 +135,15 @@ def test_same_seed_same_numbers_and_seeds_differ(corpus, fabric, tmp_path):
 def test_an_interrupted_run_resumes_exactly(spec, corpus, fabric, tmp_path):
     # a task read at every checkpoint must not disturb training either
     c, probe = config(probe_every_eval=True), [checkpoint_task(corpus)]
-    straight = train_run(fabric, RunContext(spec, 1, corpus, c, tmp_path / "straight", probe, progress=False))
+    straight = train_run(fabric, Work(spec, 1, c, tmp_path / "straight"), Context(corpus, probe))
     assert all("synthetic:states,size=64" in row.downstream for row in straight.curve)
     stopped_at = straight.steps // 2 + 1  # after the first checkpoint, between two others
-    assert train_run(fabric, RunContext(spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False),
+    assert train_run(fabric, Work(spec, 1, c, tmp_path / "resumed"), Context(corpus, probe),
                      stop_after_steps=stopped_at) is None
     assert not (tmp_path / "resumed" / "result.json").exists()
-    resumed = train_run(fabric, RunContext(spec, 1, corpus, c, tmp_path / "resumed", probe, progress=False))
+    resumed = train_run(fabric, Work(spec, 1, c, tmp_path / "resumed"), Context(corpus, probe))
     assert without_timings(resumed) == without_timings(straight)
-    unprobed = train_run(fabric, RunContext(spec, 1, corpus, config(), tmp_path / "unprobed", progress=False))
+    unprobed = train_run(fabric, Work(spec, 1, config(), tmp_path / "unprobed"), Context(corpus))
     assert [row.metrics for row in unprobed.curve] == [row.metrics for row in straight.curve]
 
 
@@ -154,13 +154,12 @@ def test_each_curve_point_is_the_run_trained_to_its_budget_to_the_last_bit(spec,
     warm-up in FLOPs): its evaluation and its frozen read are that run's, exactly; its FLOPs are counted apart, and
     the run it branched from goes on as if it never had."""
     c, probe = config(4e9, probe_every_eval=True), [checkpoint_task(corpus)]
-    run = train_run(fabric, RunContext(spec, 2, corpus, c, tmp_path / "run", probe, progress=False))
+    run = train_run(fabric, Work(spec, 2, c, tmp_path / "run"), Context(corpus, probe))
     grid = eval_grid(c)
     assert [row.checkpoint for row in run.curve] == grid
     for point, checkpoint in zip(run.curve[:-1], grid):
         alone = replace(c, budget_flops=checkpoint, eval_points=1, warmup=c.warmup * c.budget_flops / checkpoint)
-        separate = train_run(fabric, RunContext(spec, 2, corpus, alone, tmp_path / f"{checkpoint:g}", probe,
-                                                progress=False))
+        separate = train_run(fabric, Work(spec, 2, alone, tmp_path / f"{checkpoint:g}"), Context(corpus, probe))
         (row,) = separate.curve
         assert (point.step, point.flops, point.metrics, point.downstream) == \
             (row.step, row.flops, row.metrics, row.downstream)
@@ -170,7 +169,7 @@ def test_each_curve_point_is_the_run_trained_to_its_budget_to_the_last_bit(spec,
     assert run.cooldown_flops == sum(point.flops - fork for point, fork in zip(run.curve, forks))
     assert run.cooldown_steps == run.cooldown_flops // step_flops > 0
     # and the run itself is the one that never branched: the same as a run with one evaluation, at its end
-    once = train_run(fabric, RunContext(spec, 2, corpus, replace(c, eval_points=1), tmp_path / "once", progress=False))
+    once = train_run(fabric, Work(spec, 2, replace(c, eval_points=1), tmp_path / "once"), Context(corpus))
     assert (once.steps, once.flops, once.curve[-1].metrics) == (run.steps, run.flops, run.curve[-1].metrics)
     assert once.cooldown_steps == once.cooldown_flops == 0
 
@@ -178,7 +177,7 @@ def test_each_curve_point_is_the_run_trained_to_its_budget_to_the_last_bit(spec,
 def test_a_kill_while_resume_rewrites_the_curve_leaves_its_evaluations(corpus, fabric, tmp_path, monkeypatch):
     """Resuming drops the curve rows after the checkpoint. The checkpoint's counters are past the rows it keeps, so
     they are never evaluated again: a kill mid-rewrite (here, as the curve is written) must leave them on disk."""
-    assert train_run(fabric, RunContext("ar", 0, corpus, config(), tmp_path, progress=False),
+    assert train_run(fabric, Work("ar", 0, config(), tmp_path), Context(corpus),
                      stop_after_steps=12) is None
     kept = read_jsonl(tmp_path / "curve.jsonl")
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["counters"]
@@ -202,7 +201,7 @@ def test_a_kill_while_resume_rewrites_the_curve_leaves_its_evaluations(corpus, f
     monkeypatch.setattr(bench.training.state, "append_jsonl", killed, raising=False)
     monkeypatch.setattr(os, "replace", killed_replacing_the_curve)
     with pytest.raises(Killed):
-        train_run(fabric, RunContext("ar", 0, corpus, config(), tmp_path, progress=False))
+        train_run(fabric, Work("ar", 0, config(), tmp_path), Context(corpus))
     assert read_jsonl(tmp_path / "curve.jsonl")[:len(kept)] == kept
 
 
@@ -210,18 +209,18 @@ def test_a_run_resumed_on_other_threads_says_its_last_digits_will_differ(corpus,
     """A CPU's sums split by thread round in another order: a run that continues on another thread count than it
     trained on cannot equal an uninterrupted one, and says so (more --seeds can change the count without --jobs)."""
     with threads(1):
-        assert train_run(fabric, RunContext("ar", 0, corpus, config(), tmp_path, progress=False),
+        assert train_run(fabric, Work("ar", 0, config(), tmp_path), Context(corpus),
                          stop_after_steps=5) is None
     with threads(2):
-        train_run(fabric, RunContext("ar", 0, corpus, config(), tmp_path, progress=False), stop_after_steps=8)
+        train_run(fabric, Work("ar", 0, config(), tmp_path), Context(corpus), stop_after_steps=8)
     assert "trained on 1 thread until now and continues on 2" in capsys.readouterr().err
     with threads(1):  # the checkpoint is still the first session's (an interruption saves nothing new)
-        train_run(fabric, RunContext("ar", 0, corpus, config(), tmp_path, progress=False), stop_after_steps=8)
+        train_run(fabric, Work("ar", 0, config(), tmp_path), Context(corpus), stop_after_steps=8)
     assert "continues on" not in capsys.readouterr().err  # the count it trained on: nothing to say
 
 
 def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
-    train_run(fabric, RunContext("ar", 0, corpus, config(), tmp_path, progress=False))
+    train_run(fabric, Work("ar", 0, config(), tmp_path), Context(corpus))
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
     assert set(state) == {"model", "optimizer", "counters", "precision"}
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
@@ -229,9 +228,9 @@ def test_checkpoints_hold_only_plain_data(corpus, fabric, tmp_path):
 
 @pytest.mark.slow
 def test_a_compiled_run_counts_and_learns_like_an_eager_one(corpus, fabric, tmp_path):
-    eager = train_run(fabric, RunContext("electra", 2, corpus, config(budget=1e8), tmp_path / "eager", progress=False))
-    compiled = train_run(fabric, RunContext("electra", 2, corpus, config(budget=1e8, compile=True),
-                                            tmp_path / "compiled", progress=False))
+    eager = train_run(fabric, Work("electra", 2, config(budget=1e8), tmp_path / "eager"), Context(corpus))
+    compiled = train_run(fabric, Work("electra", 2, config(budget=1e8, compile=True), tmp_path / "compiled"),
+                         Context(corpus))
     assert (compiled.steps, compiled.flops, compiled.supervised_positions) == \
         (eager.steps, eager.flops, eager.supervised_positions)
     last = [run.curve[-1].metrics["loss"] for run in (compiled, eager)]
@@ -318,10 +317,10 @@ def test_the_processes_counts_add_up_to_the_global_batchs(spec):
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli", "mlm:pair=nsp"])
 def test_micro_batches_train_like_the_whole_batch(spec, corpus, fabric, tmp_path):
-    whole = train_run(fabric, RunContext(spec, 0, corpus, config(budget=2e8), tmp_path / "whole", progress=False))
+    whole = train_run(fabric, Work(spec, 0, config(budget=2e8), tmp_path / "whole"), Context(corpus))
     for size in (1, 2):
-        micro = train_run(fabric, RunContext(spec, 0, corpus, config(budget=2e8, micro_batch=size),
-                                             tmp_path / f"micro{size}", progress=False))
+        micro = train_run(fabric, Work(spec, 0, config(budget=2e8, micro_batch=size), tmp_path / f"micro{size}"),
+                          Context(corpus))
         counts = ("steps", "flops", "tokens", "supervised_positions", "flops_per_step")
         assert {k: getattr(micro, k) for k in counts} == {k: getattr(whole, k) for k in counts}
         assert [row.step for row in micro.curve] == [row.step for row in whole.curve]
@@ -425,7 +424,7 @@ class DeviceReads(TorchDispatchMode):
 @pytest.mark.parametrize("micro_batch", [None, 2])
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:rule=bernoulli"])
 def test_a_training_step_reads_one_number_from_the_device(spec, micro_batch, corpus, fabric, tmp_path):
-    run = setup_run(fabric, RunContext(spec, 0, corpus, config(micro_batch=micro_batch), tmp_path))
+    run = setup_run(fabric, Work(spec, 0, config(micro_batch=micro_batch), tmp_path), Context(corpus))
     windows = corpus.windows("train")
     for step in range(2):  # the first step creates the optimizer state, the second runs with it
         run.counters.step = step
@@ -446,20 +445,20 @@ def test_a_nan_loss_stops_the_run_with_one_line(corpus, fabric, tmp_path, monkey
     poison_training_forward(monkeypatch, MaskedLM, 3, lambda output: setattr(output, "loss", output.loss * math.nan))
     with pytest.raises(TrainingDiverged, match=r"^mlm seed 0 diverged: the loss became nan at step 2 \(last finite "
                                                r"loss \d") as error:
-        train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path, progress=False))
+        train_run(fabric, Work("mlm", 0, config(), tmp_path), Context(corpus))
     assert error.value.record["step"] == 2 and len(str(error.value).splitlines()) == 1
 
 
 @pytest.mark.slow
 def test_the_clock_saves_between_evaluations_and_the_run_resumes_exactly(corpus, fabric, tmp_path):
-    straight = train_run(fabric, RunContext("electra", 0, corpus, config(), tmp_path / "straight", progress=False))
+    straight = train_run(fabric, Work("electra", 0, config(), tmp_path / "straight"), Context(corpus))
     evaluated = [row.step for row in straight.curve]
     stop = evaluated[1] + 2  # between the second and the third evaluation
     c = config(checkpoint_every=1e-9)  # minutes: due after every step
-    assert train_run(fabric, RunContext("electra", 0, corpus, c, tmp_path / "resumed", progress=False),
+    assert train_run(fabric, Work("electra", 0, c, tmp_path / "resumed"), Context(corpus),
                      stop_after_steps=stop) is None
     assert torch.load(tmp_path / "resumed" / "checkpoint.pt", weights_only=True)["counters"]["step"] == stop
-    resumed = train_run(fabric, RunContext("electra", 0, corpus, c, tmp_path / "resumed", progress=False))
+    resumed = train_run(fabric, Work("electra", 0, c, tmp_path / "resumed"), Context(corpus))
     assert without_timings(resumed) == without_timings(straight)
 
 
@@ -467,19 +466,19 @@ def test_the_clock_saves_between_evaluations_and_the_run_resumes_exactly(corpus,
 def test_a_stop_signal_saves_at_the_end_of_the_step_and_the_rerun_is_exact(corpus, fabric, tmp_path, monkeypatch,
                                                                            capsys):
     from objectives import Electra
-    straight = train_run(fabric, RunContext("electra", 0, corpus, config(), tmp_path / "straight", progress=False))
+    straight = train_run(fabric, Work("electra", 0, config(), tmp_path / "straight"), Context(corpus))
     before = signal.getsignal(signal.SIGUSR1)
     with monkeypatch.context() as patch:
         poison_training_forward(patch, Electra, 6, lambda output: os.kill(os.getpid(), signal.SIGUSR1))
         with pytest.raises(RunStopped) as stopped:
-            train_run(fabric, RunContext("electra", 0, corpus, config(), tmp_path / "stopped", progress=False))
+            train_run(fabric, Work("electra", 0, config(), tmp_path / "stopped"), Context(corpus))
     assert stopped.value.code == EXIT_STOPPED and signal.getsignal(signal.SIGUSR1) is before
     assert capsys.readouterr().err.strip().splitlines() == [stopped.value.message]
     # the 6th training forward is the run's 5th step: the second checkpoint's cool-down branch took one before it
     assert straight.cooldown_steps == 1
     assert stopped.value.message.startswith("stopped by SIGUSR1 after step 5 of electra seed 0: the state is saved")
     assert torch.load(tmp_path / "stopped" / "checkpoint.pt", weights_only=True)["counters"]["step"] == 5
-    resumed = train_run(fabric, RunContext("electra", 0, corpus, config(), tmp_path / "stopped", progress=False))
+    resumed = train_run(fabric, Work("electra", 0, config(), tmp_path / "stopped"), Context(corpus))
     assert without_timings(resumed) == without_timings(straight)
 
 
@@ -556,7 +555,7 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
     import csv
 
     c = config(log_every=2)
-    train_run(fabric, RunContext("mlm", 0, corpus, c, tmp_path, progress=False), stop_after_steps=5)
+    train_run(fabric, Work("mlm", 0, c, tmp_path), Context(corpus), stop_after_steps=5)
     first = list(csv.DictReader(open(tmp_path / "logs" / "from-step-0" / "metrics.csv")))
     assert [int(row["step"]) for row in first] == [2, 4]
     for row in first:
@@ -564,7 +563,7 @@ def test_live_metrics_are_logged_per_session_and_resume_in_a_new_file(corpus, fa
         assert float(row["tokens_per_second_per_device"]) > 0 and float(row["peak_memory_gib"]) > 0
         assert "mfu" not in row  # no peak for a CPU in Lightning's table: not guessed
     saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["counters"]["step"]  # the last evaluation
-    result = train_run(fabric, RunContext("mlm", 0, corpus, c, tmp_path, progress=False))
+    result = train_run(fabric, Work("mlm", 0, c, tmp_path), Context(corpus))
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["from-step-0", f"from-step-{saved}"]
     resumed = list(csv.DictReader(open(tmp_path / "logs" / f"from-step-{saved}" / "metrics.csv")))
     assert [int(row["step"]) for row in resumed] == list(range(saved + 2 - saved % 2, result.steps + 1, 2))
@@ -617,7 +616,7 @@ def schedule_config(text: str = SCHEDULE, **overrides) -> RunConfig:
 @pytest.mark.parametrize("spec", ["mlm", "electra", "mlm:rule=bernoulli"])
 def test_a_schedule_run_counts_each_phase_as_the_accounting_predicts(spec, corpus, fabric, tmp_path):
     c = schedule_config()
-    result = train_run(fabric, RunContext(spec, 0, corpus, c, tmp_path, progress=False))
+    result = train_run(fabric, Work(spec, 0, c, tmp_path), Context(corpus))
     phases = result.phases
     assert [(p["seq_len"], p["share"]) for p in phases] == [(16, 0.6), (32, 0.4)]
     for key in ("flops", "tokens", "supervised_positions"):  # the phases add up to the run, exactly
@@ -649,40 +648,38 @@ def checkpointed(path):
 
 @pytest.mark.slow
 def test_a_schedule_run_resumes_exactly_right_before_and_after_the_switch(corpus, fabric, tmp_path):
-    straight = train_run(fabric, RunContext("electra", 0, corpus, schedule_config(), tmp_path / "straight",
-                                            progress=False))
+    straight = train_run(fabric, Work("electra", 0, schedule_config(), tmp_path / "straight"), Context(corpus))
     switch = straight.phases[0]["steps"]  # the first step at T = 32
     assert 0 < switch < straight.steps and switch not in [row.step for row in straight.curve]
     weights = checkpointed(tmp_path / "straight")["model"]
     c = schedule_config(checkpoint_every=1e-9)  # minutes: the state is saved after every step
     for stop in (switch, switch + 1):  # the last step at T = 16 has run; the first at T = 32 has run
         folder = tmp_path / f"stopped{stop}"
-        assert train_run(fabric, RunContext("electra", 0, corpus, c, folder, progress=False),
+        assert train_run(fabric, Work("electra", 0, c, folder), Context(corpus),
                          stop_after_steps=stop) is None
         counters = checkpointed(folder)["counters"]
         assert counters["step"] == stop and [p["steps"] for p in counters["phases"]] == [switch, stop - switch]
         with pytest.raises(ConfigError, match="another --seq-len than 16:0.5,32:0.5"):
-            train_run(fabric, RunContext("electra", 0, corpus, schedule_config("16:0.5,32:0.5"), folder,
-                                         progress=False))
-        resumed = train_run(fabric, RunContext("electra", 0, corpus, c, folder, progress=False))
+            train_run(fabric, Work("electra", 0, schedule_config("16:0.5,32:0.5"), folder), Context(corpus))
+        resumed = train_run(fabric, Work("electra", 0, c, folder), Context(corpus))
         assert without_timings(resumed) == without_timings(straight)
         final = checkpointed(folder)["model"]
         assert final.keys() == weights.keys() and all(torch.equal(final[k], weights[k]) for k in weights)
 
 
 def test_a_checkpoint_of_another_counters_layout_is_refused_with_one_line(corpus, fabric, tmp_path):
-    straight = train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "straight", progress=False))
+    straight = train_run(fabric, Work("mlm", 0, config(), tmp_path / "straight"), Context(corpus))
     assert straight.phases == [{"seq_len": SEQ_LEN, "share": 1.0, "steps": straight.steps,
                                    "tokens": straight.tokens, "supervised_positions": straight.supervised_positions,
                                    "flops": straight.flops}]
     c = config(checkpoint_every=1e-9)
-    train_run(fabric, RunContext("mlm", 0, corpus, c, tmp_path / "old", progress=False), stop_after_steps=5)
+    train_run(fabric, Work("mlm", 0, c, tmp_path / "old"), Context(corpus), stop_after_steps=5)
     state = checkpointed(tmp_path / "old")
     assert state["counters"]["schema"] == COUNTERS_SCHEMA and state["counters"]["step"] == 5
     del state["counters"]["schema"], state["counters"]["phases"]  # as saved before schedules existed
     torch.save(state, tmp_path / "old" / "checkpoint.pt")
     with pytest.raises(ConfigError, match="training counters of another layout .schema 1"):
-        train_run(fabric, RunContext("mlm", 0, corpus, c, tmp_path / "old", progress=False))
+        train_run(fabric, Work("mlm", 0, c, tmp_path / "old"), Context(corpus))
 
 
 def test_a_schedule_is_evaluated_on_the_batches_of_its_final_length(corpus):
@@ -772,11 +769,11 @@ def test_each_compiled_run_starts_from_empty_compile_caches_with_room_for_its_bl
     name = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"
     monkeypatch.setattr(torch._dynamo.config, name, 8)
     for spec in ("mlm", "electra"):  # electra: the generator's blocks too
-        run = setup_run(fabric, RunContext(spec, 0, corpus, config(compile=True), tmp_path / spec))
+        run = setup_run(fabric, Work(spec, 0, config(compile=True), tmp_path / spec), Context(corpus))
         blocks = sum(len(m.blocks) for m in run.objective.modules() if isinstance(m, Transformer))
         assert getattr(torch._dynamo.config, name) >= 4 * blocks
     assert len(resets) == 2
-    setup_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "eager"))
+    setup_run(fabric, Work("mlm", 0, config(), tmp_path / "eager"), Context(corpus))
     assert len(resets) == 2  # an eager run leaves the caches alone
 
 
@@ -788,31 +785,31 @@ def test_a_signal_in_the_last_evaluation_or_the_final_probes_stops_the_run_and_n
 
     probe = [Probes(corpus, ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2,
                                         finetune_batch=4))]
-    straight = train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "straight", probe, progress=False))
+    straight = train_run(fabric, Work("mlm", 0, config(), tmp_path / "straight"), Context(corpus, probe))
     # the evaluation at the budget, after the last step
     at_budget = signalling(bench.training.loop.checkpoint_evaluation,
                            lambda fabric, run, *args, **kwargs: run.counters.flops >= run.config.budget_flops)
     with monkeypatch.context() as patch:
         patch.setattr(bench.training.loop, "checkpoint_evaluation", at_budget)
         with pytest.raises(RunStopped) as stopped:
-            train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False))
+            train_run(fabric, Work("mlm", 0, config(), tmp_path / "evaluation"), Context(corpus, probe))
     assert stopped.value.code == EXIT_STOPPED and "stopped by SIGTERM after step" in stopped.value.message
     assert not (tmp_path / "evaluation" / "result.json").exists()  # the final probes were not run ...
     saved = torch.load(tmp_path / "evaluation" / "checkpoint.pt", weights_only=True)["counters"]
     # ... but every step is saved, without the evaluation the signal cut short: the resumed run, at its budget, does it
     assert saved["step"] == straight.steps and saved["next_eval"] == len(straight.curve) - 1
     assert len((tmp_path / "evaluation" / "curve.jsonl").read_text().splitlines()) == len(straight.curve) - 1
-    resumed = train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "evaluation", probe, progress=False))
+    resumed = train_run(fabric, Work("mlm", 0, config(), tmp_path / "evaluation"), Context(corpus, probe))
     assert without_timings(resumed) == without_timings(straight)
 
     with monkeypatch.context() as patch:
         patch.setattr(bench.yardsticks.probes, "run_probes", signalling(bench.yardsticks.probes.run_probes))
         with pytest.raises(RunStopped) as stopped:
-            train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False))
+            train_run(fabric, Work("mlm", 0, config(), tmp_path / "probes"), Context(corpus, probe))
     # the probes stop at their first fit: nothing of them is written, the trained state is
     assert "during the final probes and tasks of mlm-seed0" in stopped.value.message
     assert not (tmp_path / "probes" / "result.json").exists()
-    resumed = train_run(fabric, RunContext("mlm", 0, corpus, config(), tmp_path / "probes", probe, progress=False))
+    resumed = train_run(fabric, Work("mlm", 0, config(), tmp_path / "probes"), Context(corpus, probe))
     assert without_timings(resumed) == without_timings(straight)
     capsys.readouterr()
 
@@ -874,8 +871,8 @@ def test_the_readouts_run_under_the_runs_autocast(corpus, tmp_path, monkeypatch)
     probe = [Probes(corpus, ProbeConfig(train_windows=8, test_windows=8, iterations=5, finetune_steps=2,
                                         finetune_batch=4))]
     for precision in ("bf16-mixed", "32-true"):
-        train_run(make_fabric(precision=precision), RunContext("mlm", 0, corpus, config(probe_every_eval=True),
-                                                               tmp_path / precision, probe, progress=False))
+        train_run(make_fabric(precision=precision), Work("mlm", 0, config(probe_every_eval=True), tmp_path / precision),
+                  Context(corpus, probe))
     assert len(seen) % 2 == 0 and seen == [True] * (len(seen) // 2) + [False] * (len(seen) // 2)
 
 
@@ -892,19 +889,19 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
     one = type("OneProcess", (), {"is_global_zero": True, "broadcast": lambda self, value, src=0: value})()
     config = RunConfig(budget_flops=1.0, model="tiny")
     with pytest.raises(TrainingDiverged) as diverged:
-        train_run(one, RunContext("mlm", 0, None, config, tmp_path), reuse=True)
+        train_run(one, Work("mlm", 0, config, tmp_path, reuse=True), Context(None))
     record = diverged.value.record
     assert record["flops"] == 7 and "mlm seed 0 diverged" in capsys.readouterr().err
     assert json.loads((tmp_path / "diverged.json").read_text()) == record
     with pytest.raises(TrainingDiverged) as again:  # read back, not trained again
-        train_run(one, RunContext("mlm", 0, None, config, tmp_path), reuse=True)
+        train_run(one, Work("mlm", 0, config, tmp_path, reuse=True), Context(None))
     assert again.value.record == record and trained == ["run"]
     (tmp_path / "diverged.json").unlink()
     (tmp_path / "result.json").write_text(written_record(objective="mlm", flops=9))
-    assert train_run(one, RunContext("mlm", 0, None, config, tmp_path), reuse=True) == \
+    assert train_run(one, Work("mlm", 0, config, tmp_path, reuse=True), Context(None)) == \
         from_json(json.loads(written_record(objective="mlm", flops=9)), "")
     with pytest.raises(TrainingDiverged):
-        train_run(one, RunContext("mlm", 0, None, config, tmp_path), reuse=False)  # a fresh comparison trains
+        train_run(one, Work("mlm", 0, config, tmp_path), Context(None))  # a fresh comparison trains
     assert trained == ["run", "run"]
 
 
@@ -912,8 +909,8 @@ def test_a_finished_or_diverged_run_is_reused_and_never_trained_again(tmp_path, 
 def test_executed_flops_buy_causal_attention_more_steps_and_are_counted_as_charged(corpus, fabric, tmp_path,
                                                                                    monkeypatch):
     monkeypatch.setattr(backbone.flops, "TILE", 8)  # T = 32 is then 4 tiles a side, 10 of 16 blocks computed
-    runs = {(spec, convention): train_run(fabric, RunContext(spec, 0, corpus, config(flops=convention),
-                                                             tmp_path / f"{spec}-{convention}", progress=False))
+    runs = {(spec, convention): train_run(fabric, Work(spec, 0, config(flops=convention),
+                                                       tmp_path / f"{spec}-{convention}"), Context(corpus))
             for spec in ("ar", "mlm") for convention in ("dense", "executed")}
     for spec in ("ar", "mlm"):
         objective = build_run_objective(spec, config(flops="executed"), corpus)
@@ -933,7 +930,7 @@ def test_executed_flops_buy_causal_attention_more_steps_and_are_counted_as_charg
 def test_electra_checkpoints_carry_the_bayes_discriminator(corpus, fabric, tmp_path):
     """On the embedded language every checkpoint holds the Bayes-optimal discriminator's loss on the same held-out
     windows and the share of the gap from the labels' entropy to it that the model closed."""
-    result = train_run(fabric, RunContext("electra", 0, corpus, config(budget=1e8), tmp_path, progress=False))
+    result = train_run(fabric, Work("electra", 0, config(budget=1e8), tmp_path), Context(corpus))
     for point in result.curve:
         m = point.metrics
         assert 0 < m["discriminator_bayes_loss"] < m["label_entropy"]

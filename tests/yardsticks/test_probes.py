@@ -110,15 +110,15 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
     from bench.downstream import control_objective
     from bench.training.distributed import make_fabric
     from bench.training.runs import control_run
-    from bench.training.state import RunContext, setup_run
+    from bench.training.state import Context, Work, setup_run
     from bench.yardsticks.examples import TaskContext
 
     fabric, config = make_fabric("cpu"), RunConfig(budget_flops=1.0, model="tiny", lr=1e-3)
-    controls = {spec: control_run(fabric, RunContext(spec, 1, corpus, config, tmp_path / spec, [Probes(corpus, CONFIG)],
-                                                     progress=False))
+    context = Context(corpus, [Probes(corpus, CONFIG)])
+    controls = {spec: control_run(fabric, Work(spec, 1, config, tmp_path / spec), context)
                 for spec in ("mlm", "electra", "ar")}
     # scored directly: the backbone a run of that seed starts from, before its first step
-    direct = run_probes(setup_run(fabric, RunContext("mlm", 1, corpus, config, tmp_path / "run")).objective, corpus,
+    direct = run_probes(setup_run(fabric, Work("mlm", 1, config, tmp_path / "run"), Context(corpus)).objective, corpus,
                         CONFIG)
     assert controls["mlm"].probes == direct and controls["mlm"].flops == 0
     assert (controls["mlm"].control, controls["ar"].control) == ("untrained, bidirectional", "untrained, causal")
@@ -128,7 +128,7 @@ def test_the_untrained_control_is_the_runs_own_step_zero_backbone(corpus, tmp_pa
     # bench.downstream --run rebuilds a control from its seed alone: the same weights
     settings = {"config": {"model": {"model": config.model}}}
     rebuilt = control_objective(controls["ar"], settings, TaskContext(corpus.seq_len, corpus.vocab))
-    started = setup_run(fabric, RunContext("ar", 1, corpus, config, tmp_path / "ar-run")).objective
+    started = setup_run(fabric, Work("ar", 1, config, tmp_path / "ar-run"), Context(corpus)).objective
     assert all(torch.equal(a, b) for a, b in zip(rebuilt.backbone.state_dict().values(),
                                                  started.backbone.state_dict().values()))
     assert not torch.equal(rebuilt.backbone.token_embedding.weight,
@@ -160,14 +160,14 @@ def test_input_only_controls_have_their_known_answers():
 def test_a_backbone_trained_on_the_embedded_language_beats_its_control():
     from bench.training.distributed import make_fabric
     from bench.training.loop import fit
-    from bench.training.state import RunContext, setup_run
+    from bench.training.state import Context, Work, setup_run
 
     corpus = load_corpus("synthetic:train=512,heldout=192", 32)
     config = ProbeConfig(train_windows=128, test_windows=64, iterations=30)
     fabric = make_fabric("cpu")
     with tempfile.TemporaryDirectory() as folder:
         train = RunConfig(budget_flops=8e10, model="tiny", lr=3e-3, eval_points=1)
-        run = setup_run(fabric, RunContext("mlm", 0, corpus, train, Path(folder), progress=False))
+        run = setup_run(fabric, Work("mlm", 0, train, Path(folder)), Context(corpus))
         before = run_probes(run.objective, corpus, config, finetune=False)
         fit(fabric, run)
         after = run_probes(run.objective, corpus, config, finetune=False)
