@@ -35,23 +35,20 @@ SMALL_STEP_TOKENS = 16384  # tokens per device step below which a GPU mostly wai
 CUDA_CONTEXT_BYTES = 2 ** 30  # what each process's CUDA context and allocator reserve take besides the step
 
 
-def executed(fabric, works: Sequence[Work], context: Context, progress: bool,
-             plan: Plan | None = None) -> list[Outcome]:
-    """Each work's outcome, however they run: `plan` (the comparison's) decides where, through submitit
-    (--launcher), in a pool of processes (more than one at once: choose_slots) or here, one after another, as a
-    worker or a Slurm job (no plan) runs its work. A work that finished before is read back where --resume asked;
-    a run that diverged is its record, and the others go on."""
-    thread_count = context.threads
-    if plan is not None:
-        hardware = plan.config.hardware
-        if hardware.launcher != "pool" and not all(work.finished() for work in works):
-            cpus = hardware.slurm_cpus_per_job or hardware.threads_per_run or 1
-            return submitted(fabric, works, replace(context, threads=cpus), hardware, plan.out, not progress)
-        slots = choose_slots(plan, fabric.device, works) if fabric.world_size == 1 else Slots(1)
-        if slots.jobs > 1:
-            return run_pooled(works, replace(context, threads=slots.threads), slots, not progress)
-        thread_count = slots.threads or hardware.threads_per_run
-    return run_here(fabric, works, context, progress, thread_count)
+def executed(fabric, works: Sequence[Work], plan: Plan) -> list[Outcome]:
+    """Each work's outcome, where the comparison's plan runs them: through submitit (--launcher), in a pool of
+    processes (more than one at once: choose_slots) or here, one after another. A work that finished before is read
+    back where --resume asked; a run that diverged is its record, and the others go on."""
+    hardware, progress = plan.config.hardware, not plan.config.output.quiet
+    context = Context(plan.corpus, tuple(plan.yardsticks), hardware.accelerator, hardware.precision)
+    if hardware.launcher != "pool" and not all(work.finished() for work in works):
+        cpus = hardware.slurm_cpus_per_job or hardware.threads_per_run or 1
+        return submitted(fabric, works, replace(context, threads=cpus), hardware, plan.out, not progress)
+    slots = choose_slots(plan, fabric.device, works) if fabric.world_size == 1 else Slots(1)
+    if slots.jobs > 1:
+        return run_pooled(works, replace(context, threads=slots.threads), slots, not progress)
+    return run_here(fabric, works, context, progress, slots.threads or hardware.threads_per_run)
+
 
 def cpu_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -34,7 +34,7 @@ from bench.training.batches import eval_batches
 from bench.training.config import RunConfig, run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
 from bench.training.records import RunRecord
-from bench.training.state import Context, Work
+from bench.training.state import Work
 from bench.tuned import provenance
 from bench.works import Outcome
 from bench.yardsticks.bayes import loss_floors, unigram_losses
@@ -85,7 +85,7 @@ def run(config: Config, reports: Reports) -> list[dict]:
         # one queue: a control needs nothing a run makes, so a worker freed while the last runs train starts a
         # control (the default's 15 runs on 2 cores left a core idle for the last run's 49 s when controls waited)
         works = run_works(plan) + control_works(plan)
-        outcomes = executed(fabric, works, job_context(plan), not plan.config.output.quiet, plan)
+        outcomes = executed(fabric, works, plan)
         measured[comparison.name] = found = measurement(fabric, plan, before, works, outcomes)
         if len(comparisons) > 1 and found.results is not None:
             print(f"report: {reports.write_report(plan.out, found.results)}")
@@ -213,12 +213,6 @@ def run_works(plan: Plan) -> list[Work]:
     return works
 
 
-def job_context(plan: Plan) -> Context:
-    """What every work of the comparison reads besides its own (bench.jobs sets the threads where it runs them)."""
-    hardware = plan.config.hardware
-    return Context(plan.corpus, tuple(plan.yardsticks), hardware.accelerator, hardware.precision, None)
-
-
 def bayes_references(plan: Plan) -> dict | None:
     """On the embedded language the true distribution is known: the Bayes floor of every objective's held-out
     metrics on exactly its evaluation batches, and the probes' ceilings on their test windows."""
@@ -299,4 +293,3 @@ def warn_small_steps(fabric: Fabric, batch_size: int, seq_len: int) -> None:
         print(f"warning: each process's step holds {tokens:,} tokens (--batch-size {batch_size} over "
               f"{fabric.world_size} process(es) × --seq-len {seq_len}); below about {SMALL_STEP_TOKENS:,} a GPU "
               "mostly waits: raise --batch-size (with --micro-batch if memory is short)", file=sys.stderr)
-

@@ -46,7 +46,7 @@ from bench.config import Config
 from bench.environment import code_revision
 from bench.files import write_atomic, write_json
 from bench.jobs import executed
-from bench.pipeline import job_context, loss_references
+from bench.pipeline import loss_references
 from bench.report.tuning import tuning_report
 from bench.planning import make_plan
 from bench.stopping import stop_on_signals
@@ -178,7 +178,7 @@ def trained_rows(fabric, plan, tried: list[tuple[str, float]], budget: float, ne
     works = [Work(trained, seed, replace(train, lr=rate),
                   trial_dir(plan.out, trained, rate, seed, budget, plan.train.budget_flops), reuse=resume)
              for trained, rate in tried for seed in TUNING_SEEDS]
-    outcomes = iter(executed(fabric, works, job_context(plan), not plan.config.output.quiet, plan))
+    outcomes = iter(executed(fabric, works, plan))
     rows = {}
     for trained, rate in tried:
         runs = [next(outcomes) for _ in TUNING_SEEDS]
@@ -240,7 +240,7 @@ def ladder(fabric, plan, spec: str, lr: float, resume: bool, top: float = MAX_LA
         train = replace(plan.train, lr=lr, budget_flops=budget, eval_points=1, probe_every_eval=False)
         works = [Work(spec, seed, train, plan.out / "ladder" / f"{run_name(spec, seed)}-{budget:g}", reuse=resume)
                  for seed in TUNING_SEEDS]
-        outcomes = executed(fabric, works, job_context(plain), not plain.config.output.quiet, plain)
+        outcomes = executed(fabric, works, plain)
         closed = [None if diverged else record.curve[-1].metrics.get("discriminator_closed")
                   for record, diverged in outcomes]
         learned = all(share is not None and share >= LEARNED_TASK for share in closed)

@@ -112,7 +112,7 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
     class Queued(Exception):
         pass
 
-    def executed(fabric, works, context, progress, plan):
+    def executed(fabric, works, plan):
         queued.append([work.name for work in works])
         raise Queued
 
