@@ -18,9 +18,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from backbone.config import BackboneConfig
 from backbone.flops import Flops, attention_entries, transformer_flops
 from backbone.kv_cache import KVCache
+from backbone.sizes import BackboneConfig
 
 ATTENTION_MODES = ("bidirectional", "causal", "prefix")
 

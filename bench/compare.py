@@ -1,5 +1,5 @@
 """Compare pretraining objectives at equal compute: the command line (parse, build the typed configuration, call
-bench.pipeline, print).
+bench.orchestration.pipeline, print).
 
     python -m bench.compare --objectives mlm,ar,electra
 """
@@ -15,17 +15,19 @@ from typing import Mapping
 
 from backbone import ConfigError
 from backbone.flops import CONVENTIONS
-from bench import pipeline, report
+from bench import report
 from bench.analysis.presets import PRESETS, Preset, get_preset
-from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
-from bench.config import PRECISIONS, Config, validate
-from bench.planning import read_settings
-from bench.stopping import EXIT_STOPPED, stop_on_signals
-from bench.training.config import RunConfig
+from bench.common.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.common.stopping import EXIT_STOPPED, stop_on_signals
+from bench.orchestration import pipeline
+from bench.orchestration.config import PRECISIONS, Config, validate
+from bench.orchestration.planning import read_settings
 from bench.training.distributed import TORCHRUN_FORWARDS, unforwarded_stop_signals
+from bench.training.recipe import RunConfig
 from bench.yardsticks.downstream import add_finetune_flags
 
-DEFAULTS = Config()  # the flags' defaults are the configuration's (bench.config says why each is what it is)
+# the flags' defaults are the configuration's (bench.orchestration.config says why each is what it is)
+DEFAULTS = Config()
 DEFAULT_OBJECTIVES, DEFAULT_SEEDS = DEFAULTS.training.objectives, DEFAULTS.training.seeds
 DEFAULT_BUDGET, DEFAULT_LR = DEFAULTS.training.budget, DEFAULTS.training.lr
 DEFAULT_MODEL, DEFAULT_SEQ_LEN = DEFAULTS.model.model, DEFAULTS.model.seq_len
@@ -125,7 +127,7 @@ def add_yardstick_flags(add) -> None:
 
 def add_text_flags(add) -> None:
     """Flags that matter only for text corpora (text:, hf:, and synthetic:text but its field); given with a corpus
-    that has no use for them, they are refused (bench.config.refuse_unused_text_flags)."""
+    that has no use for them, they are refused (bench.orchestration.config.refuse_unused_text_flags)."""
     add("--text-field", help="text:/hf: corpora: the record field that holds the text (default %(default)s)")
     add("--vocab-size", type=int, help="text:/hf: corpora and synthetic:text: the WordPiece vocabulary trained on "
                                        "the training documents; " + VOCAB_HELP + " (default %(default)s)")

@@ -17,13 +17,13 @@ from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError, resolve_model
 from bench.analysis.results import Measured, build_results, load_results
-from bench.cli import Parser, run
+from bench.common.cli import Parser, run
+from bench.common.files import read_json, write_json
 from bench.data.corpus import data_source, speller, synthetic_language
 from bench.data.text import vocab_for_tokenizer
-from bench.files import read_json, write_json
-from bench.planning import read_settings
+from bench.orchestration.planning import read_settings
 from bench.report.markdown import write_report
-from bench.training.config import parse_seq_len, run_name
+from bench.training.recipe import parse_seq_len, run_name
 from bench.training.records import ControlRecord
 from bench.yardsticks.downstream import Downstream, add_finetune_flags, describe_recipe, finetune_config
 from bench.yardsticks.examples import TaskContext

@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
-from bench.files import write_atomic
-from bench.gpu_feed import PREDICTED_MFU, host_feed, host_rate, threads
+from bench.common.files import write_atomic
+from bench.speed.feed import PREDICTED_MFU, host_feed, host_rate, threads
 
 OBJECTIVES = ("mlm", "ar", "electra")  # electra: the paper's λ = 50 and generator at ¼ width (ElectraOptions)
 # ELECTRA-Small's shape (Clark et al. 2020, Table 6): 12 layers of width 256, 4 heads, T = 128; its peak rate 5e-4
@@ -95,7 +95,7 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
     step, then one sized to fill its share of `seconds`."""
     from bench.data.corpus import load_corpus
     from bench.data.text import TextOptions
-    from bench.perf_throughput import steps_config
+    from bench.speed.throughput import steps_config
     from bench.training.batches import build_run_objective
     from bench.training.distributed import make_fabric
     from bench.training.runs import train_run
@@ -133,7 +133,7 @@ def measure(shape: dict, data: Path, seconds: float, steps_cap: int | None) -> d
 def device_name() -> str:
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    from bench.pipeline import cpu_model
+    from bench.orchestration.pipeline import cpu_model
 
     return f"CPU ({cpu_model()})"
 

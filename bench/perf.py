@@ -18,8 +18,8 @@ run in TF32 as bench.training runs them, and MFU is against the device's dense p
 (bench.training.live_metrics.peak_flops: the datasheets' figures, then Lightning's table) instead of a measured matrix
 product. The peers need `pip install -e ".[perf]"` (transformers); without it only the suite's own figures are printed.
 
-This module is the command and its rows; how a step is timed (bench.perf_timing), the Hugging Face peers
-(bench.perf_peers) and the --comparison-steps rows (bench.perf_throughput) are modules of their own.
+This module is the command and its rows; how a step is timed (bench.speed.timing), the Hugging Face peers
+(bench.speed.peers) and the --comparison-steps rows (bench.speed.throughput) are modules of their own.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ from tabulate import tabulate
 
 from backbone import Backbone, ConfigError, measure_flops, preset, resolve_model
 from backbone.model import apply_rope, rope_tables
-from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
-from bench.files import dumps
-from bench.perf_peers import hf_tokenizer, peer_steps
-from bench.perf_throughput import comparison_rows
-from bench.perf_timing import matmul_peak, median_seconds, train_step
+from bench.common.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.common.files import dumps
+from bench.speed.peers import hf_tokenizer, peer_steps
+from bench.speed.throughput import comparison_rows
+from bench.speed.timing import matmul_peak, median_seconds, train_step
 from bench.training.batches import training_batch
-from bench.training.config import configure_matmuls, single_seq_len, tf32_matmuls
 from bench.training.live_metrics import device_peak
+from bench.training.recipe import configure_matmuls, single_seq_len, tf32_matmuls
 from objectives import REGISTRY, Objective, Vocab, build_objective
 
 

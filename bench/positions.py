@@ -14,10 +14,10 @@ from tabulate import tabulate
 
 from backbone import ConfigError, resolve_model
 from bench.analysis.density import build_on_meta, position_row
-from bench.cli import MODEL_HELP, VOCAB_HELP, Parser, run
-from bench.files import dumps
+from bench.common.cli import MODEL_HELP, VOCAB_HELP, Parser, run
+from bench.common.files import dumps
 from bench.report.sections import analytic_count
-from bench.training.config import single_seq_len
+from bench.training.recipe import single_seq_len
 from objectives import Vocab, parse_objective_list
 
 TABLE_OBJECTIVES = "ar,mlm,mlm:rule=bernoulli,electra,span"

@@ -22,7 +22,7 @@ every seed before it is ranked (bench.analysis.results.LEARNED_TASK), the budget
 the tuning seeds at the setting's budget and at twice, four times ... it, up to --ladder-max FLOPs (default
 MAX_LADDER), until every seed closes that half: the smallest budget at which it learns its task here, or none up to
 the top. A pick at an edge of its grid is reported as such: the grid should then be widened. With --write-defaults
-(the default setting only) the picks become the default comparison's (bench/tuned.json): its objectives and peak
+(the default setting only) the picks become the default comparison's (bench/common/tuned.json): its objectives and peak
 rates, and the one fine-tuning rate per reader and task each backbone is then fine-tuned at.
 """
 
@@ -41,21 +41,21 @@ import torch
 from backbone import ConfigError
 from bench import compare
 from bench.analysis.results import LEARNED_TASK, own_task
-from bench.cli import run
-from bench.config import Config
-from bench.environment import code_revision
-from bench.files import write_atomic, write_json
-from bench.jobs import executed
-from bench.pipeline import loss_references
+from bench.common.cli import run
+from bench.common.environment import code_revision
+from bench.common.files import write_atomic, write_json
+from bench.common.stopping import stop_on_signals
+from bench.common.tuned import DEFAULTS_FILE
+from bench.orchestration.config import Config
+from bench.orchestration.jobs import executed
+from bench.orchestration.pipeline import loss_references
+from bench.orchestration.planning import make_plan
+from bench.orchestration.tuned_setting import setting_of
 from bench.report.tuning import tuning_report
-from bench.planning import make_plan
-from bench.stopping import stop_on_signals
 from bench.training.batches import build_run_objective
-from bench.training.config import run_name
 from bench.training.distributed import make_fabric
+from bench.training.recipe import run_name
 from bench.training.state import Context, Work, restore, setup_run
-from bench.tuned import DEFAULTS_FILE
-from bench.tuned_setting import setting_of
 from bench.yardsticks.downstream import Downstream, frozen_probe
 from objectives import Objective, parse_spec
 
@@ -258,9 +258,9 @@ def trial_dir(out: Path, trained: str, rate: float, seed: int, budget: float, se
 
 
 def own_task_references(plan, specs: list[str]) -> dict[str, tuple[dict, dict]]:
-    """Per trained spec, the Bayes floors and unigram losses a comparison's bench.pipeline.bayes_references gives
-    it, from which own_task reads whether a trial learned its task; none on text, where only ELECTRA's discriminator
-    has a rule (its AUC), which needs no reference."""
+    """Per trained spec, the Bayes floors and unigram losses a comparison's
+    bench.orchestration.pipeline.bayes_references gives it, from which own_task reads whether a trial learned its task;
+    none on text, where only ELECTRA's discriminator has a rule (its AUC), which needs no reference."""
     if plan.corpus.language is None:
         return {}
     return {spec: loss_references(build_run_objective(spec, plan.train, plan.corpus), plan.corpus, plan.train)
@@ -318,7 +318,7 @@ def finetune_picks(per_seed: list[dict[str, dict[str, float]]]) -> dict:
 
 
 def defaults(found: dict) -> dict:
-    """What the default comparison reads (bench/tuned.json): objectives, peak rates, fine-tuning rates."""
+    """What the default comparison reads (bench/common/tuned.json): objectives, peak rates, fine-tuning rates."""
     picks = {spec: tuned["picked"] for spec, tuned in found["objectives"].items()}
     first = next(iter(picks.values()))
     lr = ",".join([f"{first['lr']:g}", *(f"{p['objective']}={p['lr']:g}" for p in list(picks.values())[1:])])
@@ -351,7 +351,8 @@ def add_own_flags(add) -> None:
         help=f"check each pick again at FACTOR times the budget, against its neighbours in rate, on the same seeds "
              f"(default {TRANSFER:g}; 0 skips the check)")
     add("--write-defaults", action="store_true",
-        help="make the picks the default comparison's (bench/tuned.json): only for a tuning at the default setting")
+        help="make the picks the default comparison's (bench/common/tuned.json): only for a tuning at the default "
+             "setting")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -26,9 +26,9 @@ from torch import Tensor, nn
 from backbone import Backbone, ConfigError, Flops, Transformer
 from backbone.model import init_weights
 from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Output, Vocab, token_loss
-from objectives.options import Options, check_fraction
 from objectives.draws import Randomness
 from objectives.masking import RULES, expected_count, rewrite, select_positions
+from objectives.options import Options, check_fraction
 
 
 HEADS = ("discriminator", "mlm")

@@ -18,8 +18,8 @@ from torch import Tensor, nn
 from backbone import Backbone, ConfigError, Flops
 from backbone.model import init_weights
 from objectives.base import IGNORE, Corrupted, FloorSpec, Objective, Output, Vocab, lm_flops, lm_forward
-from objectives.options import Options, check_fraction, check_split
 from objectives.draws import Randomness, RowGenerators
+from objectives.options import Options, check_fraction, check_split
 from objectives.pairs import PAIR_TASKS, SPECIAL_POSITIONS, make_pairs, pair_layout
 from objectives.masking import KEPT, MASKED, RANDOM, RULES, exact_count, expected_count, rewrite, select_positions, \
     select_spans, select_whole_words

@@ -7,7 +7,7 @@ are the registry's objectives, unchanged, on one shared backbone; none of them k
 schedule only says which piece made a batch (Corrupted.piece) and hands the batch to that piece.
 
 Which piece trains a step is decided where the sequence-length schedule decides its length: the training loop's
-phases are cut at the switches (bench.training.config), so a step starts in the piece whose share of the budget is
+phases are cut at the switches (bench.training.recipe), so a step starts in the piece whose share of the budget is
 still ahead of the FLOPs counted before it: the switch is exact in FLOPs and a resumed run switches at the same step.
 
 What carries over at a switch: the weights, the optimizer (AdamW's moments and step count) and the learning-rate

@@ -50,10 +50,10 @@ from pathlib import Path
 import torch
 from bench.data.corpus import load_corpus
 from bench.training.batches import local_counts, training_batch
-from bench.training.config import RunConfig
+from bench.training.recipe import RunConfig
 from bench.training.distributed import make_fabric, step_counts
 from bench.training.loop import train_step
-from bench.memory import step_memory
+from bench.orchestration.memory import step_memory
 from bench.training.state import Context, Work, setup_run
 
 fabric = make_fabric("cuda", precision="bf16-mixed")
@@ -86,7 +86,7 @@ for metrics in "$out"/compare/runs/*/logs/from-step-0/metrics.csv; do
 done
 # issue 33: small runs side by side on one GPU. Tokens/s of 1, 2, 4 and 8 default-shape runs (mini, T = 64, batch
 # 32, fp32/TF32) at once, each a process of its own started together; the
-# memory each process reserved says how many such runs the GPU holds (bench.jobs.PER_GPU_SMALL's choice)
+# memory each process reserved says how many such runs the GPU holds (bench.orchestration.jobs.PER_GPU_SMALL's choice)
 # (a file, not stdin: the processes are spawned, and each imports the script's functions again)
 cat >"$out/jobs_throughput.py" <<'PY'
 import multiprocessing, tempfile, time
@@ -97,7 +97,7 @@ from bench.data.corpus import load_corpus
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
 from bench.training.state import Context, Work
-from bench.perf_throughput import steps_config
+from bench.speed.throughput import steps_config
 
 STEPS = 600
 

@@ -1,8 +1,8 @@
 """Regenerate every committed report (README: reports/) with the command it records, at this checkout's revision and
 on this machine, so that they all come from one revision and one kind of processor (a CPU's last digits depend on
-it: bench.pipeline.cpu_model). Hours of CPU (the runs of the reports made at 43dbf32 took 29,000 s together, most
-of them two at a time on 2 cores): run it in a clone of its own, then copy that clone's reports/ into the checkout
-that commits them, leaving out the runs' checkpoints (*.pt).
+it: bench.orchestration.pipeline.cpu_model). Hours of CPU (the runs of the reports made at 43dbf32 took 29,000 s
+together, most of them two at a time on 2 cores): run it in a clone of its own, then copy that clone's reports/ into the
+checkout that commits them, leaving out the runs' checkpoints (*.pt).
 
     python scripts/regenerate_reports.py [--list] [NAME ...]     NAME: a folder under reports/ (default: every one)
 
@@ -32,7 +32,7 @@ PRESETS = ("bert-table8", "corruption-rate", "electra-efficiency", "electra-tabl
 # reports/tuning-span is regenerated before it
 SPAN_RATE = "SPAN_RATE"
 # folder under reports/ -> its command's flags besides --out and --quiet (bench.compare's, but for the tunings'): the
-# tuning first, since it writes the default's settings (bench/tuned.json): commit that before the others run
+# tuning first, since it writes the default's settings (bench/common/tuned.json): commit that before the others run
 REPORTS: dict[str, list[str]] = {
     # ELECTRA's ladder to 4e12, 8x the default's budget: to 1e13 it is a third of the tuning's time
     "tuning": ["--write-defaults", "--ladder-max", "4e12"],

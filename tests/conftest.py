@@ -12,8 +12,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from bench.common.environment import describe, package_versions
 from bench.data.corpus import load_corpus
-from bench.environment import describe, package_versions
 from bench.training.distributed import make_fabric
 from tests.helpers import GOLDEN
 

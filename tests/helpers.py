@@ -39,10 +39,11 @@ def signalling(function, when=lambda *args, **kwargs: True):
 
 
 def recorded_settings(data: str, seq_len: int | str, model: str = "tiny") -> dict:
-    """A comparison's config.json as bench.planning.record writes it, for one trained on `data` at `seq_len`."""
+    """A comparison's config.json as bench.orchestration.planning.record writes it, for one trained on `data` at
+    `seq_len`."""
     from bench.compare import parse_config
-    from bench.config import SETTING
-    from bench.planning import CONFIG_SCHEMA
+    from bench.orchestration.config import SETTING
+    from bench.orchestration.planning import CONFIG_SCHEMA
 
     config = parse_config(["--data", data, "--seq-len", str(seq_len), "--model", model])
     return {"schema": CONFIG_SCHEMA, "config": config.recorded(SETTING), "derived": {}}

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from bench.analysis.uncertainty import Group, Part
-from bench.files import unpack_counts
+from bench.common.files import unpack_counts
 from bench.training.records import CurvePoint, Record, RunRecord
 
 # the probes' questions (bench.yardsticks.probes): (key in results.json, the probe result it reads, label, copies)

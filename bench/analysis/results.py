@@ -19,7 +19,7 @@ from bench.analysis.stats import summarize
 from bench.analysis.summaries import (Compute, DownstreamSummary, Floor, ObjectiveSummary, OwnTask, ProbeSummary,
                                       Results, TaskFlops, TaskRow, TaskSummary, Untrained)
 from bench.analysis.verdict import verdict
-from bench.training.config import parse_seq_len
+from bench.training.recipe import parse_seq_len
 from bench.training.records import ControlRecord, Record, RunRecord, from_json
 from bench.yardsticks.probes import QUESTIONS
 
@@ -185,8 +185,8 @@ PHASE_COUNTS = ("steps", "tokens", "supervised_positions", "flops")
 
 
 def schedule_measured(grouped: dict[str, list[RunRecord]], accounting: dict | None) -> dict | None:
-    """Under a sequence-length schedule (`accounting`: bench.planning.schedule_accounting, per objective the
-    predicted phases and the final length throughout at the same FLOPs), the counts per phase measured in each
+    """Under a sequence-length schedule (`accounting`: bench.orchestration.planning.schedule_accounting, per objective
+    the predicted phases and the final length throughout at the same FLOPs), the counts per phase measured in each
     objective's runs, as means over seeds."""
     if accounting is None:
         return None
@@ -216,16 +216,18 @@ class Measured:
     """What a comparison measured: the one input of build_results. results.json stores each field under its own
     name, so a later step (bench.downstream --run) rebuilds the report from it (Measured.from_results)."""
 
-    setup: dict  # the setup facts (bench.pipeline.setup_facts), which the report words (bench.report.setup)
+    # the setup facts (bench.orchestration.pipeline.setup_facts), which the report words (bench.report.setup)
+    setup: dict
     positions: list[dict]  # the signal-density table (bench.analysis.density)
     runs: list[RunRecord]  # the finished runs
     budget_flops: float
     seq_len: int  # the length the models are evaluated at (a schedule's last)
     baseline: str | None = None  # the first objective given
-    bayes: dict | None = None  # floors, ceilings, unigram losses and input-only controls (bench.pipeline)
+    bayes: dict | None = None  # floors, ceilings, unigram losses and input-only controls (bench.orchestration.pipeline)
     diverged: list[dict] = field(default_factory=list)
     tasks: list[dict] | None = None  # the downstream tasks as described (Downstream.describe)
-    seq_len_accounting: dict | None = None  # a schedule's predicted phases (bench.planning.schedule_accounting)
+    # a schedule's predicted phases (bench.orchestration.planning.schedule_accounting)
+    seq_len_accounting: dict | None = None
     controls: list[ControlRecord] = field(default_factory=list)  # the untrained controls (training.runs.control_run)
 
     @classmethod

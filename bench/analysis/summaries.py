@@ -159,16 +159,16 @@ class DownstreamSummary:
 class Results:
     """Everything a comparison's report states (results.json): what was measured (the setup's facts, the signal-density
     rows, the Bayes references, the tasks as described, a schedule's accounting, the runs and controls, as
-    bench.pipeline recorded them) and what the analysis found (the answer, the verdict, the summaries). A preset adds
-    its paper section."""
+    bench.orchestration.pipeline recorded them) and what the analysis found (the answer, the verdict, the summaries). A
+    preset adds its paper section."""
 
     schema: int
     budget_flops: float
     seq_len: int
     baseline: str | None
     seeds: int
-    # a free-form map: the facts the report's setup table is worded from (bench.pipeline.setup_facts names them),
-    # versions and settings whose keys follow the command's flags and the packages installed
+    # a free-form map: the facts the report's setup table is worded from (bench.orchestration.pipeline.setup_facts names
+    # them), versions and settings whose keys follow the command's flags and the packages installed
     setup: dict
     answer: Answer | None
     verdict: Verdict | None
@@ -182,7 +182,7 @@ class Results:
     seq_len_measured: dict | None  # per objective, the counts per phase its runs spent (means over seeds)
     diverged: list[dict]  # the diverged runs' records (bench.training.loop.TrainingDiverged.record)
     tasks: list[dict] | None  # the downstream tasks as described (bench.yardsticks.downstream.Downstream.describe)
-    seq_len_accounting: dict | None  # a schedule's predicted phases (bench.planning.schedule_accounting)
+    seq_len_accounting: dict | None  # a schedule's predicted phases (bench.orchestration.planning.schedule_accounting)
     runs: list[RunRecord]
     controls: list[ControlRecord]
     paper: Paper | None = omitted()
@@ -289,8 +289,9 @@ class SweepYardstick:
 @dataclass(frozen=True)
 class Sweep:
     """A budget sweep's frontier: the budgets, the baseline every multiplier is against, the objectives, the setup's
-    facts (bench.pipeline.sweep_facts: the largest budget's setup, every budget, the time taken; a free-form map, as
-    a comparison's), every yardstick across the budgets and each budget's answer. A preset adds its paper section."""
+    facts (bench.orchestration.pipeline.sweep_facts: the largest budget's setup, every budget, the time taken; a
+    free-form map, as a comparison's), every yardstick across the budgets and each budget's answer. A preset adds its
+    paper section."""
 
     budgets: list[float]
     baseline: str

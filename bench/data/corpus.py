@@ -30,7 +30,7 @@ from backbone import ConfigError
 from bench.data import synthetic
 from bench.data.text import (TextOptions, cache_dir, load_files, load_hub, one_process_at_a_time, pack, quiet_datasets,
                              tokenizer_for, vocab_for_tokenizer)
-from bench.files import write_atomic
+from bench.common.files import write_atomic
 from objectives import Vocab, parse_options
 
 # the documents' held-out split and the training windows' one shuffle (bench.yardsticks.examples' SPLIT_SEED draws
@@ -78,7 +78,7 @@ class Corpus:
     def windows(self, split: str, seq_len: int | None = None) -> "Windows | CutWindows":
         """The token windows of a split, in the corpus's fixed order, read from disk on demand; with a `seq_len`
         shorter than the corpus's, each window cut into consecutive windows of that length (a sequence-length
-        schedule's shorter phases, bench.training.config)."""
+        schedule's shorter phases, bench.training.recipe)."""
         windows = Windows(getattr(self, split))
         if seq_len is None or seq_len == self.seq_len:
             return windows

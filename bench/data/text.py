@@ -20,7 +20,7 @@ from filelock import FileLock
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from backbone import ConfigError
-from bench.files import write_atomic
+from bench.common.files import write_atomic
 from objectives import NUM_SENTINELS, SPECIAL_TOKENS, Vocab
 
 FORMATS = {".txt": "text", ".jsonl": "json", ".json": "json", ".parquet": "parquet"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.cli import Parser, run
+from bench.common.cli import Parser, run
 from bench.export import export_comparison, export_run
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from backbone import ConfigError
 from bench.downstream import context_for_run, load_run_objective
+from bench.orchestration.planning import read_settings
 from bench.training.records import ControlRecord, RunRecord
 from bench.training.runs import finished_result
-from bench.planning import read_settings
 from bench.yardsticks.examples import TaskContext
 from objectives import Objective
 

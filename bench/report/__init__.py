@@ -1,5 +1,5 @@
 """The comparison report: report.md (tabulate) with PNG plots (seaborn) beside it, and results.json for machines.
-The pipeline calls the three writers by name (bench.pipeline.Reports); the report stage alone words facts.
+The pipeline calls the three writers by name (bench.orchestration.pipeline.Reports); the report stage alone words facts.
 
 Every number comes from the runs' results; nothing here is typed in by hand. Files are written atomically.
 """

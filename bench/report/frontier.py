@@ -13,7 +13,7 @@ from bench.analysis.budgets import budget_folder
 from bench.analysis.claims import NOT_MEASURABLE, beats_control, holm_interval
 from bench.analysis.findings import Crossover, GainAt, Placed, to_json
 from bench.analysis.summaries import MultiplierAt, Sweep, SweepYardstick, UnreadAt
-from bench.files import write_atomic, write_json
+from bench.common.files import write_atomic, write_json
 from bench.report.paper import paper_text
 from bench.report.plots import plt, save_figure
 from bench.report.setup import sweep_setup_table

@@ -11,10 +11,10 @@ from bench.analysis.findings import to_json
 from bench.analysis.paper_findings import Paper
 from bench.analysis.summaries import Results
 
-from bench.files import write_atomic, write_json
+from bench.common.files import write_atomic, write_json
+from bench.report.paper import paper_text
 from bench.report.plots import write_plots
 from bench.report.wording import answer_sentence
-from bench.report.paper import paper_text
 from bench.report.sections import (compute_section, density_section, diverged_section, floor_table, loss_table,
                                    objective_schedule_section, own_task_table, schedule_section, setup_section)
 from bench.report.verdict_tables import answer_section, verdict_section

@@ -14,11 +14,11 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
-from bench.files import write_atomic
 from bench.analysis.claims import holm_interval
 from bench.analysis.measures import yardsticks
 from bench.analysis.stats import summarize
 from bench.analysis.summaries import Results
+from bench.common.files import write_atomic
 from bench.training.records import RunRecord
 
 

@@ -20,7 +20,7 @@ def setup_section(results: Results) -> str:
 
 def schedule_section(results: Results) -> str:
     """Under a sequence-length schedule, the positions that flowed per phase beside what the final length throughout
-    would have given for the same FLOPs (bench.training.config's accounting)."""
+    would have given for the same FLOPs (bench.training.recipe's accounting)."""
     schedule, measured_by_spec = results.seq_len_accounting, results.seq_len_measured
     if not schedule or not measured_by_spec:
         return ""

@@ -1,15 +1,15 @@
-"""The report's setup table, worded from the facts a comparison gathered (bench.pipeline.setup_facts), and a budget
-sweep's (bench.pipeline.sweep_facts)."""
+"""The report's setup table, worded from the facts a comparison gathered (bench.orchestration.pipeline.setup_facts), and
+a budget sweep's (bench.orchestration.pipeline.sweep_facts)."""
 
 from __future__ import annotations
 
 import shlex
 
-from bench.environment import describe as describe_versions
+from bench.common.environment import describe as describe_versions
 
 
 def rates_source(found: dict) -> str:
-    """Where the peak rates come from, said plainly (bench.tuned.provenance)."""
+    """Where the peak rates come from, said plainly (bench.common.tuned.provenance)."""
     if found["kind"] == "given":
         return " (given by --lr: no sweep chose them)"
     text = f" (chosen on validation data by the tuning that chose the defaults, `{found['from']['command']}`"
@@ -77,7 +77,7 @@ def yardstick_rows(facts: dict, bayes: dict | None) -> dict:
 
 def setup_table(facts: dict, bayes: dict | None = None) -> dict:
     """{row: text} of the report's setup section, worded from a comparison's setup facts (results.json's "setup",
-    bench.pipeline.setup_facts) and its Bayes references."""
+    bench.orchestration.pipeline.setup_facts) and its Bayes references."""
     note = f" ({facts['versions_note']})" if facts.get("versions_note") else ""
     table = {
         "command": "python -m bench.compare " + shlex.join(facts["command"]),

@@ -19,21 +19,21 @@ Everything that makes runs comparable lives here:
   a branch cooled down to that checkpoint (loop.TrainingLoop.cool_down_branches);
 - each evaluation is appended to the run folder as it finishes, and the state (model, optimizer, counters; the data
   position is the step) is checkpointed with it, so an interrupted run resumes exactly. There is no RNG state to
-  carry: each row of a step's batch is corrupted from its own generator, seeded from (seed, step, row) (bench.seeds,
-  objectives.draws), so a process corrupts only its own rows and they are the rows of the whole batch, on any number
-  of devices; and the global RNG (ELECTRA's sampling, dropout) is reseeded from (seed, step, rank) before every
-  step, so each process draws its own noise and a resumed run draws the same noise as an uninterrupted one;
+  carry: each row of a step's batch is corrupted from its own generator, seeded from (seed, step, row)
+  (bench.common.seeds, objectives.draws), so a process corrupts only its own rows and they are the rows of the whole
+  batch, on any number of devices; and the global RNG (ELECTRA's sampling, dropout) is reseeded from (seed, step, rank)
+  before every step, so each process draws its own noise and a resumed run draws the same noise as an uninterrupted one;
 - how a step is executed does not change what it computes: micro-batches (--micro-batch) accumulate to the gradient of
   the whole batch, activation checkpointing recomputes the same values, and the FLOPs counted are the model's.
 
 Long runs: the state is also saved every `checkpoint_every` minutes, and SIGTERM or SIGUSR1 (a scheduler's warning
 before it ends a job) saves it at the end of the current step and exits with EXIT_STOPPED; rerunning resumes exactly.
 An evaluation or the final yardsticks under way when the signal comes stop at their next batch or fit
-(bench.stopping.check_stop) and are dropped: the state is saved without them, and the resumed run does them again.
-A training step reads one number from the device, the global loss (with the stop and save requests of every process
-beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal. The next
+(bench.common.stopping.check_stop) and are dropped: the state is saved without them, and the resumed run does them
+again. A training step reads one number from the device, the global loss (with the stop and save requests of every
+process beside it): that single synchronisation lets every process stop at the same step on a NaN or a signal. The next
 step's rows are corrupted in a background thread while this one runs (`Prefetcher`), into pinned memory on CUDA, and
-copied without blocking; the counts that step needs from the other processes' rows (supervised positions, FLOPs)
-ride in this step's all-reduce, so a step makes one collective, on the training backend alone (no second, host-side
-group whose address resolution can fail on a cluster where NCCL works).
+copied without blocking; the counts that step needs from the other processes' rows (supervised positions, FLOPs) ride in
+this step's all-reduce, so a step makes one collective, on the training backend alone (no second, host-side group whose
+address resolution can fail on a cluster where NCCL works).
 """

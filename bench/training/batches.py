@@ -12,9 +12,9 @@ import torch
 from torch import Tensor
 
 from backbone import Backbone, ConfigError, resolve_model
+from bench.common.seeds import derive_seed
 from bench.data.corpus import Corpus
-from bench.seeds import derive_seed
-from bench.training.config import EVAL_SEED, RunConfig, SeqLenSchedule
+from bench.training.recipe import EVAL_SEED, RunConfig, SeqLenSchedule
 from objectives import Corrupted, Objective, build_objective
 from objectives.draws import RowGenerators
 

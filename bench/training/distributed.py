@@ -23,13 +23,13 @@ from torch import Tensor
 from torch.nn.parallel import DistributedDataParallel
 
 from backbone import ConfigError
-from bench.stopping import EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest
+from bench.common.stopping import EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest
 from bench.training.batches import StepCounts
 
 
 class WithoutTF32Advice(logging.Filter):
     """Drops the advice Lightning logs when a Fabric starts on a GPU with tensor cores and fp32 matmuls are still at
-    "highest": it comes before the run sets them itself (bench.training.config.configure_matmuls: TF32 under
+    "highest": it comes before the run sets them itself (bench.training.recipe.configure_matmuls: TF32 under
     32-true), so it was noise at the top of every GPU comparison's log, and advice against the run's own setting."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -195,7 +195,7 @@ def sees(path: Path, poll_seconds: float = 1.0) -> bool:
         time.sleep(poll_seconds)
 
 
-# --- Signals (bench.stopping): every process agrees on a stop, at points where all of them pass.
+# --- Signals (bench.common.stopping): every process agrees on a stop, at points where all of them pass.
 
 
 def any_process(fabric: Fabric, flag: bool) -> bool:

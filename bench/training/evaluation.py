@@ -10,10 +10,10 @@ import torch.nn.functional as F
 from lightning_fabric import Fabric
 from torch import Tensor
 
+from bench.common.stopping import check_stop
 from bench.data import inference
 from bench.data.synthetic import Language
-from bench.stopping import check_stop
-from bench.training.config import EVAL_SEED
+from bench.training.recipe import EVAL_SEED
 from objectives import Corrupted, Objective, Output
 
 

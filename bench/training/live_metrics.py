@@ -21,7 +21,7 @@ from lightning_fabric.utilities.throughput import get_available_flops
 
 
 # Dense peak FLOP/s of the matrix units per device and the dtype each precision's matmuls run in (32-true runs in TF32
-# on CUDA: bench.training.config.tf32_matmuls; 64-true on the FP64 tensor cores), from NVIDIA's datasheets, never the
+# on CUDA: bench.training.recipe.tf32_matmuls; 64-true on the FP64 tensor cores), from NVIDIA's datasheets, never the
 # "with sparsity" figures: H100 and H200 Tensor Core GPU datasheets (SXM, PCIe, NVL), A100 (SXM and PCIe alike), L4,
 # L40S, L40, A10 / A10G, V100 (SXM2; no TF32 or bf16) and T4 (no TF32 or bf16). Lightning's own table names H200 only as
 # "h200 sxm1" / "h200 nvl1" (the datasheet's footnote marks), while the device reports "NVIDIA H200", and gives H100 NVL

@@ -1,6 +1,6 @@
 """The training loop: `fit` trains to the FLOP budget as a short loop of named calls (cool_down_branches,
 take_batch, train_step, agree, count, evaluate_or_save, stop_if_asked). The learning rate is warmup-stable-decay
-(bench.training.config.learning_rate), and every point of a run's curve is a finished run: where a FLOP checkpoint's
+(bench.training.recipe.learning_rate), and every point of a run's curve is a finished run: where a FLOP checkpoint's
 cool-down would start, the loop branches, trains the branch to the checkpoint at a rate that falls to zero there (the
 very steps a run with that budget takes), writes its held-out evaluation and the yardsticks' curve points, drops it
 and goes on from where it branched, saving that state. The branches' steps and FLOPs are counted apart from the
@@ -20,14 +20,14 @@ from lightning_fabric import Fabric
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from bench.files import append_jsonl
-from bench.seeds import derive_seed
+from bench.common.files import append_jsonl
+from bench.common.seeds import derive_seed
+from bench.common.stopping import PhaseStopped, RunStopped, StopRequest, stop_on_signals
 from bench.training.batches import Prefetcher, StepCounts, eval_batches, local_counts, training_batch
-from bench.training.config import cooldown_start, eval_grid, learning_rate, match_optimizer_to_device, run_name
-from bench.stopping import PhaseStopped, RunStopped, StopRequest, stop_on_signals
 from bench.training.distributed import Agreement, agree, any_process, step_counts, stop_agreed, stop_message
 from bench.training.evaluation import evaluate
 from bench.training.live_metrics import LiveMetrics
+from bench.training.recipe import cooldown_start, eval_grid, learning_rate, match_optimizer_to_device, run_name
 from bench.training.records import curve_row
 from bench.training.state import Run, save_checkpoint
 from objectives import Corrupted, Objective, Output

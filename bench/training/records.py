@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from backbone import ConfigError
-from bench.files import read_json, read_jsonl
+from bench.common.files import read_json, read_jsonl
 
 
 # result.json's layout: 2, the curve's rows in parts (bench.training.records), the code revision named; 3, with the

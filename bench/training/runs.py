@@ -13,14 +13,14 @@ from typing import Sequence
 import torch
 from lightning_fabric import Fabric
 
+from bench.common.environment import code_revision
+from bench.common.files import read_json, write_json
+from bench.common.stopping import PhaseStopped, stop_on_signals
 from bench.data.corpus import Corpus
-from bench.environment import code_revision
-from bench.files import read_json, write_json
 from bench.training.batches import build_run_objective
-from bench.training.config import configure_matmuls, run_name
-from bench.stopping import PhaseStopped, stop_on_signals
 from bench.training.distributed import stop_agreed, stop_message
 from bench.training.loop import TrainingDiverged, fit
+from bench.training.recipe import configure_matmuls, run_name
 from bench.training.records import RUN_SCHEMA, ControlRecord, Record, RunRecord, read_curve, read_record
 from bench.training.state import Context, Run, Work, Yardstick, mark_session, restore, setup_run
 from objectives import Objective

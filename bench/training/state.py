@@ -17,12 +17,12 @@ from lightning_fabric.strategies import DDPStrategy
 from torch import Tensor
 
 from backbone import ConfigError, Transformer
+from bench.common.environment import code_revision
+from bench.common.files import dumps, read_jsonl, write_atomic
 from bench.data.corpus import Corpus
 from bench.data.synthetic import Language
-from bench.environment import code_revision
-from bench.files import dumps, read_jsonl, write_atomic
 from bench.training.batches import build_run_objective, run_schedule
-from bench.training.config import (Phase, RunConfig, SeqLenSchedule, check_config, configure_matmuls, make_optimizer,
+from bench.training.recipe import (Phase, RunConfig, SeqLenSchedule, check_config, configure_matmuls, make_optimizer,
                                    match_optimizer_to_device)
 from bench.training.records import Counters, PhaseCounters
 from objectives import Objective

@@ -19,10 +19,10 @@ import math
 
 import torch
 
+from bench.common.stopping import check_stop
 from bench.data import inference, synthetic
 from bench.data.corpus import Corpus
 from bench.data.span_inference import span_nll
-from bench.stopping import check_stop
 from objectives import IGNORE, Corrupted, FloorSpec, Objective, Vocab
 
 

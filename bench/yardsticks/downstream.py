@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from backbone import Backbone, ConfigError
-from bench.stopping import check_stop
+from bench.common.stopping import check_stop
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task
 from bench.yardsticks.metrics import direction, item_counts, scores
@@ -346,7 +346,8 @@ def add_finetune_flags(add, defaults_from_run: bool = False) -> None:
 
 def finetune_config(steps: int | None, lrs: str | None, saved: dict | None = None,
                     tuned: tuple[tuple[str, str, float], ...] = ()) -> FinetuneConfig:
-    """The recipe; with --finetune-lrs tuned, `tuned` (bench.tuned.finetune_rates) gives the readers' own rates."""
+    """The recipe; with --finetune-lrs tuned, `tuned` (bench.common.tuned.finetune_rates) gives the readers' own
+    rates."""
     saved = saved or {}
     steps = steps if steps is not None else saved.get("finetune_steps", DEFAULT_STEPS)
     if steps < 1:

@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from backbone import ConfigError
+from bench.common.seeds import derive_seed
 from bench.data import inference, synthetic
-from bench.seeds import derive_seed
 from bench.yardsticks import readout
 from bench.yardsticks.examples import Split, Task, TaskContext, TaskOptions, encode, encode_tagged
 from objectives import IGNORE, Vocab

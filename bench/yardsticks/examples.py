@@ -12,8 +12,8 @@ import torch
 from tokenizers import Tokenizer
 from torch import Tensor
 
+from bench.common.seeds import derive_seed
 from bench.data import synthetic
-from bench.seeds import derive_seed
 from objectives import IGNORE, Vocab
 
 SPLIT_SEED = 0

@@ -15,7 +15,7 @@ from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 import torch
 
-from bench.files import pack_counts
+from bench.common.files import pack_counts
 from bench.yardsticks.examples import Split, Task
 from objectives import IGNORE
 
@@ -90,8 +90,8 @@ def scores(task: Task, predicted, split: Split) -> dict[str, float]:
 
 def item_counts(task: Task, predicted, split: Split) -> dict[str, str]:
     """Per example of `split`, how many of its scored units the prediction got right ("hits") and how many it has
-    ("units"), packed (bench.files.pack_counts): what the analysis resamples so that a CI includes the test set's own
-    sampling. Only where the score is a mean over units (accuracy); {} elsewhere."""
+    ("units"), packed (bench.common.files.pack_counts): what the analysis resamples so that a CI includes the test set's
+    own sampling. Only where the score is a mean over units (accuracy); {} elsewhere."""
     if tuple(task.metrics) != ("accuracy",):
         return {}
     if task.level == "token":

@@ -23,10 +23,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from backbone import Backbone
+from bench.common.files import pack_counts
 from bench.data import inference
 from bench.data.corpus import Corpus
 from bench.yardsticks import readout
-from bench.files import pack_counts
 from bench.yardsticks.readout import StandardizedLinear, majority_accuracy
 from objectives import Objective
 

@@ -7,8 +7,8 @@ control (the untrained backbone) goes through, so a difference in scores is a di
 - `finetune`: AdamW steps on the backbone and a head that starts from the fitted probe (linear probe, then
   fine-tune), on batches drawn from a fixed generator, under a learning-rate schedule the yardstick names;
 - `head_flops` / `finetune_flops`: what those cost, reported by the yardsticks and never charged to the budget.
-Each checks for a stop signal between its batches, L-BFGS evaluations and steps (bench.stopping.check_stop), so that
-every yardstick stops within one of them.
+Each checks for a stop signal between its batches, L-BFGS evaluations and steps (bench.common.stopping.check_stop), so
+that every yardstick stops within one of them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from backbone import Backbone
-from bench.stopping import check_stop
+from bench.common.stopping import check_stop
 
 
 @torch.no_grad()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from bench.analysis.summaries import Results
-from bench.files import pack_counts
+from bench.common.files import pack_counts
 from bench.training.records import RUN_SCHEMA, ControlRecord, CurvePoint, RunRecord
 
 BUDGET = 1e12

@@ -12,7 +12,7 @@ from bench.analysis.findings import Stat, to_json
 from bench.analysis.results import (SCHEMA, Measured, build_results, compute_summary, final_metrics, load_results,
                                     loss_summary, stat)
 from bench.analysis.summaries import Compute, Floor, ObjectiveSummary, Results
-from bench.files import write_json
+from bench.common.files import write_json
 from bench.report.markdown import worded
 from bench.report.sections import compute_section, loss_table
 from bench.report.tables import fmt, table

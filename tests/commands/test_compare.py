@@ -9,9 +9,9 @@ import torch
 from PIL import Image
 
 from backbone import ConfigError
-from bench.cli import run
+from bench.common.cli import run
+from bench.common.stopping import EXIT_STOPPED
 from bench.compare import build_parser, main
-from bench.stopping import EXIT_STOPPED
 from tests.helpers import signalling
 
 pytestmark = pytest.mark.slow  # the whole command end to end
@@ -212,7 +212,7 @@ def test_resume_may_change_how_steps_run_but_not_what_they_compute(comparison, t
 
 def test_config_reruns_a_comparisons_settings_and_explicit_flags_override_them(comparison, tmp_path):
     from bench.compare import parse_config
-    from bench.planning import make_plan
+    from bench.orchestration.planning import make_plan
     from bench.training.distributed import make_fabric
 
     saved = json.loads((comparison / "config.json").read_text())
@@ -313,7 +313,7 @@ def test_unigram_loss_and_discriminator_baselines_are_reported(comparison):
     ("mlm=2e-3,ar=1e-4", {"mlm": 2e-3, "ar": 1e-4, "mlm:rate=0.4": 2e-3}),
 ])
 def test_per_objective_learning_rates(text, expected):
-    from bench.planning import learning_rates
+    from bench.orchestration.planning import learning_rates
     assert learning_rates(text, ["mlm", "ar", "mlm:rate=0.4"]) == expected
 
 
@@ -321,7 +321,7 @@ def test_per_objective_learning_rates(text, expected):
                                            ("1e-3,bert=1", "not among"), ("ar=1e-3", "no rate for")])
 def test_bad_learning_rates_are_one_line(text, message):
     from backbone import ConfigError
-    from bench.planning import learning_rates
+    from bench.orchestration.planning import learning_rates
     with pytest.raises(ConfigError, match=message):
         learning_rates(text, ["mlm", "ar"])
 
@@ -345,7 +345,7 @@ def test_small_gpu_steps_are_warned_about(capsys):
 
     import torch as torch_module
 
-    from bench.pipeline import warn_small_steps
+    from bench.orchestration.pipeline import warn_small_steps
 
     gpu = SimpleNamespace(device=torch_module.device("cuda", 0), world_size=8)
     warn_small_steps(gpu, 256, 128)  # 32 windows of 128 per process: 4,096 tokens
@@ -369,7 +369,7 @@ def test_bf16_on_a_gpu_without_bf16_units_is_refused(monkeypatch):
 
 def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, capsys):
     from bench.compare import parse_config
-    from bench.planning import make_plan
+    from bench.orchestration.planning import make_plan
     from bench.training.distributed import make_fabric
 
     out = tmp_path / "schedule"
@@ -408,9 +408,9 @@ def test_a_sequence_length_schedule_is_recorded_reported_and_resumes(tmp_path, c
 def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_folders_tokenizer(tmp_path, capsys,
                                                                                                monkeypatch):
     import bench.data.text
-    import bench.pipeline
-    import bench.planning
-    from bench.environment import package_versions
+    import bench.orchestration.pipeline
+    import bench.orchestration.planning
+    from bench.common.environment import package_versions
     from bench.report.setup import setup_table
 
     def setup(folder):  # the report's setup table, worded from results.json's facts
@@ -435,8 +435,8 @@ def test_a_rerun_or_resume_on_other_versions_warns_in_one_line_and_reads_the_fol
 
     # another machine: other versions, and no cached tokenizer (training one would give other pieces elsewhere)
     other = {**installed, "torch": "9.9.9"}
-    monkeypatch.setattr(bench.planning, "package_versions", lambda: other)
-    monkeypatch.setattr(bench.pipeline, "package_versions", lambda: other)
+    monkeypatch.setattr(bench.orchestration.planning, "package_versions", lambda: other)
+    monkeypatch.setattr(bench.orchestration.pipeline, "package_versions", lambda: other)
     shutil.rmtree(corpus.parent / ".objective-bench")
     monkeypatch.setattr(bench.data.text, "train_tokenizer",
                         lambda *a, **k: pytest.fail("the tokenizer was trained again"))
@@ -465,8 +465,8 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
                                                                                                   monkeypatch):
     # the handler lives for the whole command: a SIGTERM during a run's final probes, the Bayes references or a
     # control is honoured at the next batch, fit or step, and the phase's unfinished work is dropped
-    import bench.works
-    import bench.pipeline
+    import bench.orchestration.works
+    import bench.orchestration.pipeline
     import bench.yardsticks.probes
 
     flags = [*TINY, "--objectives", "mlm", "--seeds", "2"]
@@ -484,7 +484,8 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
     assert not (stopped / "runs" / "mlm-seed1").exists()
 
     with monkeypatch.context() as patch:
-        patch.setattr(bench.pipeline, "bayes_references", signalling(bench.pipeline.bayes_references))
+        pipeline = bench.orchestration.pipeline
+        patch.setattr(pipeline, "bayes_references", signalling(pipeline.bayes_references))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     assert exit_info.value.code == EXIT_STOPPED and not (stopped / "runs" / "mlm-seed1").exists()
@@ -492,7 +493,7 @@ def test_a_signal_anywhere_in_the_command_stops_it_at_the_next_safe_point_and_re
 
     # during the first untrained control (after the runs): it stops at its first fit, and nothing of it is written
     with monkeypatch.context() as patch:
-        patch.setattr(bench.works, "control_run", signalling(bench.works.control_run))
+        patch.setattr(bench.orchestration.works, "control_run", signalling(bench.orchestration.works.control_run))
         with pytest.raises(SystemExit) as exit_info:
             main([*flags, "--out", str(stopped), "--resume"])
     runs = stopped / "runs"

@@ -1,11 +1,11 @@
-"""bench.config: the one typed configuration, built from the flags, serialised as config.json and diffed by --resume;
-checked without training anything."""
+"""bench.orchestration.config: the one typed configuration, built from the flags, serialised as config.json and diffed
+by --resume; checked without training anything."""
 
 import pytest
 
 from backbone import ConfigError
 from bench.compare import build_parser, parse_config
-from bench.config import COMMAND, EXECUTION, SETTING, Config, changed_settings, validate
+from bench.orchestration.config import COMMAND, EXECUTION, SETTING, Config, changed_settings, validate
 
 
 def test_every_flag_of_bench_compare_is_one_field_of_the_configuration():
@@ -61,7 +61,7 @@ def test_a_mistake_is_one_line_before_anything_runs(flags, message):
 
 
 def test_an_ignored_text_flag_is_one_line_and_status_2(capsys, tmp_path):
-    from bench.cli import run
+    from bench.common.cli import run
     from bench.compare import main
     tiny = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "1",
             "--seeds", "1", "--objectives", "ar", "--no-probes", "--downstream", "none", "--quiet"]

@@ -1,6 +1,6 @@
 from importlib import metadata
 
-from bench.environment import KEY_PACKAGES, describe, package_versions, version_changes, version_note
+from bench.common.environment import KEY_PACKAGES, describe, package_versions, version_changes, version_note
 
 
 def test_the_key_packages_versions_are_those_installed():
@@ -24,7 +24,7 @@ def test_a_note_names_each_package_whose_version_differs():
 def test_the_code_revision_names_every_uncommitted_state_apart_but_not_a_regenerated_report(tmp_path):
     import subprocess
 
-    from bench.environment import code_revision
+    from bench.common.environment import code_revision
     repository = tmp_path / "repository"
     (repository / "bench").mkdir(parents=True)
     (repository / "reports").mkdir()

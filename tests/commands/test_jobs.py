@@ -1,4 +1,4 @@
-"""Runs as independent jobs (bench.jobs): several at once, or each a process of its own through
+"""Runs as independent jobs (bench.orchestration.jobs): several at once, or each a process of its own through
 submitit's local executor, give the results one after another gives, at the same thread count per run."""
 
 import json
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.cli import run
+from bench.common.cli import run
+from bench.common.stopping import EXIT_STOPPED
 from bench.compare import main, parse_config
-from bench.jobs import auto_jobs, choose_slots
-from bench.pipeline import control_works, measurement, run_works
-from bench.planning import make_plan
-from bench.pool import Slots, _pooled, _pools, context_file, pool, run_pooled, signals_held
-from bench.training.config import RunConfig
-from bench.stopping import EXIT_STOPPED
+from bench.orchestration.jobs import auto_jobs, choose_slots
+from bench.orchestration.pipeline import control_works, measurement, run_works
+from bench.orchestration.planning import make_plan
+from bench.orchestration.pool import Slots, _pooled, _pools, context_file, pool, run_pooled, signals_held
 from bench.training.distributed import make_fabric
+from bench.training.recipe import RunConfig
 from bench.training.state import Context, Work
 
 TINY = ["--model", "tiny", "--seq-len", "32", "--batch-size", "4", "--budget", "3e8", "--eval-points", "3",
@@ -97,7 +97,7 @@ def test_a_launcher_without_submitit_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_by_default_short_runs_go_one_by_one_and_long_ones_one_per_core(tmp_path, monkeypatch):
-    monkeypatch.setattr("bench.jobs.cpu_cores", lambda: 8)
+    monkeypatch.setattr("bench.orchestration.jobs.cpu_cores", lambda: 8)
     fabric = make_fabric("cpu", launch=False)
     for budget, jobs in (("3e8", 1), ("1e12", 4)):  # the workers' start would cost more than 4 short runs gain
         plan = make_plan(parse_config([*TINY, "--budget", budget, "--out", str(tmp_path / budget)]), fabric)
@@ -116,7 +116,7 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
         queued.append([work.name for work in works])
         raise Queued
 
-    monkeypatch.setattr("bench.pipeline.executed", executed)
+    monkeypatch.setattr("bench.orchestration.pipeline.executed", executed)
     with pytest.raises(Queued):
         main([*TINY, "--out", str(tmp_path)])
     assert queued == [["mlm-seed0", "mlm-seed1", "ar-seed0", "ar-seed1", "untrained-bidirectional-seed0",
@@ -135,9 +135,10 @@ def test_runs_and_controls_go_to_the_workers_as_one_queue(tmp_path, monkeypatch)
 def test_on_gpus_small_runs_share_a_device_up_to_the_cores_and_memory(cores, free_gib, jobs, tmp_path, monkeypatch):
     # two GPUs, steps of 2,048 tokens (too few to keep one busy): PER_GPU_SMALL (8) each, fewer where the cores
     # that launch their kernels or the memory (each run's step + its CUDA context) run out, never fewer than one
-    monkeypatch.setattr("bench.jobs.cpu_cores", lambda: cores)
-    monkeypatch.setattr("bench.jobs.device_memory_bytes", lambda device: int(free_gib * 2 ** 30))
-    monkeypatch.setattr("bench.jobs.step_memory", lambda *args, **kwargs: type("Need", (), {"total": 2 ** 28}))
+    monkeypatch.setattr("bench.orchestration.jobs.cpu_cores", lambda: cores)
+    monkeypatch.setattr("bench.orchestration.jobs.device_memory_bytes", lambda device: int(free_gib * 2 ** 30))
+    need = type("Need", (), {"total": 2 ** 28})
+    monkeypatch.setattr("bench.orchestration.jobs.step_memory", lambda *args, **kwargs: need)
     fabric = make_fabric("cpu", launch=False)
     plan = make_plan(parse_config([*TINY, "--budget", "1e12", "--batch-size", "64", "--out", str(tmp_path)]), fabric)
     assert auto_jobs(plan, torch.device("cuda"), ("0", "1")) == jobs

@@ -1,16 +1,16 @@
 """bench/'s layout holds: its import graph has no circle, and imports only point down the stages (the helpers every
-stage shares, then data, training and yardsticks, analysis, report, and the commands on top)."""
+stage shares, then data, training and yardsticks, analysis, report, orchestration, the speed measurements, and the
+commands on top), so that the top of bench/ holds the commands alone."""
 
 import ast
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-# a module's stage is its subpackage; the top-level modules are the commands, but for the helpers every stage shares
-SHARED = {"bench", "bench.cli", "bench.files", "bench.seeds", "bench.environment", "bench.stopping",
-          "bench.tuned"}  # the default comparison's tuned settings: data every stage may read, importing nothing
-# bench/export: a command package above the commands (it rebuilds a run's objective as bench.downstream does)
-STAGES = {"shared": 0, "data": 1, "training": 2, "yardsticks": 2, "analysis": 3, "report": 4, "commands": 5,
-          "export": 6}
+# a module's stage is its subpackage; the top-level modules are the commands (bench/export: a command package above
+# them, which rebuilds a run's objective as bench.downstream does)
+STAGES = {"common": 0, "data": 1, "training": 2, "yardsticks": 2, "analysis": 3, "report": 4, "orchestration": 5,
+          "speed": 6, "commands": 7, "export": 8}
+COMMANDS = {"compare", "downstream", "gpu_experiment", "perf", "positions", "tune"}  # each a `python -m bench.<name>`
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -32,8 +32,6 @@ def import_graph() -> dict[str, set[str]]:
 
 def stage(module: str) -> str:
     parts = module.split(".")
-    if module in SHARED:
-        return "shared"
     return parts[1] if len(parts) > 2 or parts[1] in STAGES else "commands"
 
 
@@ -67,4 +65,10 @@ def test_imports_point_down_the_stages():
               or (STAGES[stage(imported)] == STAGES[stage(module)] and stage(imported) != stage(module))]
     assert upward == []
     assert stage("bench.training.loop") == "training" and stage("bench.compare") == "commands"
-    assert stage("bench.files") == "shared" and stage("bench.data") == "data"
+    assert stage("bench.common.files") == "common" and stage("bench.data") == "data"
+
+
+def test_the_top_of_bench_holds_its_commands_alone():
+    top = {path.stem for path in BENCH.glob("*.py")} - {"__init__"}
+    assert top == COMMANDS
+    assert all('if __name__ == "__main__":' in (BENCH / f"{name}.py").read_text() for name in COMMANDS)

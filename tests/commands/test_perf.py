@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from backbone import Backbone, preset
-from bench import perf, perf_timing
-from bench.cli import run
+from bench import perf
+from bench.common.cli import run
 from bench.perf import format_table, main, measure
+from bench.speed import timing
 from objectives import Vocab, build_objective
 
 SMALL = dict(model="tiny", seq_len=16, batch_size=4, repeats=1, new_tokens=4, vocab_size=64)
@@ -84,8 +85,8 @@ def test_perf_on_cuda_without_a_gpu_is_one_line(monkeypatch, capsys):
 def test_perf_times_the_device_work_not_the_launches(monkeypatch):
     # a GPU runs asynchronously: every timed call must be fenced by a synchronisation on both sides
     events = []
-    monkeypatch.setattr(perf_timing, "synchronize", lambda device: events.append("sync"))
-    perf_timing.median_seconds(lambda: events.append("step"), repeats=2, warmup=1, device=torch.device("cuda"))
+    monkeypatch.setattr(timing, "synchronize", lambda device: events.append("sync"))
+    timing.median_seconds(lambda: events.append("step"), repeats=2, warmup=1, device=torch.device("cuda"))
     assert events == ["step", "sync", "step", "sync", "sync", "step", "sync"]
 
 
@@ -93,18 +94,18 @@ def test_the_matmul_peak_stops_growing_once_a_product_is_long(monkeypatch):
     # an emulated dtype (bf16 on a CPU without bf16 units) is measured at a size that takes a fraction of a second
     sides, real = [], torch.randn
     monkeypatch.setattr(torch, "randn", lambda *shape, **kwargs: sides.append(shape[0]) or real(*shape, **kwargs))
-    monkeypatch.setattr(perf_timing, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.5)
-    assert perf_timing.matmul_peak(torch.float32, long_seconds=0.2) == 2 * 256 ** 3 / 0.5 and set(sides) == {256}
+    monkeypatch.setattr(timing, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.5)
+    assert timing.matmul_peak(torch.float32, long_seconds=0.2) == 2 * 256 ** 3 / 0.5 and set(sides) == {256}
     sides.clear()
-    monkeypatch.setattr(perf_timing, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.01)
-    assert perf_timing.matmul_peak(torch.float32, size=1024) == 2 * 1024 ** 3 / 0.01
+    monkeypatch.setattr(timing, "median_seconds", lambda step, repeats, warmup=1, device=None: 0.01)
+    assert timing.matmul_peak(torch.float32, size=1024) == 2 * 1024 ** 3 / 0.01
     assert sorted(set(sides)) == [256, 512, 1024]
 
 
 @pytest.mark.slow
 def test_perf_times_the_default_comparisons_step_alone_and_at_once():
     # tiny shapes: this checks that the rows are made and hold sane keys; their speeds are bench.perf's to print
-    from bench.perf_throughput import comparison_rows
+    from bench.speed.throughput import comparison_rows
     rows = comparison_rows(steps=3, model="tiny", seq_len=16, batch_size=4,
                            data="synthetic:train=64,heldout=16,words=64,lexicon=8", rounds=3)
     names = [row["name"] for row in rows]

@@ -14,7 +14,7 @@ from bench.analysis.findings import Family, Multiplier, Unread, Verdict, Wins, f
 from bench.analysis.judges import Evidence, claim, claim_outcome, judge, multiplier_claim
 from bench.analysis.paper_findings import Paper, PaperFinding
 from bench.analysis.presets import PRESETS, PaperTable, Preset, Variant
-from bench.cli import run
+from bench.common.cli import run
 from bench.compare import main as compare_main, parse_config
 from objectives import parse_objective_list
 from tests.analysis.records import results

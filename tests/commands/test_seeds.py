@@ -2,7 +2,7 @@ import platform
 
 import pytest
 
-from bench.seeds import derive_seed
+from bench.common.seeds import derive_seed
 
 
 def test_seeds_are_63_bit_distinct_and_deterministic():

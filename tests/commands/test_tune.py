@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.config import Config
+from bench.common.tuned import TUNED
+from bench.orchestration.config import Config
+from bench.orchestration.tuned_setting import finetune_rates, setting_of
 from bench.tune import TRIAL_RATES, TUNING_SEEDS, candidates, defaults, main, margin, trials, validation_view
-from bench.tuned import TUNED
-from bench.tuned_setting import finetune_rates, setting_of
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.tasks import load_task
@@ -109,12 +109,12 @@ def test_a_tuning_picks_each_trial_and_rate_by_its_dev_score_over_the_seeds(tmp_
     assert "Do the picks hold at 6e+08 FLOPs?" in (tmp_path / "report.md").read_text()
     assert set(defaults(found)["finetune"]) >= {"untrained, bidirectional", "untrained, causal"}
     with pytest.raises(SystemExit):  # not the default setting: its picks cannot become the default's
-        from bench.cli import run
+        from bench.common.cli import run
         run(main, [*TINY, "--out", str(tmp_path / "again"), "--write-defaults"])
 
 
 def test_the_default_comparison_reads_the_committed_tuning():
-    """bench/tuned.json is what the committed tuning report picked, none at an edge of its grid, and the default
+    """bench/common/tuned.json is what the committed tuning report picked, none at an edge of its grid, and the default
     comparison's objectives, peak rates and fine-tuning rates are its."""
     committed = json.loads((ROOT / "reports" / "tuning" / "results.json").read_text())
     assert TUNED == defaults(committed) and TUNED["setting"] == setting_of(Config())
@@ -160,7 +160,7 @@ def test_a_fine_tuning_pick_is_at_an_edge_unless_it_is_the_rate_that_barely_move
 
 
 def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch):
-    from bench.cli import run
+    from bench.common.cli import run
     from bench.tune import build_parser
 
     assert "--write-defaults" in build_parser().format_help() and "--budget" in build_parser().format_help()
@@ -184,7 +184,7 @@ def test_the_command_line_is_checked_and_recorded(tmp_path, capsys, monkeypatch)
 
 def test_the_fine_tuning_steps_have_one_default():
     from bench.compare import parse_config
-    from bench.config import Config
+    from bench.orchestration.config import Config
     from bench.yardsticks.downstream import DEFAULT_STEPS
 
     assert Config().yardsticks.finetune_steps == DEFAULT_STEPS == parse_config([]).yardsticks.finetune_steps
@@ -194,7 +194,7 @@ def test_one_comparison_fine_tunes_every_backbone_one_way():
     """Tuned rates only where every reader (each objective and each control) has one on every task: a comparison
     that adds an objective the tuning never tried fine-tunes everyone over the grid (issue 59 item 3: the same control
     scored 0.398 at its tuned rate and 0.343 over the grid within one preset)."""
-    from bench.planning import one_protocol
+    from bench.orchestration.planning import one_protocol
 
     tuned = (("mlm", "states", 1e-3), ("mlm", "agreement", 3e-3), ("untrained, bidirectional", "states", 3e-3),
              ("untrained, bidirectional", "agreement", 1e-2))

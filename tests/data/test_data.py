@@ -10,12 +10,12 @@ import torch
 from tokenizers import Tokenizer, models
 
 from backbone import ConfigError
-from bench.cli import run
+from bench.common.cli import run
 from bench.compare import main
 from bench.data.corpus import load_corpus, speller
 from bench.data.text import PACKED_DOCUMENTS, TextOptions, pack, train_tokenizer
 from bench.training.batches import build_run_objective, training_batch
-from bench.training.config import RunConfig
+from bench.training.recipe import RunConfig
 from objectives import IGNORE, SPECIAL_TOKENS, Vocab
 from objectives.masking import exact_count, select_spans, span_length_distribution
 

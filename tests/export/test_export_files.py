@@ -15,7 +15,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForMaskedLM, AutoTokenizer, PreTrainedTokenizerFast  # noqa: E402
 
 import objectives  # noqa: E402
-from bench.cli import run  # noqa: E402
+from bench.common.cli import run  # noqa: E402
 from bench.data import synthetic  # noqa: E402
 from bench.data.corpus import speller  # noqa: E402
 from bench.data.text import train_tokenizer, vocab_for_tokenizer  # noqa: E402
@@ -23,7 +23,7 @@ from bench.downstream import context_for_run, run_objective  # noqa: E402
 from bench.export import export_objective  # noqa: E402
 from bench.export import writing  # noqa: E402
 from bench.export.__main__ import main as export_main  # noqa: E402
-from bench.training.config import run_name  # noqa: E402
+from bench.training.recipe import run_name  # noqa: E402
 from bench.yardsticks.examples import TaskContext, encode  # noqa: E402
 from objectives import CausalLM, Vocab  # noqa: E402
 from objectives.pairs import make_pairs, pair_layout, segments_from_separators  # noqa: E402

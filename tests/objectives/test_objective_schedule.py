@@ -9,9 +9,9 @@ import torch
 
 import bench.training.loop
 from backbone import Backbone, ConfigError, preset
-from bench.planning import predicted_phases
+from bench.orchestration.planning import predicted_phases
 from bench.training.batches import build_run_objective, eval_batches
-from bench.training.config import Phase, RunConfig, learning_rate, parse_seq_len
+from bench.training.recipe import Phase, RunConfig, learning_rate, parse_seq_len
 from bench.training.runs import train_run
 from bench.training.state import Context, Work
 from objectives import ObjectiveSchedule, Vocab, build_objective, parse_objective_list

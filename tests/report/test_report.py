@@ -184,9 +184,9 @@ def test_the_setup_says_never_swept_only_of_a_spec_the_tuning_never_tried(tmp_pa
     """The tuning behind the defaults tries ELECTRA at λ = 10 and at λ = 50 and keeps the pick alone in tuned.json: a
     comparison of the setting it did not pick must not say it was never swept while reports/tuning holds its
     trials."""
-    from bench.config import Config
+    from bench.common.tuned import TUNED, provenance, swept_specs
+    from bench.orchestration.config import Config
     from bench.report.setup import rates_source
-    from bench.tuned import TUNED, provenance, swept_specs
 
     tuning = json.loads((GOLDEN.parents[2] / "reports" / "tuning" / "results.json").read_text())
     tried = {trial["trial"] for tuned in tuning["objectives"].values() for trial in tuned["trials"]}

@@ -19,11 +19,11 @@ from lightning_fabric import Fabric
 
 import bench.yardsticks.probes
 from backbone import ConfigError
+from bench.common.stopping import RunStopped
 from bench.data.corpus import load_corpus
-from bench.training.config import RunConfig
-from bench.stopping import RunStopped
 from bench.training.distributed import agree_on_folder
 from bench.training.loop import TrainingDiverged
+from bench.training.recipe import RunConfig
 from bench.training.runs import train_run
 from bench.training.state import Context, Work
 from bench.yardsticks.probes import ProbeConfig, Probes

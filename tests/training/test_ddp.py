@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ddp_job import RUNS, config, corpus
 
-from bench.stopping import EXIT_STOPPED
+from bench.common.stopping import EXIT_STOPPED
 from bench.training.distributed import make_fabric
 from bench.training.runs import train_run
 from bench.training.state import Context, Work

@@ -7,7 +7,7 @@ import torch
 from backbone import ConfigError, preset
 from bench.analysis.density import build_on_meta
 from bench.data.corpus import load_corpus
-from bench.training.config import Phase, SeqLenSchedule, parse_seq_len, predict_phases, single_seq_len
+from bench.training.recipe import Phase, SeqLenSchedule, parse_seq_len, predict_phases, single_seq_len
 from objectives import Vocab
 
 # BERT's pretraining (Devlin et al. 2019, Section A.2; docs/sources.md): 10^6 steps of 256 windows, 90 % of the steps at T = 128 and 10 % at T = 512

@@ -1,4 +1,4 @@
-"""A stop signal ends every phase within one batch, fit or step (bench.stopping), not only training: a scheduler
+"""A stop signal ends every phase within one batch, fit or step (bench.common.stopping), not only training: a scheduler
 gives 30-120 s before SIGKILL, and an untrained control's downstream fine-tuning once ran 25-70 s past a SIGTERM.
 Each test sends the signal from inside the phase's first step, so what is checked is where the phase stops, never how
 long it took."""
@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 import bench.yardsticks.readout
+from bench.common.stopping import EXIT_STOPPED, PhaseStopped, RunStopped, check_stop, stop_on_signals
 from bench.data.corpus import load_corpus
-from bench.stopping import EXIT_STOPPED, PhaseStopped, RunStopped, check_stop, stop_on_signals
-from bench.training.config import RunConfig
+from bench.training.recipe import RunConfig
 from bench.training.runs import control_run
 from bench.training.state import Context, Work
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
@@ -59,7 +59,8 @@ def signalled_in_the_first_step(monkeypatch) -> list[int]:
 def test_a_signal_in_an_untrained_controls_fine_tuning_stops_it_after_that_step(corpus, fabric, tmp_path,
                                                                                   monkeypatch, capsys):
     # the control's fine-tuning over the rates is the longest phase a comparison runs outside training: before
-    # bench.stopping, all of its 2 × STEPS steps and the probes ran, the result was written, and only then the stop
+    # bench.common.stopping, all of its 2 × STEPS steps and the probes ran, the result was written, and only then the
+    # stop
     work, context = Work("mlm", 0, CONFIG, tmp_path / "control"), Context(corpus, yardsticks(corpus))
     straight = control_run(fabric, Work("mlm", 0, CONFIG, tmp_path / "straight"), Context(corpus, yardsticks(corpus)))
     before = signal.getsignal(signal.SIGTERM)

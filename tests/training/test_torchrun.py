@@ -120,7 +120,7 @@ def test_a_worker_restarted_by_torchrun_resumes_on_its_own(uninterrupted, tmp_pa
 
 
 def test_restarts_need_a_folder_and_unforwarded_signals_are_named(tmp_path):
-    from bench.config import Config
+    from bench.orchestration.config import Config
     with pytest.raises(Exception, match="torchrun --max-restarts needs --out"):
         resume_after_restart(Config(), {"TORCHELASTIC_MAX_RESTARTS": "1"})
     config = Config().with_flags(out=tmp_path)

@@ -14,7 +14,7 @@ from ddp_job import acting_forward
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import backbone.flops
-import bench.memory
+import bench.orchestration.memory
 import bench.training.distributed
 import bench.training.loop
 import bench.training.runs
@@ -22,21 +22,21 @@ import bench.training.state
 import bench.yardsticks.probes
 from backbone import ConfigError, Transformer, preset
 from bench.analysis.density import build_on_meta
-from bench.files import read_jsonl
-from bench.memory import check_memory
-from bench.seeds import derive_seed
+from bench.common.files import read_jsonl
+from bench.common.seeds import derive_seed
+from bench.common.stopping import EXIT_STOPPED, RunStopped
+from bench.orchestration.memory import check_memory
+from bench.orchestration.works import threads
 from bench.training.batches import (ROW_STREAM, Prefetcher, build_run_objective, eval_batches, local_counts,
                                     training_batch)
-from bench.training.config import (RunConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
-                                   eval_grid, learning_rate, make_optimizer, parse_seq_len, predict_phases,
-                                   tf32_matmuls)
-from bench.stopping import EXIT_STOPPED, RunStopped
 from bench.training.distributed import agree, make_fabric, step_counts
 from bench.training.loop import TrainingDiverged, train_step
 from bench.training.records import COUNTERS_SCHEMA, RunRecord, from_json
+from bench.training.recipe import (RunConfig, check_batch_split, check_config, configure_matmuls, cooldown_start,
+                                   eval_grid, learning_rate, make_optimizer, parse_seq_len, predict_phases,
+                                   tf32_matmuls)
 from bench.training.runs import train_run
 from bench.training.state import Context, Work, setup_run
-from bench.works import threads
 from bench.yardsticks.downstream import Downstream, FinetuneConfig
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -338,12 +338,12 @@ def test_a_micro_batch_must_divide_each_process_share():
 
 
 def test_the_memory_check_counts_one_micro_batch_and_checkpointing(monkeypatch):
-    from bench.memory import step_memory
+    from bench.orchestration.memory import step_memory
     vocab = Vocab.for_words(64)
     objective = build_on_meta("mlm", preset("tiny", vocab.size, max_seq_len=512, n_layer=8), vocab)
     cpu = torch.device("cpu")
     # room for a step of 8 windows, but not of 32
-    monkeypatch.setattr(bench.memory, "device_memory_bytes",
+    monkeypatch.setattr(bench.orchestration.memory, "device_memory_bytes",
                         lambda device: step_memory(objective, 8, 512, "32-true", cpu).total)
     with pytest.raises(ConfigError, match="at 32 windows per forward"):
         check_memory(objective, 32, 512, "32-true", cpu)
@@ -376,7 +376,7 @@ def saved_bytes(objective, batch, precision: str) -> int:
 @pytest.mark.parametrize("spec", ["mlm", "ar", "electra", "span", "mlm:pair=nsp"])
 def test_the_memory_estimate_bounds_what_a_step_saves(spec, precision):
     # under bf16 autocast the residual stream stays fp32: 2 bytes per value alone fell 20-30 % short of this
-    from bench.memory import ALLOCATOR_SLACK, step_memory
+    from bench.orchestration.memory import ALLOCATOR_SLACK, step_memory
     vocab = Vocab.for_words(512)
     corpus = type("C", (), {"vocab": vocab, "seq_len": 128})()
     objective = build_run_objective(spec, RunConfig(budget_flops=1, model="mini"), corpus).train()
@@ -393,8 +393,8 @@ def test_the_memory_estimate_counts_a_chunk_of_logits_no_longer_than_the_step(de
     # a GPU's chunk may hold 2^28 bytes of logits and a CPU's 1,024 rows; a step of fewer positions projects fewer.
     # Counted whole (384 MiB at vocabulary 8,192), it put an H200 step that peaked at 275-323 MiB (small, T = 128,
     # batch 32, bf16) at 685-742 MiB
-    from bench.memory import step_memory
     from backbone.fused_loss import chunk_rows
+    from bench.orchestration.memory import step_memory
     vocab = Vocab.for_words(512)
     objective = build_run_objective("ar", RunConfig(budget_flops=1, model="mini"),
                                     type("C", (), {"vocab": vocab, "seq_len": 128})())
@@ -710,7 +710,7 @@ def test_a_schedule_that_does_not_fit_the_corpus_or_objective_is_one_line(spec, 
 def test_a_resumed_optimizer_runs_the_implementation_of_its_device_not_of_the_checkpoints():
     import copy
 
-    from bench.training.config import match_optimizer_to_device
+    from bench.training.recipe import match_optimizer_to_device
 
     def optimizer(fused):
         torch.manual_seed(0)
@@ -850,7 +850,7 @@ def test_a_slurm_job_started_without_srun_is_refused_with_the_srun_form(monkeypa
 
 
 def test_the_memory_check_compares_with_free_memory(monkeypatch):
-    from bench.memory import device_memory_bytes
+    from bench.orchestration.memory import device_memory_bytes
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (30 * 2 ** 30, 80 * 2 ** 30))
     assert device_memory_bytes(torch.device("cuda", 0)) == 30 * 2 ** 30  # another process holds the other 50 GiB
     with open("/proc/meminfo") as meminfo:

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from bench.data.corpus import load_corpus
-from bench.training.batches import build_run_objective, eval_batches
-from bench.training.config import RunConfig
 from bench.data.inference import next_token_nll
 from bench.data.inference import unigram as synthetic_unigram
+from bench.training.batches import build_run_objective, eval_batches
+from bench.training.recipe import RunConfig
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.probes import ProbeConfig, probe_ceilings
 from objectives import IGNORE

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from backbone import Backbone, ConfigError, measure_flops, resolve_model
-from bench.cli import run
+from bench.common.cli import run
 from bench.compare import main as compare_main
 from bench.data import synthetic
 from bench.data.corpus import speller, synthetic_language

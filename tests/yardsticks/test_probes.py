@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from bench.files import unpack_counts
+from bench.common.files import unpack_counts
 import torch
 
 from backbone import measure_flops
 from bench.data.corpus import load_corpus
 from bench.training.batches import build_run_objective
-from bench.training.config import RunConfig
+from bench.training.recipe import RunConfig
 from bench.yardsticks.probes import (ProbeConfig, Probes, features, input_only_controls, probe_ceilings, probe_data,
                                      question, run_probes)
 from bench.yardsticks.readout import fit_linear_probe, majority_accuracy

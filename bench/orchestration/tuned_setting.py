@@ -1,22 +1,22 @@
-"""What a tuning's picks depend on, and the fine-tuning rates bench/tuned.json holds for a comparison of that setting
-(bench.tuned keeps the picks themselves and imports nothing; the setting of a comparison on the embedded language
-includes the language, which only the data stage can draw)."""
+"""What a tuning's picks depend on, and the fine-tuning rates bench/common/tuned.json holds for a comparison of that
+setting (bench.common.tuned keeps the picks themselves and imports nothing; the setting of a comparison on the embedded
+language includes the language, which only the data stage can draw)."""
 
 from __future__ import annotations
 
 import functools
 
+from bench.common.tuned import TUNED
 from bench.data import synthetic
 from bench.data.corpus import data_source, synthetic_language
-from bench.tuned import TUNED
 from bench.yardsticks.embedded_tasks import SETTLED
 from bench.yardsticks.examples import TaskOptions
 
 
 def setting_of(config) -> dict:
-    """What a tuning's picks depend on (a bench.config.Config's fields): the data, the model, the lengths, the batch,
-    the budget, the tasks and their fine-tuning steps, the precision; on the embedded language, the language itself
-    (synthetic.digest) and how its tasks are drawn (their default size, which positions they ask): the spec
+    """What a tuning's picks depend on (a bench.orchestration.config.Config's fields): the data, the model, the lengths,
+    the batch, the budget, the tasks and their fine-tuning steps, the precision; on the embedded language, the language
+    itself (synthetic.digest) and how its tasks are drawn (their default size, which positions they ask): the spec
     "synthetic" names whatever language and tasks this code draws, and rates tuned on others are not these ones'."""
     found = {"data": config.data.data, "model": config.model.model, "seq_len": config.model.seq_len,
              "flops": config.model.flops, "batch_size": config.training.batch_size, "budget": config.training.budget,

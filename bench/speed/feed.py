@@ -24,8 +24,8 @@ def host_feed(data: Path, shape: dict, objectives: tuple[str, ...]) -> dict[str,
     from bench.data.corpus import load_corpus
     from bench.data.text import TextOptions
     from bench.training.batches import build_run_objective, training_batch
-    from bench.training.config import RunConfig
     from bench.training.live_metrics import peak_flops
+    from bench.training.recipe import RunConfig
 
     corpus = load_corpus(f"text:{data / 'corpus.jsonl'}", shape["seq_len"],
                          TextOptions(tokenizer=str(data / "tokenizer.json")))

@@ -24,19 +24,19 @@ from bench.analysis.paper_findings import Paper
 from bench.analysis.presets import Preset, get_preset, paper_section
 from bench.analysis.results import Measured, build_results
 from bench.analysis.summaries import Results, Sweep
-from bench.config import Config
+from bench.common.environment import code_revision, package_versions
+from bench.common.files import write_atomic, write_json
+from bench.common.tuned import provenance
 from bench.data.corpus import Corpus
-from bench.environment import code_revision, package_versions
-from bench.files import write_atomic, write_json
-from bench.jobs import SMALL_STEP_TOKENS, executed
-from bench.planning import Plan, make_plan, output_folder
+from bench.orchestration.config import Config
+from bench.orchestration.jobs import SMALL_STEP_TOKENS, executed
+from bench.orchestration.planning import Plan, make_plan, output_folder
+from bench.orchestration.works import Outcome
 from bench.training.batches import eval_batches
-from bench.training.config import RunConfig, run_name
 from bench.training.distributed import agree_on_folder, launch_processes, make_fabric
+from bench.training.recipe import RunConfig, run_name
 from bench.training.records import RunRecord
 from bench.training.state import Work
-from bench.tuned import provenance
-from bench.works import Outcome
 from bench.yardsticks.bayes import loss_floors, unigram_losses
 from bench.yardsticks.downstream import describe_recipe
 from bench.yardsticks.probes import input_only_controls, probe_ceilings
@@ -74,7 +74,8 @@ class Reports(Protocol):
 def run(config: Config, reports: Reports) -> list[dict]:
     """Every comparison the configuration asks for, each report written by `reports` (bench.report); returns the
     diverged runs. Each comparison: its plan (prepared), its runs and untrained controls as one queue of works
-    (bench.jobs.executed), its results (measurement); a sweep's or a preset's summary over them comes last."""
+    (bench.orchestration.jobs.executed), its results (measurement); a sweep's or a preset's summary over them comes
+    last."""
     preset = get_preset(config.output.preset) if config.output.preset else None
     comparisons, started = expand(config, preset), time.perf_counter()
     measured = {}

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from backbone import resolve_model
-from bench.perf_timing import train_step
+from bench.speed.timing import train_step
 from objectives import SPECIAL_TOKENS
 
 

@@ -11,12 +11,12 @@ import signal
 import sys
 from pathlib import Path
 
-from bench.config import HardwareConfig, on_cpu
-from bench.files import read_json, write_json
-from bench.pool import run_isolated
-from bench.stopping import EXIT_STOPPED, RunStopped, current_stop_request, stop_on_signals
+from bench.common.files import read_json, write_json
+from bench.common.stopping import EXIT_STOPPED, RunStopped, current_stop_request, stop_on_signals
+from bench.orchestration.config import HardwareConfig, on_cpu
+from bench.orchestration.pool import run_isolated
+from bench.orchestration.works import Outcome, run_here
 from bench.training.state import Context, Work
-from bench.works import Outcome, run_here
 
 
 JOB_RECORD = "slurm_job.json"  # in a run's folder: the job last submitted for it, to wait for rather than duplicate

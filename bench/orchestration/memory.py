@@ -1,6 +1,6 @@
 """Will a training step fit on the device? An analytic estimate of what a step keeps (activations, heads, one chunk
-of logits, the optimizer state), checked against free memory before anything is launched (bench.planning), and what
-bench.jobs divides among runs that share a device.
+of logits, the optimizer state), checked against free memory before anything is launched (bench.orchestration.planning),
+and what bench.orchestration.jobs divides among runs that share a device.
 """
 
 from __future__ import annotations

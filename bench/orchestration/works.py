@@ -1,6 +1,6 @@
 """Running works (bench.training.state.Work: a run or an untrained control, beside the Context every work of a
-comparison shares) in this process, one after another: what a worker executes, wherever it runs (bench.jobs decides
-where).
+comparison shares) in this process, one after another: what a worker executes, wherever it runs
+(bench.orchestration.jobs decides where).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from bench.stopping import current_stop_request
+from bench.common.stopping import current_stop_request
 from bench.training.distributed import stop_agreed, stop_message
 from bench.training.loop import TrainingDiverged
 from bench.training.runs import control_run, train_run

@@ -1,8 +1,8 @@
 """Several works at once, each in a worker process of its own pinned to its threads (CPU) or to one GPU (--jobs N,
-bench.jobs.choose_slots). The workers are started with `spawn` (forking a process whose torch thread pools already run
-is unsafe) and live for the whole command, so a budget sweep's or a preset's comparisons reuse them; each loads a
-comparison's corpus and yardsticks once (a pickled Context), not once per run. A stop signal is passed on to them, and
-each saves at the end of its step.
+bench.orchestration.jobs.choose_slots). The workers are started with `spawn` (forking a process whose torch thread pools
+already run is unsafe) and live for the whole command, so a budget sweep's or a preset's comparisons reuse them; each
+loads a comparison's corpus and yardsticks once (a pickled Context), not once per run. A stop signal is passed on to
+them, and each saves at the end of its step.
 """
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from typing import Iterator, Sequence
 
 import torch
 
-from bench.stopping import EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request, stop_on_signals
+from bench.common.stopping import (EXIT_STOPPED, STOP_SIGNALS, RunStopped, StopRequest, current_stop_request,
+                                   stop_on_signals)
+from bench.orchestration.works import Outcome, run_here
 from bench.training.distributed import make_fabric
 from bench.training.state import Context, Work
-from bench.works import Outcome, run_here
 
 
 def run_isolated(context: Context, work: Work) -> tuple[str, object]:

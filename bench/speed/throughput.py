@@ -12,16 +12,16 @@ from pathlib import Path
 
 import torch
 
-from bench.config import TrainingConfig
 from bench.data.corpus import Corpus, load_corpus
-from bench.planning import learning_rates
+from bench.orchestration.config import TrainingConfig
+from bench.orchestration.planning import learning_rates
+from bench.orchestration.works import threads
 from bench.training.batches import build_run_objective, training_batch
-from bench.training.config import RunConfig
 from bench.training.distributed import make_fabric
+from bench.training.recipe import RunConfig
 from bench.training.records import RunRecord
 from bench.training.runs import train_run
 from bench.training.state import Context, Work
-from bench.works import threads
 
 
 def steps_config(spec: str, corpus: Corpus, steps: int, model: str, batch_size: int) -> RunConfig:

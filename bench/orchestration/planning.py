@@ -1,5 +1,5 @@
-"""A comparison's plan: its typed configuration (bench.config) checked and turned into everything the runs need
-before anything is written or launched: the corpus, the objectives on the meta device, the yardsticks, the peak
+"""A comparison's plan: its typed configuration (bench.orchestration.config) checked and turned into everything the runs
+need before anything is written or launched: the corpus, the objectives on the meta device, the yardsticks, the peak
 rates, config.json's record, and what a --resume continues.
 """
 
@@ -16,17 +16,17 @@ from lightning_fabric import Fabric
 
 from backbone import ConfigError, resolve_model
 from bench.analysis.density import build_on_meta
-from bench.config import EXECUTION, SETTING, Config, changed_settings
+from bench.common.environment import code_revision, package_versions, version_note
+from bench.common.files import read_json
 from bench.data.corpus import Corpus, load_corpus
 from bench.data.text import TextOptions
-from bench.environment import code_revision, package_versions, version_note
-from bench.files import read_json
-from bench.memory import check_memory
-from bench.training.config import (RunConfig, SeqLenSchedule, check_batch_split, check_config, parse_seq_len,
+from bench.orchestration.config import EXECUTION, SETTING, Config, changed_settings
+from bench.orchestration.memory import check_memory
+from bench.training.recipe import (RunConfig, SeqLenSchedule, check_batch_split, check_config, parse_seq_len,
                                    predict_phases, tf32_matmuls)
-from bench.training.state import Yardstick
+from bench.orchestration.tuned_setting import finetune_rates
 from bench.training.runs import control_name
-from bench.tuned_setting import finetune_rates
+from bench.training.state import Yardstick
 from bench.yardsticks.downstream import Downstream, finetune_config
 from bench.yardsticks.examples import TaskContext
 from bench.yardsticks.probes import ProbeConfig, Probes
@@ -34,7 +34,7 @@ from bench.yardsticks.tasks import load_tasks, parse_task_list
 from objectives import Objective, Vocab, parse_objective_list
 
 
-CONFIG_SCHEMA = 2  # config.json's layout (bench.config's sections); a folder of another is refused
+CONFIG_SCHEMA = 2  # config.json's layout (bench.orchestration.config's sections); a folder of another is refused
 # the embedded language's neutral tasks, the default main yardstick there: every word shown, no [MASK], no pair
 NEUTRAL_SYNTHETIC_TASKS = "synthetic:states,synthetic:agreement"
 FIXED = ("warmup", "cooldown", "weight_decay", "grad_clip", "first_eval", "eval_windows")  # RunConfig's
@@ -200,8 +200,8 @@ def make_plan(config: Config, fabric: Fabric) -> Plan:
 
 def record(config: Config, train: RunConfig, objectives: list[Objective], rates: dict, probe: ProbeConfig | None,
            downstream: Downstream | None) -> dict:
-    """config.json: the settings (bench.config), what they resolved to, this version's fixed constants, and how
-    the steps run (execution, which may change between sessions)."""
+    """config.json: the settings (bench.orchestration.config), what they resolved to, this version's fixed constants,
+    and how the steps run (execution, which may change between sessions)."""
     shape = asdict(objectives[0].backbone.config)
     return {"schema": CONFIG_SCHEMA, "config": config.recorded(SETTING),
             "derived": {"model_shape": {k: v for k, v in shape.items() if k not in ("vocab_size", "max_seq_len")},
@@ -291,7 +291,7 @@ def predicted_phases(objective: Objective, schedule: SeqLenSchedule, config: Run
 
 def stale_runs(out: Path) -> list[str]:
     """"NAME (REVISION)" for each run or control in `out`, finished or interrupted, that code other than this
-    process's trained (bench.environment.code_revision)."""
+    process's trained (bench.common.environment.code_revision)."""
     current, found = code_revision(), []
     for run_dir in sorted((out / "runs").glob("*")):
         if (run_dir / "result.json").is_file():
@@ -318,7 +318,7 @@ def check_revisions(out: Path, allow_stale: bool) -> list[str]:
 
 
 # --- Peak learning rates: one for every objective favours whichever it suits, so each objective has its own, given
-# (`--lr 3e-3,electra=6e-3`) or, by default, the ones bench.tune chose on validation data (bench/tuned.json).
+# (`--lr 3e-3,electra=6e-3`) or, by default, the ones bench.tune chose on validation data (bench/common/tuned.json).
 
 def parse_rate(text: str, flag: str) -> float:
     try:

@@ -22,8 +22,9 @@ EVAL_SEED = 1234  # held-out corruption is the same for every run: differences a
 
 @dataclass(frozen=True)
 class RunConfig:
-    """What a run computes, as the plan (bench.planning.run_config) builds it from the command's configuration;
-    the defaults below are the command's too (bench.config reads them), and the training recipe's own."""
+    """What a run computes, as the plan (bench.orchestration.planning.run_config) builds it from the command's
+    configuration; the defaults below are the command's too (bench.orchestration.config reads them), and the training
+    recipe's own."""
 
     budget_flops: float
     model: str  # a size of backbone.MODEL_SIZES, with options

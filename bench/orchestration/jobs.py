@@ -4,8 +4,8 @@ GPU, since they share nothing but data and configuration; or as Slurm jobs throu
 --launcher local runs each as a process of its own the same way, on this machine). A run's numbers never depend on
 its neighbours: at the same thread count its result.json is the one it writes alone.
 
-This module chooses where; the works and how one runs here (bench.works), the pool of worker processes (bench.pool)
-and the Slurm jobs (bench.slurm) are modules of their own.
+This module chooses where; the works and how one runs here (bench.orchestration.works), the pool of worker processes
+(bench.orchestration.pool) and the Slurm jobs (bench.orchestration.slurm) are modules of their own.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ from typing import Sequence
 
 import torch
 
-from bench.memory import device_memory_bytes, step_memory
-from bench.planning import Plan
-from bench.pool import Slots, run_pooled
-from bench.slurm import submitted
+from bench.orchestration.memory import device_memory_bytes, step_memory
+from bench.orchestration.planning import Plan
+from bench.orchestration.pool import Slots, run_pooled
+from bench.orchestration.slurm import submitted
+from bench.orchestration.works import Outcome, run_here
 from bench.training.state import Context, Work
-from bench.works import Outcome, run_here
 
 # the training a command's runs must hold together for running them at once to pay: each worker's start (importing
 # torch and Lightning) costs seconds, and running one run per core gains about a fifth on a CPU. Measured on 2 cores:

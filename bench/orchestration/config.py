@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from backbone import ConfigError
-from bench.training.config import RunConfig
-from bench.tuned import TUNED
+from bench.common.tuned import TUNED
+from bench.training.recipe import RunConfig
 from bench.yardsticks.downstream import DEFAULT_STEPS
 
 SETTING, EXECUTION, COMMAND = "setting", "execution", "command"
@@ -55,7 +55,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    objectives: str = TUNED["objectives"]  # the tuned default's (bench.tuned, reports/tuning)
+    objectives: str = TUNED["objectives"]  # the tuned default's (bench.common.tuned, reports/tuning)
     # five: the fewest whose intervals a reviewer accepts (over 3 seeds a percentile interval under-covers); more
     # seeds add runs to a folder, fewer read only the first
     seeds: int = kind(EXECUTION, 5)
@@ -79,9 +79,10 @@ class YardstickConfig:
     no_probe_curves: bool = False
     # also read every task frozen as BERT's feature-based column did (its Table 8): the last four layers concatenated
     feature_based: bool = False
-    downstream: str | None = None  # None: the data source's default tasks (bench.planning.task_specs)
+    downstream: str | None = None  # None: the data source's default tasks (bench.orchestration.planning.task_specs)
     finetune_steps: int = DEFAULT_STEPS  # its one home is the fine-tuning recipe's (bench.yardsticks.downstream)
-    finetune_lrs: str = "tuned"  # each reader's tuned rate per task where the setting is the tuned one (bench.tuned)
+    # each reader's tuned rate per task where the setting is the tuned one (bench.common.tuned)
+    finetune_lrs: str = "tuned"
 
 
 @dataclass(frozen=True)
@@ -95,8 +96,8 @@ class HardwareConfig:
     activation_checkpointing: bool = kind(EXECUTION, False)
     log_every: int = kind(EXECUTION, RunConfig.log_every)
     checkpoint_every: float | None = kind(EXECUTION)
-    # how many runs at once and where (bench.jobs): never what a run computes at a given thread count
-    jobs: int | None = kind(COMMAND)  # None: what the machine uses well (bench.jobs.auto_jobs)
+    # how many runs at once and where (bench.orchestration.jobs): never what a run computes at a given thread count
+    jobs: int | None = kind(COMMAND)  # None: what the machine uses well (bench.orchestration.jobs.auto_jobs)
     threads_per_run: int | None = kind(COMMAND)  # None: the cores shared out among the runs at once
     launcher: str = kind(COMMAND, "pool")
     slurm_partition: str | None = kind(COMMAND)
@@ -208,8 +209,8 @@ def on_cpu(hardware: HardwareConfig) -> bool:
 
 def validate(config: Config) -> None:
     """Every mistake a configuration can hold that no flag parser sees, as one-line ConfigErrors, before anything
-    runs (the objectives, data and tasks are checked where they are built, bench.planning)."""
-    from bench.training.config import parse_seq_len
+    runs (the objectives, data and tasks are checked where they are built, bench.orchestration.planning)."""
+    from bench.training.recipe import parse_seq_len
 
     training, hardware = config.training, config.hardware
     parse_seq_len(config.model.seq_len)

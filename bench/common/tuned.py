@@ -1,5 +1,5 @@
 """The default comparison's tuned settings: what `python -m bench.tune --write-defaults` chose on validation data
-(reports/tuning/report.md), read from bench/tuned.json. Its objectives and peak rates are the default's; its
+(reports/tuning/report.md), read from bench/common/tuned.json. Its objectives and peak rates are the default's; its
 fine-tuning rates, one per reader (an objective's spec, an untrained control's name) and task, apply where a
 comparison's setting is the one tuned (else every backbone is fine-tuned at each rate of a grid, the dev split
 choosing). Where a comparison's peak rates come from, said in its report, is worded from `provenance`.
@@ -16,7 +16,7 @@ DEFAULTS_FILE = Path(__file__).with_name("tuned.json")
 TUNED = json.loads(DEFAULTS_FILE.read_text())
 
 
-def swept_specs(record: Path = DEFAULTS_FILE.parents[1] / TUNED["report"]) -> tuple[str, ...]:
+def swept_specs(record: Path = DEFAULTS_FILE.parents[2] / TUNED["report"]) -> tuple[str, ...]:
     """Every spec the tuning behind the defaults trained a trial of, picked or not, as its record holds them (the
     results.json beside its report: tuned.json keeps the picks alone, and ELECTRA's trials try λ = 10 and λ = 50).
     Without that record (a copy of the package without reports/), or with one of another setting, only the picks are
@@ -32,8 +32,8 @@ def swept_specs(record: Path = DEFAULTS_FILE.parents[1] / TUNED["report"]) -> tu
                                           for trial in tuned["trials"])]))
 
 
-# The tuning that chose the built-in default rates (bench.config.TrainingConfig.lr, from bench/tuned.json): redo it
-# (`python -m bench.tune --write-defaults`) when the default setting changes.
+# The tuning that chose the built-in default rates (bench.orchestration.config.TrainingConfig.lr, from
+# bench/common/tuned.json): redo it (`python -m bench.tune --write-defaults`) when the default setting changes.
 DEFAULT_TUNING = {"command": TUNED["made_by"],
                   "setting": {key: TUNED["setting"][key]
                               for key in ("budget", "seq_len", "model", "batch_size", "data")},
