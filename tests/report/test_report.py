@@ -244,8 +244,9 @@ def test_an_interval_beside_a_holm_outcome_excludes_0_exactly_when_holm_rejects(
 
 
 def test_the_verdict_tables_print_holm_adjusted_intervals_of_gains_and_comparisons():
-    """The first case, on the committed downstream-docs results: AR's gain on the main yardstick (Holm p 0.12) is
-    printed with an interval that holds 0; a gain that beats its control, with one that does not."""
+    """On the committed downstream-docs results: a gain whose unadjusted 95 % interval lies above 0 but which Holm
+    does not call (mlm's and ar's on `replaced`, fine-tuned) is printed with its Holm-adjusted interval, which holds
+    0; a gain that beats its control, with one that does not."""
     from bench.analysis.claims import beats_control
 
     root = GOLDEN.parents[2]
@@ -258,7 +259,11 @@ def test_the_verdict_tables_print_holm_adjusted_intervals_of_gains_and_compariso
             assert estimate_text(gain.estimate, low, high, signed=True) in text
             if gain.estimate > 0:  # a gain beats its control exactly where its printed interval lies above 0
                 assert (low > 0) == beats_control(gain)
-    ar = results.verdict.item(results.verdict.main).gain_of("ar")
-    assert ar.ci_low > 0 and not beats_control(ar) and holm_interval(ar)[0] < 0
-    main_table = text.split("**Main yardstick", 1)[1].split("\n\n", 2)[1]
-    assert "+0.023 (+0.001 to +0.045)" not in main_table and "+0.023 (-0.004 to +0.051)" in main_table
+    # the case the issue found: a reader saw an interval excluding 0 under a sentence that says "does not beat"
+    unadjusted_above_zero = [gain for item in results.verdict.yardsticks for gain in item.gains
+                             if gain.ci_low > 0 and not beats_control(gain)]
+    assert unadjusted_above_zero
+    for gain in unadjusted_above_zero:
+        low, high = holm_interval(gain)
+        assert low < 0 and estimate_text(gain.estimate, low, high, signed=True) in text
+        assert estimate_text(gain.estimate, gain.ci_low, gain.ci_high, signed=True) not in text
